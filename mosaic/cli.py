@@ -1,0 +1,166 @@
+"""The ``mosaic`` command line (typer + rich)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from mosaic.errors import MosaicError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="mosaic: controlled datasets and a training lab for compositional generalization.")
+console = Console()
+err_console = Console(stderr=True)
+
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a spec field: key.path=value (repeatable), e.g. --set splits.train=500")]
+SpecArg = Annotated[Path, typer.Argument(help="Spec YAML file, e.g. experiments/specs/count.yaml")]
+
+
+def _fail(e: Exception) -> None:
+    err_console.print(f"[bold red]error:[/] {e}", highlight=False, markup=True, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _load(spec_path: Path, overrides):
+    from mosaic.spec import load_spec
+
+    return load_spec(spec_path, overrides)
+
+
+@app.command()
+def validate(spec: SpecArg, set_: SetOpt = None) -> None:
+    """Check a spec and print a summary (concepts, domains, objects, sizes) without generating."""
+    try:
+        s = _load(spec, set_)
+        from mosaic.dataset import sample_record, split_sizes
+
+        # a dry run of the layout search on a few samples of every split
+        n_obj = []
+        for split, n in split_sizes(s).items():
+            for i in range(min(n, 16)):
+                rec, _ = sample_record(s, split, i)
+                n_obj.append(rec["num_objects"])
+    except MosaicError as e:
+        _fail(e)
+    console.print(f"[bold]{s.name}[/]  fingerprint {s.fingerprint()}  seed {s.seed}")
+    if s.description:
+        console.print(s.description)
+    console.print(f"image {s.image.size}x{s.image.size} px, background {s.image.background}, supersample x{s.image.supersample}")
+    t = Table(title="concepts")
+    for col in ("concept", "role", "values", "distribution"):
+        t.add_column(col)
+    for name, c in s.concepts.items():
+        p = c.probabilities()
+        dist = c.distribution.kind + (" (reversed)" if c.distribution.reverse else "")
+        if c.distribution.kind != "uniform":
+            dist += f"  p = {', '.join(f'{x:.3f}' for x in p)}"
+        t.add_row(name, s.roles[name], ", ".join(map(str, c.domain)), dist)
+    console.print(t)
+    t = Table(title="objects")
+    for col in ("object", "kind", "shape", "color", "size", "repeat"):
+        t.add_column(col)
+
+    def rule(r):
+        d = r.model_dump(mode="json")
+        return str(d) if not isinstance(d, dict) else ", ".join(f"{k}: {v}" for k, v in d.items())
+
+    for tmpl in s.templates:
+        t.add_row(tmpl.name, "distractor" if s.is_distractor(tmpl.name) else "object", rule(tmpl.shape), rule(tmpl.color), rule(tmpl.size), rule(tmpl.repeat))
+    console.print(t)
+    for r in s.relations:
+        console.print(f"relation: {r.subject} {rule(r.relation)} {r.object} (margin {r.margin})")
+    for p in s.positions:
+        console.print(f"position: {p.target} around {p.reference} -> concept {p.concept}")
+    from mosaic.dataset import split_sizes
+
+    console.print("splits: " + ", ".join(f"{k} {v}" for k, v in split_sizes(s).items()))
+    console.print(f"layout dry run: {len(n_obj)} scenes, {min(n_obj)}-{max(n_obj)} objects each  [green]OK[/]")
+
+
+@app.command()
+def generate(
+    spec: SpecArg,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory")],
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Worker processes (output is identical for any number)")] = 1,
+    set_: SetOpt = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing mosaic dataset at --out")] = False,
+    masks: Annotated[bool, typer.Option("--masks", help="Also write instance-mask PNGs")] = False,
+) -> None:
+    """Generate a dataset: images, metadata.jsonl per split and manifest.json. Resumable."""
+    try:
+        s = _load(spec, set_)
+        from mosaic.dataset import generate as gen
+
+        t0 = time.perf_counter()
+        with Progress(TextColumn("[bold]generate[/] " + s.name), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TimeRemainingColumn(), console=console, transient=False) as progress:
+            task = progress.add_task("gen", total=None)
+
+            def cb(done, total):
+                progress.update(task, completed=done, total=total)
+
+            man = gen(s, out, workers=workers, overwrite=overwrite, masks=masks, on_progress=cb)
+        dt = time.perf_counter() - t0
+    except MosaicError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted[/]: rerun the same command to resume")
+        raise typer.Exit(130)
+    counts = ", ".join(f"{k} {v['count']}" for k, v in man["splits"].items())
+    console.print(f"[green]done[/] {out}  ({counts}; {dt:.1f} s; fingerprint {man['fingerprint']})")
+
+
+@app.command()
+def preview(
+    spec: SpecArg,
+    out: Annotated[Path, typer.Option("--out", "-o", help="PNG file to write")] = Path("preview.png"),
+    n: Annotated[int, typer.Option("--n", min=1, max=400, help="Number of samples")] = 16,
+    split: Annotated[str, typer.Option("--split", help="Split whose first samples are shown")] = "train",
+    set_: SetOpt = None,
+) -> None:
+    """Render the first samples of a split to a contact sheet with captions (writes nothing else)."""
+    try:
+        s = _load(spec, set_)
+        from mosaic.dataset import sample_record, split_sizes
+        from mosaic.preview import contact_sheet
+        from renderers import get_renderer
+
+        if split not in split_sizes(s):
+            raise MosaicError(f"--split {split!r} is not a split of this spec; splits: {', '.join(split_sizes(s))}")
+        recs, scenes = zip(*[sample_record(s, split, i) for i in range(n)])
+        images, _ = get_renderer("pillow", supersample=s.image.supersample).render(list(scenes))
+        path = contact_sheet(images, [r["caption"] for r in recs], out, title=f"{s.name} · {split} · first {n}")
+    except MosaicError as e:
+        _fail(e)
+    console.print(f"wrote {path}")
+
+
+def _register_subcommands() -> None:
+    """Attach the command groups that live beside their code (evaluation, labs, sweeps)."""
+    import importlib
+
+    for mod in ("mosaic.holdout_cli", "mosaic.evaluation.cli", "mosaic.lab.cli", "mosaic.sweep_cli"):
+        try:
+            module = importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name is None or not mod.startswith(e.name):
+                raise
+            continue
+        module.register(app)
+
+
+_register_subcommands()
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

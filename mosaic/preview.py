@@ -1,0 +1,56 @@
+"""Contact sheets: rendered samples with their captions, for looking at a spec or a dataset."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+
+def _font(size: int):
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow without FreeType: fixed bitmap font
+        return ImageFont.load_default()
+
+
+def contact_sheet(images: np.ndarray, captions: list[str], out: str | Path, tile: int = 160, cols: int | None = None,
+                  title: str | None = None) -> Path:
+    """Save a grid of images with a caption under each.
+
+    Args:
+        images: uint8 ``[N, H, W, 3]``.
+        captions: N strings (wrapped to the tile width).
+        tile: displayed tile side in pixels (images are upscaled with nearest-neighbour).
+    Returns:
+        The path written (PNG).
+    """
+    n = len(images)
+    cols = cols or max(1, min(n, int(np.ceil(np.sqrt(n)))))
+    rows = max(1, int(np.ceil(n / cols)))
+    font = _font(12)
+    wrap = max(8, tile // 7)
+    wrapped = [textwrap.wrap(c, wrap)[:6] for c in captions]
+    line_h = 14
+    cap_h = line_h * max([len(w) for w in wrapped] + [1]) + 6
+    pad = 6
+    head = 24 if title else 0
+    W = cols * (tile + pad) + pad
+    H = head + rows * (tile + cap_h + pad) + pad
+    sheet = Image.new("RGB", (W, H), (255, 255, 255))
+    draw = ImageDraw.Draw(sheet)
+    if title:
+        draw.text((pad, 5), title, fill=(0, 0, 0), font=_font(14))
+    for k in range(n):
+        r, c = divmod(k, cols)
+        x = pad + c * (tile + pad)
+        y = head + pad + r * (tile + cap_h + pad)
+        sheet.paste(Image.fromarray(images[k]).resize((tile, tile), Image.NEAREST), (x, y))
+        for li, line in enumerate(wrapped[k]):
+            draw.text((x, y + tile + 3 + li * line_h), line, fill=(20, 20, 20), font=font)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    sheet.save(out)
+    return out

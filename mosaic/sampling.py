@@ -1,0 +1,196 @@
+"""``(spec, split, index) -> Scene``: deterministic scene sampling with a bounded layout search.
+
+All randomness of a sample comes from ``numpy.random.SeedSequence(entropy=spec.seed,
+spawn_key=(split_id, index))``, so a dataset is the same bytes with any number of workers, in
+any order, and on resume (DESIGN.md, "Determinism"). numpy's PCG64 stream is stable for a given
+numpy build; the manifest records the numpy version.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mosaic.errors import LayoutError
+from mosaic.scene import COORD_DECIMALS, Scene, SceneObject, angle_deg, relation
+from mosaic.spec import Rule, Spec, interchangeable
+
+#: Stable ids of the splits in the per-sample seed. Never renumber: it would change every dataset.
+SPLIT_IDS = {
+    "train": 0, "val": 1, "test": 2, "test_id": 3, "test_ood": 4,
+    "preview": 10, "evaluator_train": 11, "evaluator_check": 12,
+}
+
+
+def rng_for(spec: Spec, split: str, index: int) -> np.random.Generator:
+    """The generator of sample ``index`` of ``split`` (PCG64 seeded by ``SeedSequence``)."""
+    if split not in SPLIT_IDS:
+        raise KeyError(f"unknown split {split!r}; known: {sorted(SPLIT_IDS)}")
+    return np.random.default_rng(np.random.SeedSequence(entropy=spec.seed, spawn_key=(SPLIT_IDS[split], int(index))))
+
+
+def sample_values(spec: Spec, rng: np.random.Generator) -> dict:
+    """Draw every concept's value independently from its distribution (domain order)."""
+    out = {}
+    for name, concept in spec.concepts.items():
+        dom = concept.domain
+        out[name] = dom[int(rng.choice(len(dom), p=concept.probabilities()))]
+    return out
+
+
+def _pick(rule: Rule, values: dict, rng: np.random.Generator):
+    if rule.kind == "value":
+        return rule.value
+    if rule.kind == "concept":
+        return values[rule.concept]
+    if rule.kind == "choice":
+        return rule.choice[int(rng.integers(len(rule.choice)))]
+    lo, hi = rule.range
+    return float(rng.uniform(lo, hi))
+
+
+def build_objects(spec: Spec, values: dict, rng: np.random.Generator) -> list[SceneObject]:
+    """Instantiate every template's objects (attributes only; centres are set by :func:`place`)."""
+    objs = []
+    for t in spec.templates:
+        if t.repeat.kind == "range":
+            lo, hi = t.repeat.range
+            n = int(rng.integers(int(lo), int(hi) + 1))
+        else:
+            n = int(_pick(t.repeat, values, rng))
+        for _ in range(n):
+            shape = _pick(t.shape, values, rng)
+            color = _pick(t.color, values, rng)
+            size = round(spec.size_fraction(_pick(t.size, values, rng)), COORD_DECIMALS)
+            rotation = round(float(_pick(t.rotation, values, rng)) % 360.0, 3)
+            objs.append(SceneObject(shape, color, spec.rgb(color), size, (0.0, 0.0), rotation, t.name))
+    return objs
+
+
+def place(spec: Spec, objs: list[SceneObject], values: dict, rng: np.random.Generator, where: str = "") -> None:
+    """Set the centres of ``objs`` in place: inside the frame, disks ``layout.min_gap`` apart,
+    relations and positions honoured, look-alike templates left to right.
+
+    The search is bounded: ``layout.max_tries`` proposals per object and ``layout.max_restarts``
+    restarts of the whole scene. Raises :class:`LayoutError` naming the object that could not be
+    placed and the spec fields that would fix it.
+    """
+    gap = spec.layout.min_gap
+    name_to_idx: dict[str, int] = {}
+    for i, o in enumerate(objs):
+        name_to_idx.setdefault(o.template, i)
+
+    pos_of: dict[int, tuple[int, tuple[float, float], tuple[float, float]]] = {}  # target -> (ref, (lo, hi) deg, (dmin, dmax))
+    for p in spec.positions:
+        bins = spec.concepts[p.concept].angle_bins
+        k = bins.names().index(values[p.concept])
+        lo, hi = bins.bins()[k]
+        t, r = name_to_idx[p.target], name_to_idx[p.reference]
+        dmin = objs[t].radius + objs[r].radius + gap
+        dist = p.distance or (dmin, 0.5)
+        pos_of[t] = (r, (lo + bins.margin, hi - bins.margin), (max(dist[0], 0.0), dist[1]))
+
+    rels: list[tuple[int, str, int, float]] = []
+    for rel in spec.relations:
+        rv = values[rel.relation.concept] if rel.relation.kind == "concept" else rel.relation.value
+        rels.append((name_to_idx[rel.subject], rv, name_to_idx[rel.object], rel.margin))
+
+    # look-alike single objects must read left to right in template order
+    order_pairs: list[tuple[int, int]] = []
+    singles = [t for t in spec.objects if t.repeat.kind == "value" and t.repeat.value == 1 and t.name in name_to_idx]
+    for a in range(len(singles)):
+        for b in range(a + 1, len(singles)):
+            if interchangeable(spec, singles[a], singles[b]):
+                order_pairs.append((name_to_idx[singles[a].name], name_to_idx[singles[b].name]))
+
+    # references before their targets
+    order = [i for i in range(len(objs)) if i not in pos_of]
+    pending = [i for i in range(len(objs)) if i in pos_of]
+    while pending:
+        ready = [i for i in pending if pos_of[i][0] in order]
+        if not ready:
+            raise LayoutError(f"positions form a cycle among {[objs[i].template for i in pending]}: make one object the reference of the others")
+        order += ready
+        pending = [i for i in pending if i not in ready]
+
+    eps = 1.0 / spec.image.size
+    failures = [0] * len(objs)
+
+    def fits(i: int, c: tuple[float, float], placed: list[int]) -> bool:
+        o = objs[i]
+        r = o.radius
+        if not (r + gap <= c[0] <= 1 - r - gap and r + gap <= c[1] <= 1 - r - gap):
+            return False
+        for j in placed:
+            q = objs[j]
+            if math.dist(c, q.center) < r + q.radius + gap:
+                return False
+        o.center = c
+        for s, rv, ob, margin in rels:
+            if (s == i and ob in placed) or (ob == i and s in placed):
+                if relation(objs[s], objs[ob], margin) != rv:
+                    return False
+        for a, b in order_pairs:
+            if (a == i and b in placed and not objs[a].center[0] + eps <= objs[b].center[0]) or (
+                b == i and a in placed and not objs[a].center[0] + eps <= objs[b].center[0]
+            ):
+                return False
+        if i in pos_of:
+            ref, (alo, ahi), _ = pos_of[i]
+            a = angle_deg(objs[ref], o)
+            if not (alo <= a < ahi or alo <= a + 360.0 < ahi):
+                return False
+        return True
+
+    for _restart in range(spec.layout.max_restarts):
+        placed: list[int] = []
+        for i in order:
+            o = objs[i]
+            lo_c, hi_c = o.radius + gap, 1 - o.radius - gap
+            for _try in range(spec.layout.max_tries):
+                if i in pos_of:
+                    ref, (alo, ahi), (dmin, dmax) = pos_of[i]
+                    a = math.radians(rng.uniform(alo, ahi))
+                    d = rng.uniform(dmin, max(dmin, dmax))
+                    rc = objs[ref].center
+                    c = (rc[0] + d * math.cos(a), rc[1] - d * math.sin(a))
+                else:
+                    c = (rng.uniform(lo_c, hi_c), rng.uniform(lo_c, hi_c))
+                c = (round(c[0], COORD_DECIMALS), round(c[1], COORD_DECIMALS))
+                if fits(i, c, placed):
+                    placed.append(i)
+                    break
+            else:
+                failures[i] += 1
+                break
+        else:
+            return
+    worst = max(range(len(objs)), key=lambda i: failures[i])
+    o = objs[worst]
+    path = next(f"{kind}[{k}]" for kind, lst in (("objects", spec.objects), ("distractors", spec.distractors)) for k, t in enumerate(lst) if t.name == o.template)
+    n_same = sum(1 for q in objs if q.template == o.template)
+    raise LayoutError(
+        f"could not lay out {len(objs)} objects{where}: object {o.template!r} ({path}, size {o.size:g}, {n_same} in the scene) "
+        f"found no free place in {spec.layout.max_tries} tries per object x {spec.layout.max_restarts} restarts. "
+        f"The scene is too crowded or its relations/positions conflict: lower {path}.repeat or {path}.size or "
+        "layout.min_gap, loosen relations[].margin or positions[].distance, or raise layout.max_tries"
+    )
+
+
+def scene_from_values(spec: Spec, values: dict, rng: np.random.Generator, where: str = "") -> Scene:
+    """Build and lay out the scene of given concept values."""
+    objs = build_objects(spec, values, rng)
+    place(spec, objs, values, rng, where)
+    return Scene(spec.image.size, spec.background_rgb(), objs)
+
+
+def sample_scene(spec: Spec, split: str, index: int) -> tuple[Scene, dict]:
+    """Sample ``index`` of ``split``: ``(scene, sampled concept values)``. Deterministic.
+
+    Raises:
+        LayoutError: the bounded layout search failed (the message names the spec fields).
+    """
+    rng = rng_for(spec, split, index)
+    values = sample_values(spec, rng)
+    return scene_from_values(spec, values, rng, f" (split {split}, index {index})"), values

@@ -1,0 +1,797 @@
+"""The scene grammar: a YAML spec validated into a :class:`Spec` (pydantic, ``extra="forbid"``).
+
+A spec says which **concepts** label a scene (each with a domain of values and a sampling
+distribution), which **objects** a scene holds (templates whose attributes are fixed, bound to a
+concept, or drawn from a set), which **distractors** add scene complexity, which spatial
+constraints (pairwise **relations**, MOSAIC-style angle **positions**) hold, the image, the split
+sizes and the **holdout** of combinations.
+
+Units: sizes are the diameter of an object's circumscribed circle as a fraction of the image
+side; distances and margins are fractions of the image side; angles are degrees, counter-clockwise
+from the +x axis with y pointing up (as a viewer reads the image).
+
+Every problem found in a spec is reported at once, each with its field path and a fix
+(:class:`mosaic.errors.SpecError`).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_serializer, model_validator
+
+from mosaic.errors import SpecError
+from mosaic.vocab import COLORS, RELATIONS, SHAPES, SIZES, delta_e, unknown_name_message
+
+Value = str | int | float
+ROLES = ("color", "shape", "size", "count", "position", "relation")
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ----------------------------------------------------------------------------------------------
+# Distributions
+# ----------------------------------------------------------------------------------------------
+
+
+class Distribution(_Base):
+    """Sampling distribution over a concept's values, in domain order.
+
+    ``uniform``; ``geometric`` (weight of the k-th value = ``ratio**k``; MOSAIC's skew is
+    ratio 0.8, head/tail about 7.5 over ten values, Jeong et al. 2026 old ``data.py``); ``zipf``
+    (weight ``1/(k+1)**exponent``); ``weights`` (explicit, one per value). ``reverse: true`` flips
+    the order, so the tail value becomes the head. Written as a bare string for ``uniform``.
+    """
+
+    kind: Literal["uniform", "geometric", "zipf", "weights"] = "uniform"
+    ratio: float | None = Field(None, gt=0, description="geometric decay per value")
+    exponent: float | None = Field(None, ge=0, description="Zipf exponent s")
+    weights: list[float] | None = None
+    reverse: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v):
+        if isinstance(v, str):
+            return {"kind": v}
+        return v
+
+    @model_validator(mode="after")
+    def _params(self):
+        need = {"geometric": "ratio", "zipf": "exponent", "weights": "weights"}.get(self.kind)
+        for name in ("ratio", "exponent", "weights"):
+            if name == need and getattr(self, name) is None:
+                raise ValueError(f"distribution kind {self.kind!r} needs the field {name!r}")
+            if name != need and getattr(self, name) is not None:
+                raise ValueError(f"field {name!r} does not apply to distribution kind {self.kind!r}")
+        if self.weights is not None:
+            if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
+                raise ValueError("weights must be >= 0 with a positive sum")
+        return self
+
+    def probabilities(self, n: int) -> np.ndarray:
+        """Probabilities ``[n]`` float64 (sum 1) over a domain of ``n`` values, in domain order."""
+        k = np.arange(n, dtype=np.float64)
+        if self.kind == "uniform":
+            w = np.ones(n)
+        elif self.kind == "geometric":
+            w = float(self.ratio) ** k
+        elif self.kind == "zipf":
+            w = 1.0 / (k + 1.0) ** float(self.exponent)
+        else:
+            w = np.asarray(self.weights, dtype=np.float64)
+        if self.reverse:
+            w = w[::-1]
+        return w / w.sum()
+
+
+# ----------------------------------------------------------------------------------------------
+# Concepts
+# ----------------------------------------------------------------------------------------------
+
+
+class AngleBins(_Base):
+    """MOSAIC-style position classes: ``n`` angle bins of ``width`` degrees separated by ``gap``.
+
+    Bin k covers ``[start + k*(width+gap), start + k*(width+gap) + width)`` degrees. MOSAIC uses
+    n=10, width=18, gap=18, start=0 (Jeong et al. 2026, ``dataset_generators.py``). Sampling keeps
+    ``margin`` degrees away from each bin edge so labels stay unambiguous.
+    """
+
+    n: int = Field(ge=2, le=72)
+    width: float = Field(gt=0, le=360)
+    gap: float = Field(0.0, ge=0)
+    start: float = 0.0
+    margin: float = Field(1.0, ge=0)
+
+    @model_validator(mode="after")
+    def _fits(self):
+        if self.n * (self.width + self.gap) > 360.0 + 1e-9:
+            raise ValueError(
+                f"{self.n} bins of width {self.width} + gap {self.gap} need {self.n * (self.width + self.gap)} degrees, "
+                "more than 360: lower n, width or gap"
+            )
+        if 2 * self.margin >= self.width:
+            raise ValueError(f"margin {self.margin} leaves nothing of a {self.width}-degree bin: use margin < width/2")
+        return self
+
+    def bins(self) -> list[tuple[float, float]]:
+        """``[(lo, hi)]`` degrees of each bin, lo in [0, 360)."""
+        step = self.width + self.gap
+        return [((self.start + k * step) % 360.0, (self.start + k * step) % 360.0 + self.width) for k in range(self.n)]
+
+    def names(self) -> list[str]:
+        """Value names of the bins, e.g. ``"36-54"``."""
+        return [f"{lo:g}-{hi:g}" for lo, hi in self.bins()]
+
+    def bin_of(self, angle_deg: float) -> int | None:
+        """Index of the bin holding ``angle_deg`` (any real), or None when it falls in a gap."""
+        a = angle_deg % 360.0
+        for k, (lo, hi) in enumerate(self.bins()):
+            if lo <= a < hi or lo <= a + 360.0 < hi:
+                return k
+        return None
+
+
+class Concept(_Base):
+    """A factor of variation that labels scenes.
+
+    Give the domain as exactly one of ``values`` (a list of names or integers), ``range``
+    (inclusive integer bounds, for counts) or ``angle_bins`` (position classes). What the values
+    mean follows from where the concept is bound (an object's colour, shape, size or repeat count,
+    a relation, or a position).
+    """
+
+    values: list[Value] | None = None
+    range: tuple[int, int] | None = None
+    angle_bins: AngleBins | None = None
+    distribution: Distribution = Field(default_factory=Distribution)
+
+    @model_validator(mode="after")
+    def _one_domain(self):
+        given = [k for k in ("values", "range", "angle_bins") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of values, range, angle_bins (got {given or 'none'})")
+        if self.range is not None and self.range[0] > self.range[1]:
+            raise ValueError(f"range min {self.range[0]} > max {self.range[1]}: swap them")
+        if self.values is not None:
+            if not self.values:
+                raise ValueError("values is empty: list at least one value")
+            if len({type(v) for v in self.values}) > 1:
+                raise ValueError(f"values mix types ({self.values}): use all names or all integers")
+            if len(set(self.values)) != len(self.values):
+                raise ValueError(f"values repeat an entry: {self.values}")
+        n = len(self.domain)
+        if self.distribution.kind == "weights" and len(self.distribution.weights) != n:
+            raise ValueError(f"distribution has {len(self.distribution.weights)} weights for {n} values: give one per value")
+        return self
+
+    @property
+    def domain(self) -> list[Value]:
+        """The values, in order (the order distributions and combination grids use)."""
+        if self.values is not None:
+            return list(self.values)
+        if self.range is not None:
+            return list(range(self.range[0], self.range[1] + 1))
+        return self.angle_bins.names()
+
+    def probabilities(self) -> np.ndarray:
+        """Sampling probabilities ``[len(domain)]`` float64."""
+        return self.distribution.probabilities(len(self.domain))
+
+
+# ----------------------------------------------------------------------------------------------
+# Attribute rules
+# ----------------------------------------------------------------------------------------------
+
+
+class Rule(_Base):
+    """How an object attribute is chosen: a fixed ``value``, bound to a ``concept``, drawn uniformly
+    from a ``choice`` list, or drawn uniformly from a numeric ``range``.
+
+    YAML: ``color: red`` (fixed), ``color: {concept: color}``, ``color: {choice: [red, blue]}``,
+    ``rotation: {range: [0, 360]}``, ``repeat: {range: [0, 8]}``.
+    """
+
+    value: str | int | float | None = None
+    concept: str | None = None
+    choice: list[str | int | float] | None = None
+    range: tuple[float, float] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v):
+        if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+            return {"value": v}
+        return v
+
+    @model_validator(mode="after")
+    def _one(self):
+        given = [k for k in ("value", "concept", "choice", "range") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of a value, concept, choice, range (got {given or 'none'})")
+        if self.choice is not None and not self.choice:
+            raise ValueError("choice is empty: list at least one option")
+        if self.range is not None and self.range[0] > self.range[1]:
+            raise ValueError(f"range min {self.range[0]} > max {self.range[1]}: swap them")
+        return self
+
+    @property
+    def kind(self) -> str:
+        for k in ("value", "concept", "choice", "range"):
+            if getattr(self, k) is not None:
+                return k
+        raise AssertionError
+
+    @model_serializer(mode="wrap")
+    def _ser(self, handler):
+        if self.value is not None:
+            return self.value
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class ObjectTemplate(_Base):
+    """One object (or a group of ``repeat`` identical-rule objects) of every scene.
+
+    Attributes are :class:`Rule` s. ``repeat`` is an integer, ``{concept: C}`` (counting: the
+    number of objects is a label) or ``{range: [min, max]}`` (uniform, e.g. distractors).
+    Objects of one template share a concept-bound value; ``choice`` and ``range`` draw per object.
+    """
+
+    name: str = Field(min_length=1)
+    shape: Rule
+    color: Rule
+    size: Rule = Field(default_factory=lambda: Rule(value="medium"))
+    rotation: Rule = Field(default_factory=lambda: Rule(value=0.0))
+    repeat: Rule = Field(default_factory=lambda: Rule(value=1))
+
+
+class Relation(_Base):
+    """A pairwise spatial relation ``subject <relation> object``.
+
+    ``relation`` is one of left_of / right_of / above / below, or ``{concept: C}``. The relation
+    holds when the centre offset along its axis exceeds the offset along the other axis by at least
+    ``margin`` (fraction of the image side), so at most one relation holds for a pair.
+    """
+
+    subject: str
+    relation: Rule
+    object: str
+    margin: float = Field(0.05, ge=0, le=0.5)
+
+
+class Position(_Base):
+    """A MOSAIC position class: the angle of ``target`` around ``reference`` is binned by the
+    ``angle_bins`` of ``concept``. ``distance`` bounds the centre-to-centre distance (fraction of
+    the image side); its minimum defaults to the two radii plus ``layout.min_gap``.
+    """
+
+    target: str
+    reference: str
+    concept: str
+    distance: tuple[float, float] | None = None
+
+    @field_validator("distance")
+    @classmethod
+    def _dist(cls, v):
+        if v is not None and not (0 <= v[0] <= v[1]):
+            raise ValueError(f"distance {list(v)} must satisfy 0 <= min <= max")
+        return v
+
+
+class ImageSpec(_Base):
+    """Square image: ``size`` pixels a side, ``background`` colour (name or [r, g, b]),
+    ``supersample`` factor for anti-aliasing (draw at size*supersample, box-reduce)."""
+
+    size: int = Field(64, ge=8, le=2048)
+    background: str | tuple[int, int, int] = "dark_slate"
+    supersample: int = Field(4, ge=1, le=16)
+
+    @field_validator("background")
+    @classmethod
+    def _bg(cls, v):
+        if isinstance(v, tuple) and not all(0 <= c <= 255 for c in v):
+            raise ValueError(f"background {list(v)} must be three integers 0-255")
+        return v
+
+
+class LayoutSpec(_Base):
+    """Bounded layout search: ``min_gap`` between object disks and the frame (fraction of the
+    side), ``max_tries`` proposals per object, ``max_restarts`` whole-scene restarts."""
+
+    min_gap: float = Field(0.02, ge=0, le=0.5)
+    max_tries: int = Field(200, ge=1, le=100_000)
+    max_restarts: int = Field(50, ge=1, le=10_000)
+
+
+class Splits(_Base):
+    """Number of samples per split. ``train``/``val``/``test`` without a holdout."""
+
+    train: int = Field(1000, ge=0)
+    val: int = Field(100, ge=0)
+    test: int = Field(100, ge=0)
+
+
+class Spec(_Base):
+    """A complete, cross-checked dataset spec. Build it with :func:`load_spec` or
+    :func:`parse_spec`; both raise :class:`~mosaic.errors.SpecError` listing every problem."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    seed: int = Field(0, ge=0)
+    image: ImageSpec = Field(default_factory=ImageSpec)
+    colors: dict[str, tuple[int, int, int]] = Field(default_factory=dict, description="user colours, sRGB 0-255")
+    sizes: dict[str, float] = Field(default_factory=dict, description="user size names, fraction of the side")
+    concepts: dict[str, Concept] = Field(default_factory=dict)
+    objects: list[ObjectTemplate] = Field(min_length=1)
+    distractors: list[ObjectTemplate] = Field(default_factory=list)
+    relations: list[Relation] = Field(default_factory=list)
+    positions: list[Position] = Field(default_factory=list)
+    layout: LayoutSpec = Field(default_factory=LayoutSpec)
+    splits: Splits = Field(default_factory=Splits)
+    # Held-out combinations of concept values (issue: holdouts). None = every combination is seen.
+    holdout: dict[str, Any] | None = None
+
+    _roles: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @field_validator("colors")
+    @classmethod
+    def _colors(cls, v):
+        for name, rgb in v.items():
+            if not all(0 <= c <= 255 for c in rgb):
+                raise ValueError(f"colour {name!r}: {list(rgb)} must be three integers 0-255")
+        return v
+
+    @field_validator("sizes")
+    @classmethod
+    def _sizes(cls, v):
+        for name, s in v.items():
+            if not 0 < s <= 1:
+                raise ValueError(f"size {name!r}: {s} must be a fraction of the image side in (0, 1]")
+        return v
+
+    @model_validator(mode="after")
+    def _cross_check(self):
+        problems = _cross_check(self)
+        if problems:
+            raise _CrossCheckFailed(problems)
+        return self
+
+    # -- vocabulary -----------------------------------------------------------------------------
+    @property
+    def palette(self) -> dict[str, tuple[int, int, int]]:
+        """Every colour name this spec can use -> sRGB (built-ins plus ``colors``)."""
+        return {**COLORS, **{k: tuple(v) for k, v in self.colors.items()}}
+
+    @property
+    def size_names(self) -> dict[str, float]:
+        return {**SIZES, **self.sizes}
+
+    def rgb(self, color: str) -> tuple[int, int, int]:
+        """sRGB of a colour name. Raises KeyError for unknown names (validation prevents them)."""
+        return self.palette[color]
+
+    def background_rgb(self) -> tuple[int, int, int]:
+        bg = self.image.background
+        return tuple(bg) if not isinstance(bg, str) else self.palette[bg]
+
+    def size_fraction(self, v: str | float) -> float:
+        """A size value (a name or a number) as a fraction of the image side."""
+        return float(self.size_names[v]) if isinstance(v, str) else float(v)
+
+    # -- structure ------------------------------------------------------------------------------
+    @property
+    def roles(self) -> dict[str, str]:
+        """Concept name -> role (``color``, ``shape``, ``size``, ``count``, ``position``, ``relation``)."""
+        return dict(self._roles)
+
+    @property
+    def templates(self) -> list[ObjectTemplate]:
+        """Objects then distractors, the order labels and scene graphs use."""
+        return list(self.objects) + list(self.distractors)
+
+    def template(self, name: str) -> ObjectTemplate:
+        for t in self.templates:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def is_distractor(self, name: str) -> bool:
+        return any(t.name == name for t in self.distractors)
+
+    def domain(self, concept: str) -> list[Value]:
+        return self.concepts[concept].domain
+
+    # -- serialisation --------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """The resolved spec (defaults filled in) as JSON-ready data."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+    def fingerprint(self) -> str:
+        """sha256 (16 hex digits) of the canonical JSON of the resolved spec."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+class _CrossCheckFailed(ValueError):
+    def __init__(self, problems):
+        self.problems = problems
+        super().__init__("; ".join(f"{p}: {m}" for p, m in problems))
+
+
+# ----------------------------------------------------------------------------------------------
+# Cross checks: everything a field validator cannot see alone
+# ----------------------------------------------------------------------------------------------
+
+def _template_paths(spec: Spec):
+    for i, t in enumerate(spec.objects):
+        yield f"objects[{i}]", t
+    for i, t in enumerate(spec.distractors):
+        yield f"distractors[{i}]", t
+
+
+def allowed_values(spec: Spec, rule: Rule) -> list | tuple[float, float]:
+    """Every value a rule can produce: a list, or a ``(lo, hi)`` tuple for a numeric range."""
+    if rule.kind == "value":
+        return [rule.value]
+    if rule.kind == "concept":
+        return spec.concepts[rule.concept].domain if rule.concept in spec.concepts else []
+    if rule.kind == "choice":
+        return list(rule.choice)
+    return tuple(rule.range)
+
+
+def _cross_check(spec: Spec) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    add = lambda path, msg: problems.append((path, msg))  # noqa: E731
+    palette = spec.palette
+    size_names = spec.size_names
+    roles: dict[str, tuple[str, str]] = {}  # concept -> (role, first path)
+    count_bindings: dict[str, list[str]] = {}
+
+    def bind(concept: str, role: str, path: str):
+        if concept not in spec.concepts:
+            add(path, unknown_name_message("concept", concept, spec.concepts, " Declare it under concepts."))
+            return False
+        if concept in roles and roles[concept][0] != role:
+            add(path, f"concept {concept!r} is used as a {role} here but as a {roles[concept][0]} at {roles[concept][1]}: use two concepts")
+            return False
+        roles.setdefault(concept, (role, path))
+        return True
+
+    def check_names(values, vocab, kind, path, hint):
+        for v in values:
+            if not isinstance(v, str) or v not in vocab:
+                add(path, unknown_name_message(kind, v, vocab, hint))
+
+    color_hint = " Or define it under colors: {name: [r, g, b]}."
+    size_hint = " Or give a fraction of the image side, or define it under sizes: {name: fraction}."
+    names = [t.name for t in spec.templates]
+    for path, t in _template_paths(spec):
+        if names.count(t.name) > 1:
+            add(f"{path}.name", f"object name {t.name!r} is used twice: names must be unique")
+        # shape
+        r = t.shape
+        if r.kind == "range":
+            add(f"{path}.shape", "a shape cannot be a numeric range: give a name, {concept: C} or {choice: [...]}")
+        elif r.kind == "concept":
+            bind(r.concept, "shape", f"{path}.shape")
+        else:
+            check_names(allowed_values(spec, r), SHAPES, "shape", f"{path}.shape", "")
+        # colour
+        r = t.color
+        if r.kind == "range":
+            add(f"{path}.color", "a colour cannot be a numeric range: give a name, {concept: C} or {choice: [...]}")
+        elif r.kind == "concept":
+            bind(r.concept, "color", f"{path}.color")
+        else:
+            check_names(allowed_values(spec, r), palette, "colour", f"{path}.color", color_hint)
+        # size
+        r = t.size
+        if r.kind == "concept":
+            bind(r.concept, "size", f"{path}.size")
+        else:
+            vals = allowed_values(spec, r)
+            for v in (vals if isinstance(vals, list) else list(vals)):
+                _check_size(v, size_names, f"{path}.size", add, size_hint)
+        # rotation
+        r = t.rotation
+        if r.kind == "concept":
+            add(f"{path}.rotation", "rotation cannot be bound to a concept: give degrees, {choice: [...]} or {range: [lo, hi]}")
+        elif r.kind in ("value", "choice") and not all(isinstance(v, (int, float)) for v in allowed_values(spec, r)):
+            add(f"{path}.rotation", f"rotation must be degrees (numbers), got {allowed_values(spec, r)}")
+        # repeat
+        r = t.repeat
+        if r.kind == "concept":
+            if bind(r.concept, "count", f"{path}.repeat"):
+                count_bindings.setdefault(r.concept, []).append(f"{path}.repeat")
+        elif r.kind == "choice":
+            add(f"{path}.repeat", "repeat takes an integer, {concept: C} or {range: [min, max]}")
+        else:
+            vals = allowed_values(spec, r)
+            vals = list(vals) if isinstance(vals, tuple) else vals
+            if not all(isinstance(v, int) or (isinstance(v, float) and v.is_integer()) for v in vals) or min(vals) < 0:
+                add(f"{path}.repeat", f"repeat must be a whole number >= 0, got {vals}")
+
+    single = {t.name for t in spec.objects if t.repeat.kind == "value" and t.repeat.value == 1}
+    constrained: set[str] = set()
+
+    def check_single(name, path):
+        if name not in names:
+            add(path, unknown_name_message("object", name, names, " Name an entry of objects."))
+        elif name not in single:
+            add(path, f"{name!r} must be an entry of objects with repeat 1 to take part in a relation or position")
+        constrained.add(name)
+
+    for i, rel in enumerate(spec.relations):
+        p = f"relations[{i}]"
+        check_single(rel.subject, f"{p}.subject")
+        check_single(rel.object, f"{p}.object")
+        if rel.subject == rel.object:
+            add(p, f"subject and object are both {rel.subject!r}: relate two different objects")
+        if rel.relation.kind == "concept":
+            bind(rel.relation.concept, "relation", f"{p}.relation")
+        elif rel.relation.kind == "value":
+            check_names([rel.relation.value], RELATIONS, "relation", f"{p}.relation", "")
+        else:
+            add(f"{p}.relation", "a relation is a name or {concept: C}")
+
+    for i, pos in enumerate(spec.positions):
+        p = f"positions[{i}]"
+        check_single(pos.target, f"{p}.target")
+        check_single(pos.reference, f"{p}.reference")
+        if pos.target == pos.reference:
+            add(p, f"target and reference are both {pos.target!r}: use two different objects")
+        if bind(pos.concept, "position", f"{p}.concept") and spec.concepts[pos.concept].angle_bins is None:
+            add(f"concepts.{pos.concept}", "a position concept needs angle_bins: {n, width, gap, start}")
+
+    # concept domains by role
+    for cname, concept in spec.concepts.items():
+        p = f"concepts.{cname}"
+        if cname not in roles:
+            add(p, f"concept {cname!r} is not used: bind it (e.g. color: {{concept: {cname}}}) or remove it")
+            continue
+        role = roles[cname][0]
+        dom = concept.domain
+        if concept.angle_bins is not None and role != "position":
+            add(p, f"angle_bins define position classes, but {cname!r} is used as a {role}")
+            continue
+        if role == "color":
+            check_names(dom, palette, "colour", f"{p}.values", color_hint)
+        elif role == "shape":
+            check_names(dom, SHAPES, "shape", f"{p}.values", "")
+        elif role == "size":
+            for v in dom:
+                _check_size(v, size_names, f"{p}.values", add, size_hint)
+        elif role == "count":
+            if not all(isinstance(v, int) and v >= 1 for v in dom):
+                add(f"{p}.values", f"a count concept takes whole numbers >= 1, got {dom}")
+            if len(count_bindings.get(cname, [])) > 1:
+                add(p, f"count concept {cname!r} is bound to several repeats ({count_bindings[cname]}): use one concept each")
+        elif role == "relation":
+            check_names(dom, RELATIONS, "relation", f"{p}.values", "")
+
+    # background against object colours
+    bg = spec.image.background
+    if isinstance(bg, str) and bg not in palette:
+        add("image.background", unknown_name_message("colour", bg, palette, color_hint))
+    elif not problems:
+        bg_rgb = spec.background_rgb()
+        for path, t in _template_paths(spec):
+            for c in allowed_values(spec, t.color):
+                if c in palette and delta_e(palette[c], bg_rgb) < 12.0:
+                    add(f"{path}.color", f"colour {c!r} is too close to the background {bg!r} (Delta E < 12): "
+                        "objects would be invisible; change image.background or the colour")
+
+    if not problems:
+        spec._roles = {c: r for c, (r, _) in roles.items()}
+        _check_distinguishable(spec, constrained, add)
+        _check_room(spec, add)
+    return problems
+
+
+def _check_size(v, size_names, path, add, hint):
+    if isinstance(v, str):
+        if v not in size_names:
+            add(path, unknown_name_message("size", v, size_names, hint))
+    elif not isinstance(v, (int, float)) or not 0 < v <= 1:
+        add(path, f"size {v!r} must be a fraction of the image side in (0, 1] (e.g. 0.15)")
+
+
+def template_sets(spec: Spec, t: ObjectTemplate) -> tuple[set, set, tuple[float, float]]:
+    """(possible shapes, possible colours, (min size, max size) as fractions) of a template."""
+    shapes = set(allowed_values(spec, t.shape))
+    colors = set(allowed_values(spec, t.color))
+    sv = allowed_values(spec, t.size)
+    fr = [spec.size_fraction(v) for v in (sv if isinstance(sv, list) else list(sv))]
+    return shapes, colors, (min(fr), max(fr))
+
+
+def repeat_bounds(spec: Spec, t: ObjectTemplate) -> tuple[int, int]:
+    """(min, max) number of objects a template puts in a scene."""
+    vals = allowed_values(spec, t.repeat)
+    vals = list(vals) if isinstance(vals, tuple) else vals
+    return int(min(vals)), int(max(vals))
+
+
+SIZE_TOLERANCE = 0.15  # relative: two size sets closer than this cannot be told apart in an image
+
+
+def interchangeable(spec: Spec, a: ObjectTemplate, b: ObjectTemplate) -> bool:
+    """Two templates whose objects look alike; labels order them left to right."""
+    return template_sets(spec, a) == template_sets(spec, b)
+
+
+def _check_distinguishable(spec: Spec, constrained: set[str], add):
+    paths = dict((t.name, p) for p, t in _template_paths(spec))
+    ts = spec.templates
+    for i in range(len(ts)):
+        for j in range(i + 1, len(ts)):
+            a, b = ts[i], ts[j]
+            sa, ca, za = template_sets(spec, a)
+            sb, cb, zb = template_sets(spec, b)
+            if not (sa & sb) or not (ca & cb):
+                continue
+            if za[1] * (1 + SIZE_TOLERANCE) < zb[0] or zb[1] * (1 + SIZE_TOLERANCE) < za[0]:
+                continue
+            ok = (
+                interchangeable(spec, a, b)
+                and not spec.is_distractor(a.name) and not spec.is_distractor(b.name)
+                and repeat_bounds(spec, a) == (1, 1) == repeat_bounds(spec, b)
+                and a.name not in constrained and b.name not in constrained
+            )
+            if not ok:
+                add(paths[b.name], (
+                    f"{b.name!r} and {a.name!r} ({paths[a.name]}) can have the same shape, colour and size, so labels "
+                    "cannot tell their objects apart in an image: give them a different fixed shape or colour, "
+                    f"disjoint colour/shape sets, or sizes more than {int(SIZE_TOLERANCE * 100)}% apart"
+                ))
+
+
+MAX_COVER = 0.5  # fraction of the frame the object disks may cover at most
+
+
+def _check_room(spec: Spec, add):
+    gap = spec.layout.min_gap
+    side_px = spec.image.size
+    total, parts = 0.0, []
+    for path, t in _template_paths(spec):
+        _, _, (zmin, zmax) = template_sets(spec, t)
+        if zmax + 2 * gap > 1.0:
+            add(f"{path}.size", f"size {zmax:g} plus layout.min_gap {gap:g} on both sides does not fit in the frame: use a size <= {1 - 2 * gap:g}")
+        if zmin * side_px < 3:
+            add(f"{path}.size", f"size {zmin:g} is {zmin * side_px:.1f} px at image.size {side_px}: use a size >= {3 / side_px:.3f} or a larger image")
+        n = repeat_bounds(spec, t)[1]
+        area = n * math.pi * ((zmax + gap) / 2) ** 2
+        total += area
+        if n:
+            parts.append(f"{path}.repeat up to {n} x size {zmax:g}")
+    if total > MAX_COVER:
+        add("objects", (
+            f"cannot lay out the largest scene: {', '.join(parts)} with layout.min_gap {gap:g} cover {total:.0%} of the "
+            f"image, more than the {MAX_COVER:.0%} a random layout can fill; lower the repeat counts, sizes or min_gap"
+        ))
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading, overrides
+# ----------------------------------------------------------------------------------------------
+
+def _loc_path(loc) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("function-after[_cross_check()]",):
+            continue
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def parse_spec(data: Any, source: str | None = None) -> Spec:
+    """Validate spec data (a dict as from YAML) into a :class:`Spec`.
+
+    Raises:
+        SpecError: listing every problem as ``(field path, message)``.
+    """
+    if not isinstance(data, dict):
+        raise SpecError(f"a spec is a YAML mapping (name:, concepts:, objects: ...), got {type(data).__name__}", source)
+    try:
+        return Spec.model_validate(data)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            exc = (err.get("ctx") or {}).get("error")
+            if isinstance(exc, _CrossCheckFailed):
+                problems.extend(exc.problems)
+                continue
+            path = _loc_path([p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p in ("str", "int", "float", "tuple[int, int, int]")))])
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = f"unknown field {err['loc'][-1]!r}: remove it or check its spelling"
+            elif err["type"] == "missing":
+                msg = "required field is missing"
+            problems.append((path, msg))
+        # pydantic reports one error per union branch; keep each (path, message) once
+        seen, uniq = set(), []
+        for p in problems:
+            if p not in seen:
+                seen.add(p)
+                uniq.append(p)
+        raise SpecError(uniq, source) from None
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Read a YAML file. Raises SpecError naming the file, line and column of a syntax error."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"no such spec file: {path}", str(path))
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        raise SpecError(f"YAML syntax error in {path} at {where}: {e.problem or e}", str(path)) from None
+    except yaml.YAMLError as e:
+        raise SpecError(f"YAML error in {path}: {e}", str(path)) from None
+
+
+def apply_overrides(data: dict, overrides: list[str] | None) -> dict:
+    """Apply ``key.path=value`` overrides to raw spec data (a deep copy is returned).
+
+    The value is parsed as YAML (``3``, ``0.5``, ``red``, ``[1, 2]``); list items are addressed
+    by index (``objects.0.size=0.2``). Raises SpecError for a malformed override or a path through a
+    missing list index or a scalar.
+    """
+    data = copy.deepcopy(data)
+    for ov in overrides or []:
+        if "=" not in ov:
+            raise SpecError([("--set", f"{ov!r} is not key.path=value")])
+        key, raw = ov.split("=", 1)
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as e:
+            raise SpecError([("--set", f"value of {key!r} is not valid YAML: {e}")]) from None
+        parts = key.strip().split(".")
+        node = data
+        for k, part in enumerate(parts):
+            last = k == len(parts) - 1
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise SpecError([("--set", f"{key!r}: {part!r} is not an index of a list of {len(node)} items")])
+                idx = int(part)
+                if last:
+                    node[idx] = value
+                else:
+                    node = node[idx]
+            elif isinstance(node, dict):
+                if last:
+                    node[part] = value
+                else:
+                    if node.get(part) is None:
+                        node[part] = {}
+                    node = node[part]
+            else:
+                raise SpecError([("--set", f"{key!r}: {'.'.join(parts[:k])!r} is a value, not a mapping or list")])
+    return data
+
+
+def load_spec(path: str | Path, overrides: list[str] | None = None) -> Spec:
+    """Read, override and validate a spec file.
+
+    Raises:
+        SpecError: YAML syntax errors (with line and column) and every validation problem.
+    """
+    data = read_yaml(path)
+    if isinstance(data, dict):
+        data = apply_overrides(data, overrides)
+    return parse_spec(data, source=str(path))

@@ -1,0 +1,37 @@
+"""The renderer interface."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Sequence
+
+import numpy as np
+
+from mosaic.scene import Scene
+
+
+class Renderer(ABC):
+    """Turns scene graphs into images and instance masks."""
+
+    name: str = "base"
+
+    @abstractmethod
+    def render_one(self, scene: Scene) -> tuple[np.ndarray, np.ndarray]:
+        """One scene -> (image uint8 [H, W, 3], instance mask uint8 [H, W])."""
+
+    def render(self, scenes: Sequence[Scene]) -> tuple[np.ndarray, np.ndarray]:
+        """Render a batch of scenes of equal ``image_size``.
+
+        Returns:
+            images: uint8 ``[B, H, W, 3]`` sRGB.
+            masks: uint8 ``[B, H, W]``; value k > 0 is object k-1 of the scene, 0 the background.
+        Raises:
+            ValueError: scenes of different image sizes, or more than 255 objects in a scene.
+        """
+        if not scenes:
+            return np.zeros((0, 0, 0, 3), np.uint8), np.zeros((0, 0, 0), np.uint8)
+        sizes = {s.image_size for s in scenes}
+        if len(sizes) != 1:
+            raise ValueError(f"render() needs scenes of one image size, got {sorted(sizes)}")
+        out = [self.render_one(s) for s in scenes]
+        return np.stack([o[0] for o in out]), np.stack([o[1] for o in out])

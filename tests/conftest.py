@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SPECS = ROOT / "experiments" / "specs"
+
+
+def tiny(spec_path: Path, size: int = 32, **splits) -> dict:
+    """A shipped spec shrunk for fast tests (32 px, a few samples)."""
+    data = yaml.safe_load(spec_path.read_text())
+    data["image"] = {**data.get("image", {}), "size": size}
+    sp = {k: 0 for k in data.get("splits", {})}
+    sp.update(splits or {"train": 12, "val": 4, "test": 4})
+    data["splits"] = sp
+    return data
+
+
+@pytest.fixture
+def write_spec(tmp_path):
+    """Write YAML text (dedented) or a dict to a file and return its path."""
+
+    def _w(content, name="spec.yaml"):
+        p = tmp_path / name
+        p.write_text(textwrap.dedent(content) if isinstance(content, str) else yaml.safe_dump(content))
+        return p
+
+    return _w
+
+
+COUNT_YAML = """
+name: t
+image: {size: 32}
+concepts:
+  color: {values: [red, green, blue]}
+  count: {range: [1, 4]}
+objects:
+  - name: ball
+    shape: circle
+    color: {concept: color}
+    size: 0.15
+    repeat: {concept: count}
+splits: {train: 10, val: 2, test: 2}
+"""

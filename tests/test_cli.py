@@ -1,0 +1,60 @@
+import pytest
+import yaml
+from PIL import Image
+from typer.testing import CliRunner
+
+from mosaic.cli import app
+from tests.conftest import SPECS, tiny
+
+runner = CliRunner()
+
+
+def test_validate_prints_a_summary():
+    r = runner.invoke(app, ["validate", str(SPECS / "count.yaml")])
+    assert r.exit_code == 0, r.output
+    assert "color" in r.output and "count" in r.output and "fingerprint" in r.output
+
+
+def test_generate_and_preview(tmp_path, write_spec):
+    p = write_spec(tiny(SPECS / "position_complex.yaml"))
+    out = tmp_path / "ds"
+    r = runner.invoke(app, ["generate", str(p), "--out", str(out), "--workers", "2", "--set", "splits.train=20"])
+    assert r.exit_code == 0, r.output
+    assert len(list((out / "train" / "images").glob("*.png"))) == 20
+    r = runner.invoke(app, ["generate", str(p), "--out", str(out), "--set", "splits.train=20"])  # finished: no-op
+    assert r.exit_code == 0
+    png = tmp_path / "grid.png"
+    r = runner.invoke(app, ["preview", str(p), "--out", str(png), "--n", "6"])
+    assert r.exit_code == 0, r.output
+    assert Image.open(png).size[0] > 300
+
+
+@pytest.mark.parametrize("mutate, expect", [
+    (lambda d: d["objects"][0].update(color="rde"), "did you mean 'red'"),
+    (lambda d: d["objects"][0].update(size=0), "objects[0].size"),
+    (lambda d: d["positions"][0].update(reference="refrence"), "positions[0].reference"),
+    (lambda d: d["concepts"]["color"].update(values=["red", "blu"]), "did you mean 'blue'"),
+])
+def test_bad_specs_fail_cleanly_and_write_nothing(tmp_path, write_spec, mutate, expect):
+    d = yaml.safe_load((SPECS / "position.yaml").read_text())
+    mutate(d)
+    p = write_spec(d)
+    out = tmp_path / "never"
+    r = runner.invoke(app, ["generate", str(p), "--out", str(out)])
+    assert r.exit_code == 2
+    assert expect in r.output and "Traceback" not in r.output
+    assert not out.exists()
+
+
+def test_yaml_error_and_impossible_layout_write_nothing(tmp_path, write_spec):
+    p = write_spec("name: x\nobjects:\n  - {name: a, shape: circle\n")
+    r = runner.invoke(app, ["generate", str(p), "--out", str(tmp_path / "a")])
+    assert r.exit_code == 2 and "line" in r.output and not (tmp_path / "a").exists()
+    p = write_spec("""
+    name: crowded
+    image: {size: 32}
+    concepts: {n: {range: [30, 30]}}
+    objects: [{name: a, shape: circle, color: red, size: 0.2, repeat: {concept: n}}]
+    """)
+    r = runner.invoke(app, ["generate", str(p), "--out", str(tmp_path / "b")])
+    assert r.exit_code == 2 and "objects[0].repeat up to 30" in r.output and not (tmp_path / "b").exists()
