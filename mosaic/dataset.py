@@ -31,6 +31,7 @@ import numpy as np
 from PIL import Image
 
 from mosaic.errors import DatasetError, LayoutError
+from mosaic.holdout import combination_of, is_held_out, leak_check
 from mosaic.labels import caption, read_labels
 from mosaic.sampling import sample_scene
 from mosaic.spec import Spec, parse_spec
@@ -75,7 +76,7 @@ def package_versions() -> dict[str, str]:
 
 def split_sizes(spec: Spec) -> dict[str, int]:
     """Split name -> number of samples, in generation order."""
-    return {k: int(v) for k, v in spec.splits.model_dump().items() if v is not None}
+    return spec.split_sizes()
 
 
 def read_manifest(root: str | Path) -> dict:
@@ -109,15 +110,21 @@ def spec_of(root: str | Path) -> Spec:
 
 def sample_record(spec: Spec, split: str, index: int) -> tuple[dict, "object"]:
     """The metadata record and scene of one sample (no image)."""
-    scene, _values = sample_scene(spec, split, index)
+    scene, values = sample_scene(spec, split, index)
     reading = read_labels(scene, spec)
-    if reading.problems:  # the sampler must produce scenes whose labels read back cleanly
-        raise LayoutError(f"sample {split}/{index}: labels do not read back: {'; '.join(reading.problems)}")
+    if reading.problems or reading.values != values:  # labels(scene) must give back what was sampled
+        raise LayoutError(
+            f"sample {split}/{index}: labels do not read back ({'; '.join(reading.problems) or reading.values} "
+            f"vs sampled {values}); this is a bug in mosaic, please report it with the spec"
+        )
+    combo = combination_of(spec, reading.values)
     rec = {
         "file_name": f"images/{index:06d}.png",
         "index": index,
         "split": split,
         "concepts": reading.values,
+        "combination": list(combo) if combo is not None else None,
+        "held_out": is_held_out(spec, reading.values),
         "caption": caption(scene, spec),
         "num_objects": len(scene.objects),
         "scene": scene.to_dict(),
@@ -289,6 +296,7 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow") -> di
     sizes = split_sizes(spec)
     parts = out / ".mosaic" / "parts"
     man = _manifest(spec, masks, renderer, "incomplete")
+    by_split = {}
     for split, n in sizes.items():
         files = sorted(parts.glob(f"{split}-*.jsonl"))
         lines = [ln for f in files for ln in f.read_text().splitlines() if ln.strip()]
@@ -299,6 +307,13 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow") -> di
             raise DatasetError(f"split {split!r}: shard records are out of order or duplicated; rerun with --overwrite")
         _atomic_write_bytes(out / split / "metadata.jsonl", ("\n".join(lines) + "\n").encode() if lines else b"")
         man["splits"][split] = {"count": n}
+        by_split[split] = recs
+    man["leak_check"] = leak_check(spec, by_split)
+    if not man["leak_check"]["passed"]:
+        man["status"] = "failed_leak_check"
+        _atomic_write_json(out / MANIFEST, man)
+        failed = [k for k, c in man["leak_check"]["checks"].items() if not c["passed"]]
+        raise DatasetError(f"the generated dataset at {out} failed its leak check ({', '.join(failed)}); see manifest.json")
     man["status"] = "complete"
     _atomic_write_json(out / MANIFEST, man)
     return man

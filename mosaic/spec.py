@@ -28,6 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_serializer, model_validator
 
 from mosaic.errors import SpecError
+from mosaic.holdout import Holdout
 from mosaic.vocab import COLORS, RELATIONS, SHAPES, SIZES, delta_e, unknown_name_message
 
 Value = str | int | float
@@ -314,11 +315,26 @@ class LayoutSpec(_Base):
 
 
 class Splits(_Base):
-    """Number of samples per split. ``train``/``val``/``test`` without a holdout."""
+    """Samples per split.
+
+    Without a holdout the splits are ``train``/``val``/``test``; with one, ``train``/``val``
+    (seen combinations), ``test_id`` (seen, fresh samples) and ``test_ood`` (held-out only).
+    ``per: total`` (default) makes each number a split total, spread over its combinations (so the
+    total stays fixed as the held-out fraction changes); ``per: combination`` makes it a count per
+    combination. ``balanced_tests`` keeps test splits uniform over values when concepts are skewed.
+    """
 
     train: int = Field(1000, ge=0)
     val: int = Field(100, ge=0)
-    test: int = Field(100, ge=0)
+    test: int | None = Field(None, ge=0)
+    test_id: int | None = Field(None, ge=0)
+    test_ood: int | None = Field(None, ge=0)
+    per: Literal["total", "combination"] = "total"
+    balanced_tests: bool = True
+
+    def names(self) -> list[str]:
+        """The split names in use, in generation order."""
+        return [k for k in ("train", "val", "test", "test_id", "test_ood") if getattr(self, k) is not None]
 
 
 class Spec(_Base):
@@ -338,10 +354,10 @@ class Spec(_Base):
     positions: list[Position] = Field(default_factory=list)
     layout: LayoutSpec = Field(default_factory=LayoutSpec)
     splits: Splits = Field(default_factory=Splits)
-    # Held-out combinations of concept values (issue: holdouts). None = every combination is seen.
-    holdout: dict[str, Any] | None = None
+    holdout: Holdout | None = None
 
     _roles: dict[str, str] = PrivateAttr(default_factory=dict)
+    _grid: Any = PrivateAttr(default=None)
 
     @field_validator("colors")
     @classmethod
@@ -410,6 +426,23 @@ class Spec(_Base):
 
     def domain(self, concept: str) -> list[Value]:
         return self.concepts[concept].domain
+
+    @property
+    def grid(self):
+        """The holdout's :class:`mosaic.holdout.Grid` (None without a holdout)."""
+        return self._grid
+
+    def split_sizes(self) -> dict[str, int]:
+        """Split name -> number of samples, in generation order (``per: combination`` multiplied out)."""
+        out = {}
+        for name in self.splits.names():
+            n = getattr(self.splits, name)
+            if self.holdout is not None and self.splits.per == "combination" and name != "test":
+                from mosaic.holdout import HELD_OUT, SEEN
+
+                n *= int((self._grid.status == (HELD_OUT if name == "test_ood" else SEEN)).sum())
+            out[name] = int(n)
+        return out
 
     # -- serialisation --------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -591,11 +624,84 @@ def _cross_check(spec: Spec) -> list[tuple[str, str]]:
                     add(f"{path}.color", f"colour {c!r} is too close to the background {bg!r} (Delta E < 12): "
                         "objects would be invisible; change image.background or the colour")
 
+    _check_splits(spec, add)
     if not problems:
         spec._roles = {c: r for c, (r, _) in roles.items()}
         _check_distinguishable(spec, constrained, add)
         _check_room(spec, add)
+    if not problems and spec.holdout is not None:
+        _check_holdout(spec, add)
+    if not problems:
+        _check_quotas(spec, add)
     return problems
+
+
+def _check_quotas(spec: Spec, add):
+    """Every value of every concept outside the grid must get training samples."""
+    from mosaic.sampling import marginal_quotas
+
+    if not spec.splits.train:
+        return
+    grid = set(spec.holdout.concepts) if spec.holdout is not None else set()
+    for name, c in spec.concepts.items():
+        if name in grid:
+            continue
+        q = marginal_quotas(spec, "train", name)
+        if q.min() == 0:
+            lost = [v for v, n in zip(c.domain, q) if n == 0]
+            add("splits.train", (
+                f"splits.train = {spec.splits.train} gives no training sample to value(s) {lost} of concept {name!r} "
+                f"under its distribution: raise splits.train (to at least {len(c.domain)}, more for skewed distributions) "
+                "or flatten the distribution"
+            ))
+
+
+def _check_splits(spec: Spec, add):
+    sp = spec.splits
+    if spec.holdout is None:
+        for k in ("test_id", "test_ood"):
+            if getattr(sp, k) is not None:
+                add(f"splits.{k}", f"{k} needs a holdout: without one use splits.test, or add a holdout section")
+        if sp.test is None:
+            sp.test = 100
+    else:
+        if sp.test is not None:
+            add("splits.test", "with a holdout the test splits are test_id (seen combinations) and test_ood (held-out): rename test")
+        sp.test_id = 100 if sp.test_id is None else sp.test_id
+        sp.test_ood = 100 if sp.test_ood is None else sp.test_ood
+
+
+def _check_holdout(spec: Spec, add):
+    from mosaic.holdout import HELD_OUT, SEEN, build_grid, split_cells
+
+    h = spec.holdout
+    ok = True
+    for n, c in enumerate(h.concepts):
+        if c not in spec.concepts:
+            add(f"holdout.concepts[{n}]", unknown_name_message("concept", c, spec.concepts, " Name concepts of the spec."))
+            ok = False
+    if len(set(h.concepts)) != len(h.concepts):
+        add("holdout.concepts", f"{h.concepts} names a concept twice")
+        ok = False
+    if not ok:
+        return
+    grid = build_grid(spec)
+    for p in grid.problems:
+        add(*p)
+    if grid.problems:
+        return
+    spec._grid = grid
+    n_held = int((grid.status == HELD_OUT).sum())
+    if n_held == 0 and spec.splits.test_ood:
+        add("splits.test_ood", f"the holdout rule holds out no combination, so test_ood = {spec.splits.test_ood} cannot be filled: set it to 0")
+    cells, quotas = split_cells(spec, "train")
+    if len(cells) and quotas.min() == 0:
+        empty = [grid.values_of(c) for c, q in zip(cells, quotas) if q == 0]
+        add("splits.train", (
+            f"splits.train = {spec.splits.train} leaves {len(empty)} of {len(cells)} seen combinations without a training "
+            f"sample (e.g. {list(empty[0])}): raise splits.train to at least {len(cells)} (or more with skewed "
+            "distributions), or use splits.per: combination"
+        ))
 
 
 def _check_size(v, size_names, path, add, hint):

@@ -14,7 +14,7 @@ def tiny(spec_path: Path, size: int = 32, **splits) -> dict:
     """A shipped spec shrunk for fast tests (32 px, a few samples)."""
     data = yaml.safe_load(spec_path.read_text())
     data["image"] = {**data.get("image", {}), "size": size}
-    sp = {k: 0 for k in data.get("splits", {})}
+    sp = {k: (0 if k in ("train", "val", "test", "test_id", "test_ood") else v) for k, v in data.get("splits", {}).items()}
     sp.update(splits or {"train": 12, "val": 4, "test": 4})
     data["splits"] = sp
     return data

@@ -27,10 +27,12 @@ def test_same_split_and_index_give_the_same_scene():
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 @settings(max_examples=25, deadline=None)
-@given(index=st.integers(0, 10**6))
-def test_scenes_are_valid_and_labels_read_back(name, index):
+@given(data=st.data())
+def test_scenes_are_valid_and_labels_read_back(name, data):
     spec = SHIPPED[name]
-    scene, values = sample_scene(spec, "train", index)
+    split = data.draw(st.sampled_from(list(spec.split_sizes())))
+    index = data.draw(st.integers(0, spec.split_sizes()[split] - 1))
+    scene, values = sample_scene(spec, split, index)
     gap = spec.layout.min_gap
     for i, o in enumerate(scene.objects):
         r = o.radius
@@ -95,13 +97,30 @@ def test_lookalike_objects_are_ordered_left_to_right():
         assert labels(scene, spec) == v
 
 
-def test_geometric_skew_is_sampled():
+def test_geometric_skew_gives_exact_quotas_in_train_and_balanced_tests():
     d = yaml.safe_load(COUNT_YAML)
     d["concepts"]["color"]["distribution"] = {"kind": "geometric", "ratio": 0.5}
+    d["splits"] = {"train": 1400, "val": 70, "test": 300}
     spec = parse_spec(d)
     c = Counter(sample_scene(spec, "train", i)[1]["color"] for i in range(1400))
-    # expected 4/7, 2/7, 1/7 of 1400 = 800, 400, 200
-    assert abs(c["red"] - 800) < 80 and abs(c["green"] - 400) < 60 and abs(c["blue"] - 200) < 45
+    assert c == {"red": 800, "green": 400, "blue": 200}  # 4/7, 2/7, 1/7 exactly
+    c = Counter(sample_scene(spec, "test", i)[1]["color"] for i in range(300))
+    assert c == {"red": 100, "green": 100, "blue": 100}
+    with pytest.raises(IndexError):
+        sample_scene(spec, "train", 1400)
+
+
+def test_mosaic_skew_counts_are_reproduced():
+    # MOSAIC's old data.py hard-coded position counts for 10k: about 0.8x per class
+    d = yaml.safe_load((SPECS / "position.yaml").read_text())
+    d["concepts"]["position"]["distribution"] = {"kind": "geometric", "ratio": 0.8}
+    d["splits"]["train"] = 10000
+    spec = parse_spec(d)
+    from mosaic.sampling import marginal_quotas
+
+    q = marginal_quotas(spec, "train", "position")
+    mosaic_10k = [2255, 1795, 1435, 1145, 915, 730, 585, 465, 375, 300]
+    assert q.sum() == 10000 and all(abs(a - b) <= 25 for a, b in zip(q, mosaic_10k))
 
 
 def test_impossible_layout_raises_a_bounded_error():
