@@ -1,0 +1,434 @@
+"""The scene parser: an image of the renderer -> a parsed scene graph -> concept values.
+
+Steps (every one restricted to what the spec can produce):
+
+1. **Colour classification.** Every pixel goes to the nearest colour (CIELAB, CIE76) among the
+   background and the colours the spec's templates can take. Anti-aliased edge pixels are blends
+   ``bg + a * (c - bg)`` of an object colour ``c`` and the background (the Pillow renderer
+   box-averages sRGB bytes); a pixel is foreground when it is nearer to an object colour than to
+   the background, i.e. roughly when ``a >= 0.5``.
+2. **Objects.** Connected components (4-connectivity) of the foreground. The colour of a
+   component is read from its interior pixels (the edge ring is a blend and would read as a third
+   colour: the rim of a white disk on a dark background looks gray): the nearest palette colour
+   to their mean, allowing the interior to be dimmed by blur (``bg + a (c - bg)``, ``a`` in
+   [0.7, 1]). A component whose interior holds two colours (touching objects of different colours)
+   is split by colour. Components too small to be an object of the spec are dropped as specks.
+3. **Coverage.** For each object of colour ``c`` the per-pixel coverage ``a`` is the projection of
+   ``p - bg`` on ``c - bg`` (clipped to [0, 1]), over the component grown by one pixel. Its sum is
+   the object's area in px² (sub-pixel exact on clean renders, and preserved by blur); its
+   weighted centroid is the centre (the centroid of every shape of :data:`mosaic.vocab.SHAPES` is
+   its circumcentre).
+4. **Shape, size, rotation.** For each shape the spec allows for that colour, the area gives the
+   circumscribed diameter (``area = k_shape * r²``); the renderer's own coverage mask of that
+   shape at that centre and size is compared with the observed coverage (soft IoU,
+   ``sum(min) / sum(max)``) over the rotations the spec allows (coarse to fine, modulo the shape's
+   symmetry). The best match gives shape, size (calibrated so the rendered area equals the observed
+   one) and rotation.
+5. **Touching same-colour objects.** When no single shape matches well (IoU < 0.7) and the area
+   holds two or more of the smallest object, the coverage is split by weighted k-means on pixel
+   coordinates (farthest-point start) for k = 2.. and the k with the best mean IoU is kept.
+6. The parsed :class:`~mosaic.scene.Scene` goes through :func:`mosaic.labels.read_labels`, the
+   same function the generator uses; its problems (``"count: found 4 objects of 'ball'"``) and
+   the parser's own (specks, splits, poor shape fits) are the reasons of a failed read.
+
+The geometric read-out is in the spirit of GenEval's detector + rules (Ghosh et al. 2023), made
+exact for a known renderer; its accuracy is measured by :func:`mosaic.evaluation.check_evaluator`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from PIL import Image, ImageDraw
+from scipy import ndimage
+
+from mosaic.labels import read_labels
+from mosaic.scene import Scene, SceneObject
+from mosaic.spec import Spec, allowed_values
+from mosaic.vocab import SHAPES, srgb_to_lab
+
+#: Rotational symmetry period of each shape, degrees (None: rotation does not show).
+SYMMETRY_DEG: dict[str, float | None] = {
+    "circle": None, "square": 90.0, "triangle": 120.0, "diamond": 180.0, "pentagon": 72.0,
+    "hexagon": 60.0, "star": 72.0, "cross": 90.0,
+}
+
+#: Coverage interior pixels keep under blur: the interior colour is matched to ``bg + a (c - bg)``.
+_INTERIOR_ALPHAS = np.linspace(0.7, 1.0, 7)
+_BLURS = (0.0, 0.5, 0.8, 1.1, 1.5)  # Gaussian sigmas (px of a 64 px image) tried on every hypothesis
+_SPLIT_IOU = 0.7  # below this a region is tried as several touching objects
+_SPECK_FRACTION = 0.3  # components smaller than this fraction of the smallest object are specks
+
+
+def _unit_area(shape: str) -> float:
+    """Area of a shape with circumradius 1 (shoelace; pi for the circle)."""
+    v = SHAPES[shape]
+    if v is None:
+        return math.pi
+    x = np.array([p[0] for p in v])
+    y = np.array([p[1] for p in v])
+    return float(0.5 * abs(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))))
+
+
+@dataclass
+class _ShapeHypothesis:
+    shape: str
+    rotations: list[float] | tuple[float, float] | None  # explicit list, (lo, hi) range, or None (circle)
+    size_range: tuple[float, float]  # fractions of the side
+
+
+@dataclass
+class Parse:
+    """The parser's reading of one image.
+
+    Attributes:
+        scene: the parsed scene graph (objects without ``template``).
+        values: concept -> value, None where the image does not show one.
+        problems: reasons for every value that could not be read, plus the parser's own notes
+            (dropped specks, split regions, poor shape fits).
+        ious: per object, the soft IoU of its best shape hypothesis (1.0 = exact).
+    """
+
+    scene: Scene
+    values: dict
+    problems: list[str] = field(default_factory=list)
+    ious: list[float] = field(default_factory=list)
+
+
+class SceneParser:
+    """Reads concept values from images of the spec's renderer (see the module docstring).
+
+    Args:
+        spec: the spec the images were made from (palette, shapes, sizes, rotations, labels).
+    Attributes:
+        name: ``"parser"``.
+        colors: the object colours the spec can produce (the only ones considered).
+    """
+
+    name = "parser"
+
+    def __init__(self, spec: Spec):
+        self.spec = spec
+        self.supersample = spec.image.supersample
+        self._blurs = _BLURS
+        self.bg = np.asarray(spec.background_rgb(), dtype=np.float64)
+        colors: list[str] = []
+        hyps: dict[str, dict[str, _ShapeHypothesis]] = {}
+        for t in spec.templates:
+            t_colors = list(allowed_values(spec, t.color))
+            t_shapes = list(allowed_values(spec, t.shape))
+            sv = allowed_values(spec, t.size)
+            sizes = [spec.size_fraction(v) for v in (sv if isinstance(sv, list) else list(sv))]
+            rot = t.rotation
+            if rot.kind == "range":
+                rots: list[float] | tuple[float, float] = (float(rot.range[0]), float(rot.range[1]))
+            else:
+                rots = [float(v) for v in allowed_values(spec, rot)]
+            for c in t_colors:
+                if c not in colors:
+                    colors.append(c)
+                for sh in t_shapes:
+                    h = hyps.setdefault(c, {}).get(sh)
+                    new = _ShapeHypothesis(sh, None if sh == "circle" else rots, (min(sizes), max(sizes)))
+                    if h is None:
+                        hyps[c][sh] = new
+                    else:  # merge templates sharing colour and shape
+                        h.size_range = (min(h.size_range[0], new.size_range[0]), max(h.size_range[1], new.size_range[1]))
+                        if sh != "circle":
+                            h.rotations = _merge_rotations(h.rotations, new.rotations)
+        self.colors = colors
+        self.rgb = np.array([spec.rgb(c) for c in colors], dtype=np.float64)  # [K, 3]
+        self.hypotheses = hyps
+        self._lab = srgb_to_lab(np.vstack([self.bg[None], self.rgb]))  # [K+1, 3], 0 = background
+        # interior colour models bg + a (c - bg), a in [0.7, 1]: [K, A, 3] Lab
+        mix = self.bg[None, None] + _INTERIOR_ALPHAS[None, :, None] * (self.rgb[:, None] - self.bg[None, None])
+        self._interior_lab = srgb_to_lab(mix)
+        # dims[i, j]: colour i looks like colour j dimmed by a blurred edge (bg + a (c_j - bg), a in [0.15, 0.7])
+        dim_lab = srgb_to_lab(self.bg[None, None] + np.linspace(0.15, 0.7, 12)[None, :, None] * (self.rgb[:, None] - self.bg[None, None]))
+        lab_c = self._lab[1:]
+        self._dims = np.sqrt(_sqdist(lab_c[:, None, None, :], dim_lab).min(-1)).squeeze(1) < 12.0  # [K, K]
+        np.fill_diagonal(self._dims, False)
+        # smallest object of each colour, as a fraction of the image area (for specks and splits)
+        self._min_area = {
+            c: min(_unit_area(h.shape) * (h.size_range[0] / 2) ** 2 for h in hyps[c].values()) for c in colors
+        }
+
+    # -- public --------------------------------------------------------------------------------
+    def predict(self, images: np.ndarray) -> list[dict]:
+        """Concept values of each image.
+
+        Args:
+            images: uint8 ``[N, H, W, 3]`` sRGB (square images of any side).
+        Returns:
+            one dict per image: concept -> value (None where unreadable).
+        Raises:
+            ValueError: ``images`` is not ``[N, H, W, 3]`` uint8.
+        """
+        images = _check_images(images)
+        return [self.parse(im).values for im in images]
+
+    def parse(self, image: np.ndarray) -> Parse:
+        """Parse one image (uint8 ``[H, W, 3]``) into a scene graph and concept values."""
+        image = np.asarray(image)
+        if image.ndim != 3 or image.shape[2] != 3:
+            raise ValueError(f"parse() needs one uint8 image [H, W, 3], got shape {image.shape}")
+        side = image.shape[0]
+        px = image.astype(np.float64)
+        notes: list[str] = []
+        regions, bg = self._regions(px, notes)
+        objects, ious = [], []
+        if regions:
+            # every pixel near an object belongs to its nearest region (within R px): the faint,
+            # blurred edge of an object is read, but never the pixels of another one
+            ids = np.zeros(px.shape[:2], np.int32)
+            for k, (_, region) in enumerate(regions, start=1):
+                ids[region] = k
+            dist, (iy, ix) = ndimage.distance_transform_edt(ids == 0, return_indices=True)
+            owner = np.where(dist <= max(2.0, 3.0 * side / 64.0), ids[iy, ix], 0)
+            for k, (color_idx, region) in enumerate(regions, start=1):
+                for obj, iou in self._read_objects(px, bg, owner == k, color_idx, side, notes):
+                    objects.append(obj)
+                    ious.append(iou)
+        scene = Scene(side, tuple(int(v) for v in self.bg), objects)
+        reading = read_labels(scene, self.spec)
+        return Parse(scene, reading.values, list(reading.problems) + notes, ious)
+
+    # -- segmentation ----------------------------------------------------------------------------
+    def _regions(self, px: np.ndarray, notes: list[str]) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
+        """Single-colour connected regions ``[(colour index, bool mask [H, W])]`` and the image's
+        background colour (median of the background pixels: follows a colour shift)."""
+        H, W, _ = px.shape
+        lab = srgb_to_lab(px)  # [H, W, 3]
+        d = _sqdist(lab, self._lab)  # [H, W, K+1]
+        fg = d.argmin(-1) != 0
+        bg = np.median(px[~fg], axis=0) if (~fg).sum() >= 16 else self.bg
+        comp, n = ndimage.label(fg)
+        out: list[tuple[int, np.ndarray]] = []
+        if n == 0:
+            return out, bg
+        interior = ndimage.binary_erosion(fg, border_value=0)
+        side2 = float(H * W)
+        for k, sl in enumerate(ndimage.find_objects(comp), start=1):
+            if sl is None:
+                continue
+            sl = _grow(sl, 1, H, W)
+            mask = comp[sl] == k
+            core = mask & interior[sl]
+            if core.sum() < 3:
+                core = mask
+            # interior colour per pixel: nearest model bg + a (c - bg), a in [0.7, 1]
+            lab_core = lab[sl][core]  # [P, 3]
+            di = _sqdist(lab_core[:, None, :], self._interior_lab).min(-1)  # [P, K]
+            votes = np.bincount(di.argmin(-1), minlength=len(self.colors))
+            # colours holding a real share of the interior; a colour that is a dimmed version of
+            # another present one (gray next to white) is that colour's blurred edge, not an object
+            present = [int(c) for c in np.argsort(-votes) if votes[c] >= max(3, 0.2 * core.sum())]
+            present = [c for c in present if not any(self._dims[c, o] for o in present if o != c)]
+            if len(present) <= 1:
+                # the colour of the interior mean (less noisy than a vote)
+                mean_lab = lab_core.mean(0) if len(present) == 0 else lab_core[di.argmin(-1) == present[0]].mean(0)
+                c = int(_sqdist(mean_lab[None, None], self._interior_lab).min(-1).argmin())
+                parts = [(c, mask)]
+            else:
+                dm = _sqdist(lab[sl][:, :, None, :], self._interior_lab[present]).min(-1)  # [h, w, P]
+                sub = dm.argmin(-1)
+                parts = []
+                for j, c in enumerate(present):
+                    lab_j, m = ndimage.label(mask & (sub == j))
+                    for q in range(1, m + 1):
+                        parts.append((c, lab_j == q))
+                notes.append(f"a region holds {len(present)} colours ({', '.join(self.colors[c] for c in present)}): split by colour")
+            for c, m in parts:
+                full = np.zeros((H, W), bool)
+                full[sl] = m
+                area = float(np.clip(self._coverage(px, bg, self.colors[c])[full], 0, 1).sum())
+                if area < _SPECK_FRACTION * self._min_area[self.colors[c]] * side2:
+                    if area >= 2.0:
+                        notes.append(f"dropped a {self.colors[c]} speck of {area:.1f} px (smaller than any object of that colour)")
+                    continue
+                out.append((c, full))
+        return out, bg
+
+    def _coverage(self, px: np.ndarray, bg: np.ndarray, color: str) -> np.ndarray:
+        """Per-pixel coverage ``a`` of ``color`` over background ``bg``: the projection of
+        ``p - bg`` on ``c - bg``, ``[H, W]`` float64, clipped to [-1, 1] (not at 0, so that noise
+        averages out in sums)."""
+        c = np.asarray(self.spec.rgb(color), dtype=np.float64) - bg
+        return np.clip(((px - bg) @ c) / float(c @ c), -1.0, 1.0)
+
+    # -- objects ---------------------------------------------------------------------------------
+    def _read_objects(self, px, bg, domain, color_idx, side, notes):
+        color = self.colors[color_idx]
+        alpha = np.where(domain, self._coverage(px, bg, color), 0.0)
+        fit = self._fit(alpha, color, side)
+        if fit is None:
+            return []
+        obj, iou = fit
+        smallest = self._min_area[color] * side * side
+        if iou < _SPLIT_IOU and alpha.sum() >= 1.6 * smallest:
+            best = (iou, [(obj, iou)])
+            kmax = min(int(alpha.sum() / smallest + 0.5), 12)
+            for k in range(2, kmax + 1):
+                parts = _kmeans_split(np.clip(alpha, 0, 1), k)
+                fits = [self._fit(p, color, side) for p in parts]
+                if any(f is None for f in fits):
+                    continue
+                mean_iou = float(np.mean([f[1] for f in fits]))
+                if mean_iou > best[0] + 0.05:
+                    best = (mean_iou, fits)
+            if len(best[1]) > 1:
+                notes.append(f"split a {color} region into {len(best[1])} touching objects (IoU {iou:.2f} -> {best[0]:.2f})")
+            return best[1]
+        return [(obj, iou)]
+
+    def _fit(self, alpha: np.ndarray, color: str, side: int) -> tuple[SceneObject, float] | None:
+        """Best shape hypothesis for a coverage map ``alpha`` ``[H, W]``: (object, soft IoU)."""
+        area = float(alpha.sum())  # signed: noise averages out
+        if area <= 0:
+            return None
+        alpha = np.clip(alpha, 0.0, 1.0)
+        ys, xs = np.nonzero(alpha)
+        w = alpha[ys, xs]
+        if w.sum() <= 0:
+            return None
+        cx = float((w * (xs + 0.5)).sum() / w.sum())
+        cy = float((w * (ys + 0.5)).sum() / w.sum())
+        m = 2 + int(math.ceil(2 * self._blurs[-1] * side / 64.0))  # room for a blurred hypothesis
+        y0, y1 = max(0, ys.min() - m), min(alpha.shape[0], ys.max() + m + 1)
+        x0, x1 = max(0, xs.min() - m), min(alpha.shape[1], xs.max() + m + 1)
+        patch = alpha[y0:y1, x0:x1]
+        best = None
+        for h in self.hypotheses[color].values():
+            r_px = math.sqrt(area / _unit_area(h.shape))
+            size = 2 * r_px / side
+            obj = SceneObject(h.shape, color, self.spec.rgb(color), size, (cx / side, cy / side), 0.0)
+            rot, iou, cov = self._best_rotation(obj, h, patch, (x0, y0), side, r_px)
+            # calibrate size and centre so that the rendered coverage has the observed area and
+            # centroid (Pillow's polygon fill is biased by up to half a supersampled pixel)
+            for _ in range(2):
+                rendered = float(cov.sum())
+                if rendered <= 0:
+                    break
+                gy, gx = np.nonzero(cov)
+                gw = cov[gy, gx]
+                rx = float((gw * (gx + 0.5 + x0)).sum() / rendered)
+                ry = float((gw * (gy + 0.5 + y0)).sum() / rendered)
+                obj.size = obj.size * math.sqrt(area / rendered)
+                obj.center = (obj.center[0] + (cx - rx) / side, obj.center[1] + (cy - ry) / side)
+                cov = self._render_patch(obj, patch.shape, (x0, y0), side)
+            # a blurred image is compared with blurred hypotheses (blur keeps area and centroid)
+            iou = max(_soft_iou(patch, ndimage.gaussian_filter(cov, b * side / 64.0, mode="constant") if b else cov) for b in self._blurs)
+            if best is None or iou > best[1]:
+                best = (obj, iou)
+        obj, iou = best
+        obj.size = round(obj.size, 5)
+        obj.center = (round(obj.center[0], 5), round(obj.center[1], 5))
+        return obj, iou
+
+    def _best_rotation(self, obj, h: _ShapeHypothesis, patch, origin, side, r_px):
+        """Search the rotations the spec allows (coarse to fine). Returns (rotation, IoU, coverage)."""
+        period = SYMMETRY_DEG[h.shape]
+        if period is None:
+            cov = self._render_patch(obj, patch.shape, origin, side)
+            return 0.0, _soft_iou(patch, cov), cov
+        if isinstance(h.rotations, tuple):  # a range
+            lo, hi = h.rotations
+            span = min(hi - lo, period)
+            fine = max(0.5, min(3.0, math.degrees(0.3 / max(r_px, 1e-6))))
+            coarse = max(fine, min(10.0, span / 6.0))
+            cands = list(np.arange(lo, lo + span + 1e-9, coarse)) if span > 0 else [lo]
+        else:
+            cands = sorted({r % period for r in h.rotations})
+            fine = coarse = 0.0
+        scored = []
+        for r in cands:
+            obj.rotation = float(r)
+            cov = self._render_patch(obj, patch.shape, origin, side)
+            scored.append((_soft_iou(patch, cov), float(r), cov))
+        best = max(scored, key=lambda t: t[0])
+        if coarse > fine > 0:
+            for r in np.arange(best[1] - coarse, best[1] + coarse + 1e-9, fine):
+                obj.rotation = float(r)
+                cov = self._render_patch(obj, patch.shape, origin, side)
+                iou = _soft_iou(patch, cov)
+                if iou > best[0]:
+                    best = (iou, float(r), cov)
+        obj.rotation = round(best[1] % period, 3)
+        return obj.rotation, best[0], best[2]
+
+    def _render_patch(self, obj: SceneObject, shape: tuple[int, int], origin: tuple[int, int], side: int) -> np.ndarray:
+        """Coverage in [0, 1] of ``obj`` drawn exactly as :class:`renderers.pillow.PillowRenderer`
+        draws it (same supersampling and rounding), cropped to a patch at pixel ``origin``."""
+        s = self.supersample
+        big = side * s
+        ox, oy = origin[0] * s, origin[1] * s
+        img = Image.new("L", (shape[1] * s, shape[0] * s), 0)
+        d = ImageDraw.Draw(img)
+        verts = obj.vertices(big)
+        if verts is None:
+            r = obj.radius * big
+            cx, cy = obj.center[0] * big, obj.center[1] * big
+            d.ellipse((round(cx - r) - ox, round(cy - r) - oy, round(cx + r) - 1 - ox, round(cy + r) - 1 - oy), fill=255)
+        else:
+            d.polygon([(round(x) - ox, round(y) - oy) for x, y in verts], fill=255)
+        if s > 1:
+            img = img.reduce(s)
+        return np.asarray(img, dtype=np.float64) / 255.0
+
+
+def _merge_rotations(a, b):
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        lo = min(x[0] if isinstance(x, tuple) else min(x) for x in (a, b))
+        hi = max(x[1] if isinstance(x, tuple) else max(x) for x in (a, b))
+        return (lo, hi)
+    return sorted(set(a) | set(b))
+
+
+def _grow(sl: tuple[slice, slice], n: int, H: int, W: int) -> tuple[slice, slice]:
+    return (slice(max(0, sl[0].start - n), min(H, sl[0].stop + n)), slice(max(0, sl[1].start - n), min(W, sl[1].stop + n)))
+
+
+def _sqdist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Squared Euclidean distance over the last axis, broadcasting ``a[..., None, :]`` against ``b``."""
+    diff = a[..., None, :] - b
+    return np.einsum("...i,...i->...", diff, diff)
+
+
+def _soft_iou(a: np.ndarray, b: np.ndarray) -> float:
+    den = float(np.maximum(a, b).sum())
+    return float(np.minimum(a, b).sum()) / den if den > 0 else 0.0
+
+
+def _kmeans_split(alpha: np.ndarray, k: int, iters: int = 20) -> list[np.ndarray]:
+    """Split a coverage map into ``k`` parts by alpha-weighted k-means on pixel coordinates."""
+    ys, xs = np.nonzero(alpha)
+    pts = np.stack([xs, ys], 1).astype(np.float64)
+    w = alpha[ys, xs]
+    # farthest-point start from the heaviest pixel
+    centres = [pts[w.argmax()]]
+    for _ in range(1, k):
+        d = np.min([np.linalg.norm(pts - c, axis=1) for c in centres], axis=0) * (w > 0.5)
+        centres.append(pts[d.argmax()])
+    C = np.array(centres)
+    for _ in range(iters):
+        assign = np.linalg.norm(pts[:, None] - C[None], axis=-1).argmin(1)
+        newC = np.array([np.average(pts[assign == j], axis=0, weights=w[assign == j]) if (assign == j).any() and w[assign == j].sum() > 0 else C[j] for j in range(k)])
+        if np.allclose(newC, C):
+            break
+        C = newC
+    out = []
+    for j in range(k):
+        m = np.zeros_like(alpha)
+        sel = assign == j
+        m[ys[sel], xs[sel]] = w[sel]
+        out.append(m)
+    return out
+
+
+def _check_images(images) -> np.ndarray:
+    images = np.asarray(images)
+    if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:
+        raise ValueError(f"images must be uint8 [N, H, W, 3], got {images.dtype} {list(images.shape)}")
+    return images
