@@ -1,0 +1,218 @@
+"""The symbolic form of a scene graph: token sequences for scenes, concept queries and object queries.
+
+Follows the token layout of Uselis, Koishigarina & Oh (2026, "How can embedding models bind
+concepts?", code ``amortization/scenes.py``): a scene is, per object, ``[SOO, a_1, ..., a_A, EOO]``
+followed by ``EOS`` and right-padded with ``PAD``; each attribute has its own block of token ids,
+so ``red`` as a colour and ``3`` as a size never share an id. A **concept query** is
+``[value, EOS]``; an **object query** is ``[SOO, a_1, ..., a_A, EOO, EOS]``.
+
+The attributes are the object attributes (``color``, ``shape``, ``size``) that some concept of the
+spec binds; their values are everything any template can draw (concept domains, fixed values and
+``choice`` lists), so distractors tokenize too. Sizes are written as the nearest value of the
+size concept's domain. Counts are implicit (the number of object blocks); positions and
+relations are not part of this form (use image input for them).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mosaic.errors import MosaicError
+
+PAD, SOO, EOO, EOS = 0, 1, 2, 3
+SPECIAL_TOKENS = ("<pad>", "<soo>", "<eoo>", "<eos>")
+OBJECT_ATTRIBUTES = ("color", "shape", "size")  # token order within an object block
+
+
+class TokenizationError(MosaicError, ValueError):
+    """A scene or spec that the symbolic form cannot express."""
+
+
+@dataclass
+class SceneTokenizer:
+    """Maps scene graphs (and queries) to token ids.
+
+    Attributes:
+        attributes: object attributes in token order, e.g. ``["color", "shape"]``.
+        values: per attribute, its values in order (value index = position in this list).
+        max_objects: most objects a scene can hold (sets the sequence length).
+        size_values: for a ``size`` attribute, each value's fraction of the image side.
+    """
+
+    attributes: list[str]
+    values: dict[str, list]
+    max_objects: int
+    size_values: dict | None = None
+
+    def __post_init__(self):
+        self.offsets = {}
+        nxt = len(SPECIAL_TOKENS)
+        for a in self.attributes:
+            self.offsets[a] = nxt
+            nxt += len(self.values[a])
+        self.vocab_size = nxt
+        self.radix = [len(self.values[a]) for a in self.attributes]
+        self._index = {a: {v: i for i, v in enumerate(self.values[a])} for a in self.attributes}
+
+    # -- construction ---------------------------------------------------------------------------
+    @classmethod
+    def from_spec(cls, spec) -> "SceneTokenizer":
+        """The tokenizer of a spec: attributes bound to a concept, values any template can draw.
+
+        Raises:
+            TokenizationError: no object attribute is bound to a concept, or a numeric ``range``
+                colour/shape (cannot be enumerated).
+        """
+        from mosaic.spec import allowed_values, repeat_bounds
+
+        roles = spec.roles
+        attrs = [a for a in OBJECT_ATTRIBUTES if a in roles.values()]
+        if not attrs:
+            raise TokenizationError(
+                f"spec {spec.name!r} binds no object colour, shape or size to a concept (roles: {roles}); "
+                "the token form has nothing to say: use input: image"
+            )
+        values: dict[str, list] = {}
+        size_values = None
+        for a in attrs:
+            if a == "size":
+                vals: list = []
+                for c, r in roles.items():
+                    if r == "size":
+                        vals += [v for v in spec.domain(c) if v not in vals]
+                values[a] = vals
+                size_values = {v: spec.size_fraction(v) for v in vals}
+                continue
+            vals = []
+            for t in spec.templates:
+                av = allowed_values(spec, getattr(t, a))
+                if isinstance(av, tuple):
+                    raise TokenizationError(f"template {t.name!r}: {a} is a numeric range; the token form needs listed values")
+                vals += [v for v in av if v not in vals]
+            values[a] = vals
+        max_objects = sum(repeat_bounds(spec, t)[1] for t in spec.templates)
+        return cls(attrs, values, max(1, max_objects), size_values)
+
+    # -- sizes ----------------------------------------------------------------------------------
+    @property
+    def block(self) -> int:
+        """Tokens per object: ``SOO + attributes + EOO``."""
+        return len(self.attributes) + 2
+
+    @property
+    def max_len(self) -> int:
+        """Scene sequence length: ``block * max_objects + 1`` (EOS)."""
+        return self.block * self.max_objects + 1
+
+    @property
+    def query_len(self) -> int:
+        """Query sequence length: ``block + 1``."""
+        return self.block + 1
+
+    @property
+    def n_object_types(self) -> int:
+        return int(np.prod(self.radix))
+
+    # -- objects --------------------------------------------------------------------------------
+    def value_index(self, attribute: str, value) -> int:
+        """Index of ``value`` in ``attribute``'s values. Raises TokenizationError if unknown."""
+        try:
+            return self._index[attribute][value]
+        except KeyError:
+            raise TokenizationError(f"{attribute} {value!r} is not in the token vocabulary {self.values[attribute]}") from None
+
+    def object_tuple(self, obj: dict) -> tuple[int, ...]:
+        """Value indices ``(a_1, ..., a_A)`` of one scene-graph object (a record's ``scene.objects[k]``)."""
+        out = []
+        for a in self.attributes:
+            if a == "size":
+                sv = self.size_values
+                v = min(sv, key=lambda k: abs(sv[k] - float(obj["size"])))
+            else:
+                v = obj[a]
+            out.append(self.value_index(a, v))
+        return tuple(out)
+
+    def objects_of(self, record: dict) -> list[tuple[int, ...]]:
+        """Object tuples of a metadata record, in scene order.
+
+        Raises:
+            TokenizationError: the scene holds more than ``max_objects`` objects.
+        """
+        objs = [self.object_tuple(o) for o in record["scene"]["objects"]]
+        if len(objs) > self.max_objects:
+            raise TokenizationError(f"record {record.get('split')}/{record.get('index')} holds {len(objs)} objects, more than max_objects {self.max_objects}")
+        return objs
+
+    def type_id(self, obj: tuple[int, ...]) -> int:
+        """Mixed-radix id of an object type (first attribute most significant)."""
+        return int(np.ravel_multi_index(tuple(obj), self.radix))
+
+    def type_of(self, type_id: int) -> tuple[int, ...]:
+        """Object tuple of an object-type id."""
+        return tuple(int(i) for i in np.unravel_index(int(type_id), self.radix))
+
+    def all_object_types(self) -> np.ndarray:
+        """int64 ``[n_object_types, A]``: every object type, in id order."""
+        return np.array(list(itertools.product(*[range(r) for r in self.radix])), dtype=np.int64).reshape(-1, len(self.attributes))
+
+    def describe(self, obj: tuple[int, ...]) -> str:
+        """``"red circle"`` for an object tuple."""
+        return " ".join(str(self.values[a][i]) for a, i in zip(self.attributes, obj))
+
+    # -- sequences ------------------------------------------------------------------------------
+    def encode_scene(self, objects: list[tuple[int, ...]]) -> list[int]:
+        """Token ids ``[SOO, a.., EOO]*n + [EOS]`` padded to ``max_len``."""
+        seq: list[int] = []
+        for o in objects:
+            seq += [SOO] + [self.offsets[a] + int(i) for a, i in zip(self.attributes, o)] + [EOO]
+        seq.append(EOS)
+        return seq + [PAD] * (self.max_len - len(seq))
+
+    def encode_scenes(self, scenes: list[list[tuple[int, ...]]]) -> torch.Tensor:
+        """int64 ``[B, max_len]`` token ids of several scenes."""
+        return torch.tensor([self.encode_scene(s) for s in scenes], dtype=torch.long).reshape(len(scenes), self.max_len)
+
+    def concept_queries(self) -> tuple[torch.Tensor, list[tuple[str, int]]]:
+        """Every concept query ``[value, EOS]`` (padded to ``query_len``): int64 ``[V, query_len]``
+        and the ``(attribute, value index)`` of each row, attributes in order."""
+        rows, keys = [], []
+        for a in self.attributes:
+            for i in range(len(self.values[a])):
+                rows.append([self.offsets[a] + i, EOS] + [PAD] * (self.query_len - 2))
+                keys.append((a, i))
+        return torch.tensor(rows, dtype=torch.long), keys
+
+    def object_queries(self, objects: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """Object queries ``[SOO, a.., EOO, EOS]`` of int ``[Q, A]`` object tuples: int64 ``[Q, query_len]``."""
+        objects = torch.as_tensor(objects, dtype=torch.long).reshape(-1, len(self.attributes))
+        offs = torch.tensor([self.offsets[a] for a in self.attributes], dtype=torch.long)
+        q = objects.shape[0]
+        return torch.cat([
+            torch.full((q, 1), SOO, dtype=torch.long), objects + offs,
+            torch.full((q, 1), EOO, dtype=torch.long), torch.full((q, 1), EOS, dtype=torch.long),
+        ], dim=1)
+
+    def concept_token_ids(self) -> torch.Tensor:
+        """int64 ``[V]`` the token id of every concept value, in :meth:`concept_queries` order."""
+        return torch.tensor([self.offsets[a] + i for a in self.attributes for i in range(len(self.values[a]))], dtype=torch.long)
+
+
+def object_table(tokenizer: SceneTokenizer, records: list[dict]) -> torch.Tensor:
+    """int64 ``[N, max_objects, A]`` object tuples of records, ``-1`` where a scene has fewer objects."""
+    out = torch.full((len(records), tokenizer.max_objects, len(tokenizer.attributes)), -1, dtype=torch.long)
+    for n, r in enumerate(records):
+        objs = tokenizer.objects_of(r)
+        if objs:
+            out[n, :len(objs)] = torch.tensor(objs, dtype=torch.long)
+    return out
+
+
+def tokens_from_table(tokenizer: SceneTokenizer, table: torch.Tensor) -> torch.Tensor:
+    """int64 ``[N, max_len]`` scene tokens from an object table ``[N, max_objects, A]`` (``-1`` = no object)."""
+    scenes = [[tuple(int(v) for v in o) for o in row if int(o[0]) >= 0] for row in table]
+    return tokenizer.encode_scenes(scenes)
