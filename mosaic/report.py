@@ -1,0 +1,173 @@
+"""``mosaic report SWEEP_DIR``: curves, per-cell heatmaps and sample grids of a sweep, on one HTML page."""
+
+from __future__ import annotations
+
+import html
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from mosaic.errors import MosaicError
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _label(col: str) -> str:
+    return {"held_out.joint": "held-out joint accuracy", "seen.joint": "seen joint accuracy"}.get(
+        col, col.replace("held_out.", "held-out ").replace("seen.", "seen ").replace("_", " "))
+
+
+def plot_curves(df, x: str, lines: str | None, ys: list[str], out: Path, title: str = "", x_label: str | None = None) -> Path | None:
+    """Line plot of metrics ``ys`` against axis ``x``, one line per value of ``lines``, mean and
+    standard deviation over the remaining rows (seeds) as error bars. Returns None if nothing to plot."""
+    ys = [y for y in ys if y in df.columns and df[y].notna().any()]
+    if not ys or x not in df.columns:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(ys), figsize=(4.6 * len(ys), 3.6), dpi=120, squeeze=False)
+    groups = sorted(df[lines].dropna().unique(), key=lambda v: (str(type(v)), v)) if lines and lines in df.columns else [None]
+    for ax, y in zip(axes[0], ys):
+        for g in groups:
+            sub = df if g is None else df[df[lines] == g]
+            stats = sub.groupby(x)[y].agg(["mean", "std", "count"]).reset_index().sort_values(x)
+            if stats.empty:
+                continue
+            lab = None if g is None else f"{lines.split('.')[-1]} = {g}"
+            ax.errorbar(stats[x].astype(float) if np.issubdtype(stats[x].dtype, np.number) else stats[x].astype(str),
+                        stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3, label=lab)
+        xs = sorted(df[x].dropna().unique())
+        if len(xs) <= 12 and all(isinstance(v, (int, float, np.integer, np.floating)) for v in xs):
+            ax.set_xticks([float(v) for v in xs], [f"{v:g}" for v in xs])
+        ax.set_xlabel(x_label or x.split(".")[-1])
+        ax.set_ylabel(_label(y))
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        if groups != [None]:
+            ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def _sample_sheet(run: Path, out: Path, n: int = 16) -> Path | None:
+    """A contact sheet of a run's generated samples: held-out combinations first, one per combination."""
+    from PIL import Image
+
+    from mosaic.preview import contact_sheet
+
+    metas = sorted(run.glob("samples/*/metadata.jsonl"))
+    if not metas:
+        return None
+    recs = []
+    for m in metas:
+        for line in m.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                r["_dir"] = m.parent
+                recs.append(r)
+    picked, seen = [], set()
+    for r in sorted(recs, key=lambda r: (not r.get("held_out"), r.get("index", 0))):
+        key = json.dumps(r.get("combination") or r.get("concepts"), sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        picked.append(r)
+        if len(picked) >= n:
+            break
+    if not picked:
+        return None
+    imgs = np.stack([np.asarray(Image.open(r["_dir"] / r["file_name"]).convert("RGB")) for r in picked])
+    caps = [("HELD-OUT " if r.get("held_out") else "seen ") + ", ".join(f"{v}" for v in (r.get("concepts") or {}).values()) for r in picked]
+    return contact_sheet(imgs, caps, out, tile=112)
+
+
+def make_report(sweep_dir: str | Path) -> Path:
+    """Write ``SWEEP_DIR/report/``: curve PNGs, per-trial heatmaps and sample grids, ``index.html``.
+
+    Raises MosaicError when the folder holds no sweep results (run ``mosaic sweep`` first).
+    """
+    import pandas as pd
+
+    sweep_dir = Path(sweep_dir)
+    res = sweep_dir / "results.csv"
+    if not res.is_file():
+        raise MosaicError(f"{sweep_dir} has no results.csv: run `mosaic sweep SWEEP.yaml --out {sweep_dir}` first")
+    sweep = yaml.safe_load((sweep_dir / "sweep.yaml").read_text()) if (sweep_dir / "sweep.yaml").is_file() else {}
+    df = pd.read_csv(res)
+    rep = sweep.get("report") or {}
+    axes = list((sweep.get("grid") or {})) + list((sweep.get("zip") or {}))
+    x = rep.get("x") or (axes[0] if axes else "seed")
+    lines = rep.get("lines") or (next((a for a in axes if a != x), None))
+    ys = rep.get("y") or ["held_out.joint", "seen.joint"]
+    out = sweep_dir / "report"
+    out.mkdir(exist_ok=True)
+    done = df[df["status"] == "done"] if "status" in df.columns else df
+    figures = []
+    p = plot_curves(done, x, lines, ys, out / "curves.png", title=f"{sweep.get('name', sweep_dir.name)}: accuracy vs {x.split('.')[-1]}", x_label=rep.get("x_label"))
+    if p:
+        figures.append(("Seen vs held-out accuracy", p.name))
+    concept_cols = sorted(c for c in done.columns if c.startswith("held_out.") and c != "held_out.joint")
+    if concept_cols:
+        p = plot_curves(done, x, lines, concept_cols, out / "concepts_held_out.png", title="held-out accuracy per concept", x_label=rep.get("x_label"))
+        if p:
+            figures.append(("Held-out accuracy per concept", p.name))
+    trials = []
+    for tdir in sorted((sweep_dir / "trials").iterdir()) if (sweep_dir / "trials").is_dir() else []:
+        run = tdir / "run"
+        item = {"id": tdir.name, "heatmaps": [], "samples": None}
+        for k, hm in enumerate(sorted(run.glob("**/*heatmap*.png"))[:2]):
+            dst = out / f"{tdir.name}-heatmap{k}.png"
+            shutil.copyfile(hm, dst)
+            item["heatmaps"].append(dst.name)
+        sheet = _sample_sheet(run, out / f"{tdir.name}-samples.png")
+        if sheet:
+            item["samples"] = sheet.name
+        if item["heatmaps"] or item["samples"]:
+            trials.append(item)
+    show = [c for c in df.columns if c not in ("error",)]
+    table_html = df[show].to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-", border=0, classes="results")
+    failed = df[df["status"] == "failed"] if "status" in df.columns else df.iloc[0:0]
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>{html.escape(str(sweep.get('name', 'sweep')))} - mosaic report</title>",
+        "<style>body{font-family:sans-serif;margin:24px;max-width:1400px}table.results{border-collapse:collapse;font-size:12px}"
+        "table.results td,table.results th{border:1px solid #ccc;padding:3px 6px;text-align:right}"
+        "img{max-width:100%;border:1px solid #ddd;margin:4px}.trial{display:inline-block;vertical-align:top;margin:8px;max-width:460px}"
+        ".fail{color:#b00}</style></head><body>",
+        f"<h1>{html.escape(str(sweep.get('name', sweep_dir.name)))}</h1>",
+        f"<p>{html.escape(str(sweep.get('description', '')))}</p>",
+        f"<p>{len(df)} trials: {int((df['status'] == 'done').sum()) if 'status' in df else len(df)} done, {len(failed)} failed. "
+        f"Trainer: {html.escape(str(sweep.get('kind', '')))}, config {html.escape(str(sweep.get('config', '')))}.</p>",
+    ]
+    if "evaluator.joint" in df.columns and df["evaluator.joint"].notna().any():
+        parts.append(f"<p>Evaluator accuracy on fresh ground-truth renders (joint): min {df['evaluator.joint'].min():.3f}.</p>")
+    for title, name in figures:
+        parts.append(f"<h2>{html.escape(title)}</h2><img src='{name}' alt='{html.escape(title)}'>")
+    parts.append("<h2>Results</h2>" + table_html)
+    if len(failed):
+        parts.append("<h2 class='fail'>Failed trials</h2><ul>" + "".join(
+            f"<li class='fail'><b>{html.escape(str(r['trial']))}</b>: <pre>{html.escape(str(r.get('error', '')))}</pre></li>" for _, r in failed.iterrows()) + "</ul>")
+    if trials:
+        parts.append("<h2>Per-trial heatmaps and samples</h2>")
+        for t in trials:
+            parts.append(f"<div class='trial'><h3>{html.escape(t['id'])}</h3>" + "".join(
+                f"<img src='{h}' alt='per-cell accuracy'>" for h in t["heatmaps"]) + (
+                f"<img src='{t['samples']}' alt='samples'>" if t["samples"] else "") + "</div>")
+    parts.append("</body></html>")
+    page = out / "index.html"
+    page.write_text("\n".join(parts))
+    return page

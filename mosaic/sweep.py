@@ -1,0 +1,412 @@
+"""Sweeps: many (spec override x training override x seed) trials, locally or on a Ray cluster.
+
+A sweep YAML names a training config, the axes to vary and how to report them::
+
+    name: composition_cpu
+    kind: diffusion                       # the trainer: `mosaic train <kind>`
+    config: experiments/train/quickstart_cpu.yaml
+    set: {training.steps: 300}            # overrides of every trial's config
+    grid:                                 # Cartesian product of axes
+      spec.holdout.rule.n: [1, 3, 5, 8]   # `spec.` keys override the dataset spec
+      spec.splits.train: [1000, 4000]
+    zip: {}                               # axes of equal length varied together, crossed with grid
+    seeds: [0, 1]                         # crossed with everything; sets training.seed
+    report: {x: spec.holdout.rule.n, lines: spec.splits.train}
+
+Each trial is its own run folder ``SWEEP_DIR/trials/<id>/`` (resolved ``config.yaml``,
+``trial.json`` status, ``log.txt``, ``run/``) and runs as its own subprocess (Accelerate keeps one
+state per process). Datasets are generated first, once per distinct spec (cached by fingerprint
+in the config's ``dataset.root`` and shared between trials). A finished trial is skipped on rerun;
+a failed one is recorded with its error and does not stop the others. Results go to
+``results.csv`` and ``results.parquet``, one row per trial.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from mosaic.errors import MosaicError
+
+
+class SweepError(MosaicError, ValueError):
+    """A sweep file that cannot be read or run."""
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ReportSection(_Base):
+    """What ``mosaic report`` plots: ``y`` metrics (result columns) against axis ``x``, one line per
+    value of axis ``lines``, error bars over seeds."""
+
+    x: str | None = Field(None, description="axis on the x axis (default: the first grid axis)")
+    lines: str | None = Field(None, description="axis giving one line per value (default: the second grid axis)")
+    y: list[str] = Field(default_factory=lambda: ["held_out.joint", "seen.joint"], description="result columns to plot")
+    x_label: str | None = None
+
+
+class SweepSpec(_Base):
+    """A sweep file (see the module docstring)."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    kind: Literal["diffusion", "transformer"]
+    config: Path
+    set: dict[str, Any] = Field(default_factory=dict, description="overrides of every trial (`spec.` keys: the dataset spec)")
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    zip: dict[str, list[Any]] = Field(default_factory=dict)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    seed_key: str = "training.seed"
+    timeout_s: float | None = Field(None, gt=0, description="per-trial time limit")
+    report: ReportSection = Field(default_factory=ReportSection)
+
+    @model_validator(mode="after")
+    def _axes(self):
+        for name, vals in {**self.grid, **self.zip}.items():
+            if not vals:
+                raise ValueError(f"axis {name!r} has no values")
+        lens = {len(v) for v in self.zip.values()}
+        if len(lens) > 1:
+            raise ValueError(f"zip axes must have equal lengths, got {({k: len(v) for k, v in self.zip.items()})}")
+        both = set(self.grid) & set(self.zip)
+        if both:
+            raise ValueError(f"axes {sorted(both)} are in both grid and zip: keep each axis in one")
+        return self
+
+    def axes(self) -> list[str]:
+        return list(self.grid) + list(self.zip) + ["seed"]
+
+
+def load_sweep(path: str | Path, sets: list[str] | None = None) -> SweepSpec:
+    """Read and validate a sweep YAML. Raises SweepError naming the field."""
+    from pydantic import ValidationError
+
+    from mosaic.lab.config import apply_sets, read_config_yaml
+
+    path = Path(path)
+    try:
+        data = apply_sets(read_config_yaml(path), sets)
+        spec = SweepSpec.model_validate(data)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = f"unknown field {err['loc'][-1]!r}: remove it or check its spelling"
+            lines.append(f"  {loc}: {msg}")
+        raise SweepError(f"invalid sweep {path}\n" + "\n".join(lines)) from None
+    except MosaicError as e:
+        raise SweepError(f"invalid sweep {path}: {e}") from None
+    if not spec.config.is_file():
+        raise SweepError(f"invalid sweep {path}\n  config: no such training config {str(spec.config)!r}")
+    return spec
+
+
+def expand(sweep: SweepSpec) -> list[dict[str, Any]]:
+    """Every trial's axis values (``{axis: value}``, with ``seed``), grid-major, seeds innermost."""
+    grid_keys = list(sweep.grid)
+    zip_rows = [dict(zip(sweep.zip, vals)) for vals in zip(*sweep.zip.values())] if sweep.zip else [{}]
+    out = []
+    for combo in itertools.product(*[sweep.grid[k] for k in grid_keys]):
+        for z in zip_rows:
+            for seed in sweep.seeds:
+                out.append({**dict(zip(grid_keys, combo)), **z, "seed": seed})
+    return out
+
+
+def _short(key: str) -> str:
+    return key.split(".")[-1]
+
+
+def trial_id(values: dict[str, Any]) -> str:
+    """A readable, stable folder name for a trial: ``n=3_train=1000_seed=0-1a2b3c``."""
+    h = hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:6]
+    label = "_".join(f"{_short(k)}={v}" for k, v in values.items())
+    safe = "".join(ch if ch.isalnum() or ch in "=_-." else "-" for ch in label)[:80]
+    return f"{safe}-{h}"
+
+
+def trial_config(sweep: SweepSpec, values: dict[str, Any]) -> dict:
+    """The raw training config of a trial: the sweep's config with ``set`` and the trial's axis
+    values applied (``spec.`` keys into ``dataset.overrides``) and the seed at ``seed_key``."""
+    from mosaic.lab.config import read_config_yaml, set_path
+
+    raw = read_config_yaml(sweep.config)
+    overrides = {**sweep.set, **{k: v for k, v in values.items() if k != "seed"}}
+    for key, value in overrides.items():
+        if key.startswith("spec."):
+            ds = raw.setdefault("dataset", {})
+            if ds.get("spec") is None:
+                raise SweepError(f"axis {key!r} overrides the dataset spec, but {sweep.config} has no dataset.spec (it uses dataset.path)")
+            ds.setdefault("overrides", {})
+            ds["overrides"] = {**(ds["overrides"] or {}), key[len("spec."):]: value}
+        else:
+            raw = set_path(raw, key, value)
+    raw = set_path(raw, sweep.seed_key, values["seed"])
+    return raw
+
+
+def _trainer(kind: str):
+    """(config class, DatasetSection accessor) of a trainer kind."""
+    if kind == "diffusion":
+        from mosaic.lab.diffusion import DiffusionConfig
+
+        return DiffusionConfig
+    from mosaic.lab.transformer import TransformerConfig
+
+    return TransformerConfig
+
+
+def prepare(sweep: SweepSpec, out: Path, on_progress: Callable[[str], None] | None = None) -> list[dict]:
+    """Write every trial's folder and config, and generate the datasets they need (once per spec).
+
+    Returns the trials as dicts: ``id``, ``values``, ``dir``, ``dataset``.
+    Raises: SweepError / SpecError / ConfigError for a trial whose config or spec is invalid
+    (checked for every trial before anything runs).
+    """
+    from mosaic.lab.config import validate_config
+    from mosaic.lab.data import resolve_dataset
+
+    cls = _trainer(sweep.kind)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.yaml").write_text(yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False))
+    trials, datasets = [], {}
+    for values in expand(sweep):
+        raw = trial_config(sweep, values)
+        tid = trial_id(values)
+        cfg = validate_config(cls, raw, source=f"trial {tid}")
+        key = json.dumps(cfg.dataset.model_dump(mode="json"), sort_keys=True)
+        if key not in datasets:
+            datasets[key] = resolve_dataset(cfg.dataset, generate=False)
+        tdir = out / "trials" / tid
+        trials.append({"id": tid, "values": values, "dir": tdir, "dataset": datasets[key], "raw": raw, "cfg": cfg})
+    # generate each distinct dataset once, before any trial trains on it
+    done_roots = set()
+    for t in trials:
+        root = Path(t["dataset"])
+        if root in done_roots:
+            continue
+        if on_progress:
+            on_progress(f"dataset {root}")
+        resolve_dataset(t["cfg"].dataset, generate=True)
+        done_roots.add(root)
+    for t in trials:
+        raw = copy.deepcopy(t.pop("raw"))
+        t.pop("cfg")
+        raw["dataset"] = {"path": str(Path(t["dataset"]).resolve())}
+        raw["out"] = str((t["dir"] / "run").resolve())
+        t["dir"].mkdir(parents=True, exist_ok=True)
+        (t["dir"] / "config.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+        status = read_status(t["dir"])
+        if status.get("status") != "done":
+            write_status(t["dir"], {"id": t["id"], "values": t["values"], "status": "pending", "dataset": str(t["dataset"])})
+    return trials
+
+
+def read_status(tdir: Path) -> dict:
+    p = Path(tdir) / "trial.json"
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def write_status(tdir: Path, status: dict) -> None:
+    p = Path(tdir) / "trial.json"
+    tmp = p.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(status, indent=2, default=str))
+    os.replace(tmp, p)
+
+
+def trial_command(kind: str, tdir: Path) -> list[str]:
+    """The subprocess that runs one trial (train, sample, evaluate)."""
+    return [sys.executable, "-m", "mosaic.cli", "train", kind, str(Path(tdir) / "config.yaml")]
+
+
+def run_trial(kind: str, tdir: str, env: dict | None = None, timeout_s: float | None = None) -> dict:
+    """Run one trial in a subprocess, logging to ``log.txt``; record the outcome in ``trial.json``.
+
+    Pure in the trial folder, so it runs the same in a local pool and on a Ray worker (which must
+    see the sweep directory, e.g. on a shared file system). Returns the final status dict.
+    """
+    tdir = Path(tdir)
+    status = read_status(tdir)
+    if status.get("status") == "done" and (tdir / "run" / "metrics.json").is_file():
+        return status
+    status.update(status="running", started=time.time(), host=os.uname().nodename, error=None)
+    write_status(tdir, status)
+    t0 = time.perf_counter()
+    full_env = {**os.environ, **(env or {})}
+    with open(tdir / "log.txt", "ab") as log:
+        try:
+            proc = subprocess.run(trial_command(status.get("kind", kind), tdir), stdout=log, stderr=subprocess.STDOUT,
+                                  env=full_env, timeout=timeout_s, cwd=os.getcwd())
+            rc = proc.returncode
+            err = None
+        except subprocess.TimeoutExpired:
+            rc, err = -1, f"timed out after {timeout_s} s"
+    status["time_s"] = time.perf_counter() - t0
+    status["finished"] = time.time()
+    metrics = tdir / "run" / "metrics.json"
+    if rc == 0 and metrics.is_file():
+        status.update(status="done", returncode=0)
+    else:
+        tail = (tdir / "log.txt").read_text(errors="replace").strip().splitlines()[-15:]
+        status.update(status="failed", returncode=rc, error=err or ("\n".join(tail) or f"exit code {rc}"))
+    write_status(tdir, status)
+    return status
+
+
+def _gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:  # pragma: no cover - torch is a dependency
+        return 0
+
+
+def run_local(kind: str, trials: list[dict], workers: int, timeout_s: float | None,
+              on_done: Callable[[dict], None] | None = None) -> list[dict]:
+    """Run trials in a local pool of ``workers`` slots. With GPUs, each slot owns one GPU
+    (``CUDA_VISIBLE_DEVICES``); on CPU the cores are shared out (``OMP_NUM_THREADS``)."""
+    gpus = _gpu_count()
+    slots = list(range(workers))
+    free = list(slots)
+    results = []
+    threads = max(1, (os.cpu_count() or 1) // workers)
+
+    def job(t):
+        slot = free.pop()
+        try:
+            env = {"CUDA_VISIBLE_DEVICES": str(slot % gpus)} if gpus else {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": str(threads)}
+            return run_trial(kind, str(t["dir"]), env, timeout_s)
+        finally:
+            free.append(slot)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(job, t): t for t in trials}
+        for f in as_completed(futures):
+            st = f.result()
+            results.append(st)
+            if on_done:
+                on_done(st)
+    return results
+
+
+def run_ray(kind: str, trials: list[dict], address: str | None, timeout_s: float | None,
+            on_done: Callable[[dict], None] | None = None, num_cpus: int | None = None) -> list[dict]:
+    """Run trials as Ray tasks (one GPU each where the cluster has GPUs). ``address`` connects to
+    a running cluster (``ray://...`` or ``auto``); None starts a local Ray instance. Every node must
+    see the sweep directory and the datasets at the same paths (a shared file system)."""
+    try:
+        import ray
+    except ImportError:
+        raise SweepError("--backend ray needs Ray: pip install 'mosaic[ray]'") from None
+    started = False
+    if not ray.is_initialized():
+        kw = {"address": address} if address else {"num_cpus": num_cpus}
+        ray.init(include_dashboard=False, log_to_driver=False, **kw)
+        started = True
+    try:
+        gpus = ray.cluster_resources().get("GPU", 0)
+        remote = ray.remote(num_gpus=1 if gpus else 0, num_cpus=1)(run_trial)
+        refs = {remote.remote(kind, str(t["dir"].resolve()), {"OMP_NUM_THREADS": "1"} if not gpus else None, timeout_s): t for t in trials}
+        results = []
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            st = ray.get(ready[0])
+            results.append(st)
+            if on_done:
+                on_done(st)
+        return results
+    finally:
+        if started:
+            ray.shutdown()
+
+
+# ----------------------------------------------------------------------------------------------
+# results
+# ----------------------------------------------------------------------------------------------
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(d, (int, float, str, bool)) or d is None:
+        out[prefix] = d
+    return out
+
+
+def result_row(tdir: Path) -> dict:
+    """One results row: the trial's axis values, status, run time, and its metrics (flattened).
+
+    Standard columns (when the run reports them): ``seen.<concept>``, ``held_out.<concept>``,
+    ``seen.joint``, ``held_out.joint`` (accuracy of generated/predicted concepts on seen and
+    held-out combinations) and ``evaluator.joint`` (the evaluator's own accuracy).
+    """
+    st = read_status(tdir)
+    row: dict[str, Any] = {"trial": st.get("id", tdir.name), "status": st.get("status"), "time_s": st.get("time_s"),
+                           "error": (st.get("error") or "")[-500:] or None}
+    row.update(st.get("values", {}))
+    mpath = tdir / "run" / "metrics.json"
+    if mpath.is_file():
+        m = json.loads(mpath.read_text())
+        table = m.get("table") or {}
+        for split in ("seen", "held_out"):
+            for k, v in (table.get(split) or {}).items():
+                if isinstance(v, (int, float)) and k != "n":
+                    row[f"{split}.{k}"] = v
+        chk = m.get("evaluator_check") or {}
+        joint = chk.get("joint", chk.get("joint_accuracy"))
+        if isinstance(joint, dict):
+            joint = joint.get("accuracy")
+        if isinstance(joint, (int, float)):
+            row["evaluator.joint"] = joint
+        for k, v in _flatten({k: v for k, v in m.items() if k not in ("table", "evaluator_check")}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                row.setdefault(f"metrics.{k}", v)
+    return row
+
+
+def collect(out: Path) -> "pd.DataFrame":  # noqa: F821
+    """Gather every trial of a sweep folder into ``results.csv`` and ``results.parquet``."""
+    import pandas as pd
+
+    rows = [result_row(d) for d in sorted((out / "trials").iterdir()) if d.is_dir()] if (out / "trials").is_dir() else []
+    df = pd.DataFrame(rows)
+    df.to_csv(out / "results.csv", index=False)
+    df.to_parquet(out / "results.parquet", index=False)
+    return df
+
+
+def run_sweep(sweep: SweepSpec, out: Path, backend: str = "local", workers: int = 1, address: str | None = None,
+              on_progress: Callable[[str], None] | None = None, on_done: Callable[[dict], None] | None = None):
+    """Prepare, run (skipping finished trials) and collect a sweep. Returns ``(trials, results DataFrame)``."""
+    trials = prepare(sweep, out, on_progress)
+    todo = [t for t in trials if read_status(t["dir"]).get("status") != "done"]
+    for t in todo:
+        st = read_status(t["dir"])
+        st["kind"] = sweep.kind
+        write_status(t["dir"], st)
+    if backend == "local":
+        run_local(sweep.kind, todo, workers, sweep.timeout_s, on_done)
+    elif backend == "ray":
+        run_ray(sweep.kind, todo, address, sweep.timeout_s, on_done, num_cpus=workers)
+    else:
+        raise SweepError(f"--backend {backend!r}: use local or ray")
+    return trials, collect(out)

@@ -1,0 +1,84 @@
+"""``mosaic sweep`` and ``mosaic report``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mosaic.errors import MosaicError
+
+console = Console()
+
+
+def sweep_command(
+    sweep: Annotated[Path, typer.Argument(help="Sweep YAML, e.g. experiments/sweeps/composition_cpu.yaml")],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Sweep folder (default data/sweeps/<name>)")] = None,
+    backend: Annotated[str, typer.Option("--backend", help="local (process pool) or ray")] = "local",
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Trials at a time (local: one GPU each where GPUs exist)")] = 1,
+    address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (ray://host:10001 or auto); default: a local Ray instance")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a sweep field: key.path=value (repeatable)")] = None,
+    report: Annotated[bool, typer.Option("--report/--no-report", help="Write the HTML report at the end")] = True,
+) -> None:
+    """Run a sweep: every trial (generate, train, sample, evaluate) in its own subprocess and run folder.
+    Resumable: finished trials are skipped; failed ones are recorded and do not stop the others."""
+    from mosaic.cli import _fail
+    from mosaic.sweep import expand, load_sweep, run_sweep
+
+    try:
+        s = load_sweep(sweep, set_)
+        folder = out or Path("data") / "sweeps" / s.name
+        n = len(expand(s))
+        console.print(f"[bold]{s.name}[/]: {n} trials ({' x '.join(s.axes())}), backend {backend}, {workers} at a time -> {folder}")
+        counter = {"done": 0, "failed": 0}
+
+        def on_done(st):
+            counter[st["status"] if st["status"] in counter else "failed"] += 1
+            mark = "[green]done[/]" if st["status"] == "done" else "[red]FAILED[/]"
+            console.print(f"  {mark} {st.get('id')} ({st.get('time_s', 0):.0f} s)  [{counter['done'] + counter['failed']}/{n}]")
+
+        trials, df = run_sweep(s, folder, backend=backend, workers=workers, address=address,
+                               on_progress=lambda m: console.print(f"  preparing {m}"), on_done=on_done)
+    except MosaicError as e:
+        _fail(e)
+    t = Table(title=f"{s.name}: results ({folder / 'results.csv'})")
+    cols = [c for c in list(s.grid) + list(s.zip) + ["seed", "status", "seen.joint", "held_out.joint", "evaluator.joint", "time_s"] if c in df.columns]
+    for c in cols:
+        t.add_column(c.split(".")[-1] if c.startswith("spec.") else c, justify="right")
+    for _, r in df.iterrows():
+        t.add_row(*[f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols])
+    console.print(t)
+    failed = df[df["status"] != "done"] if "status" in df.columns else df.iloc[0:0]
+    for _, r in failed.iterrows():
+        console.print(f"[red]failed[/] {r['trial']}: {str(r.get('error'))[-300:]}")
+    if report:
+        from mosaic.report import make_report
+
+        console.print(f"report: {make_report(folder)}")
+    if len(failed):
+        raise typer.Exit(1)
+
+
+def report_command(
+    sweep_dir: Annotated[Path, typer.Argument(help="Sweep folder (made by `mosaic sweep`)")],
+) -> None:
+    """Write a sweep's report: accuracy curves, per-cell heatmaps and sample grids on an HTML page."""
+    from mosaic.cli import _fail
+    from mosaic.report import make_report
+    from mosaic.sweep import collect
+
+    try:
+        if (sweep_dir / "trials").is_dir():
+            collect(sweep_dir)
+        page = make_report(sweep_dir)
+    except MosaicError as e:
+        _fail(e)
+    console.print(f"wrote {page}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sweep")(sweep_command)
+    app.command("report")(report_command)

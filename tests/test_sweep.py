@@ -1,0 +1,94 @@
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from mosaic.sweep import SweepError, SweepSpec, collect, expand, load_sweep, result_row, trial_config, trial_id, write_status
+
+
+def sweep_file(tmp_path, config: dict, **fields) -> Path:
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(yaml.safe_dump(config))
+    data = {"name": "s", "kind": "diffusion", "config": str(cfg), **fields}
+    p = tmp_path / "sweep.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+CFG = {"name": "r", "dataset": {"spec": "experiments/specs/count_composition.yaml", "overrides": {"image.size": 16}},
+       "training": {"steps": 5}}
+
+
+def test_expand_grid_zip_and_seeds(tmp_path):
+    s = load_sweep(sweep_file(tmp_path, CFG, grid={"spec.holdout.rule.n": [1, 3], "training.lr": [1e-3, 1e-4]},
+                              zip={"spec.splits.train": [100, 200], "training.steps": [10, 20]}, seeds=[0, 1]))
+    trials = expand(s)
+    assert len(trials) == 2 * 2 * 2 * 2
+    assert trials[0] == {"spec.holdout.rule.n": 1, "training.lr": 1e-3, "spec.splits.train": 100, "training.steps": 10, "seed": 0}
+    assert all((t["spec.splits.train"], t["training.steps"]) in ((100, 10), (200, 20)) for t in trials)
+    ids = [trial_id(t) for t in trials]
+    assert len(set(ids)) == len(ids) and ids == [trial_id(t) for t in expand(s)]
+    assert ids[0].startswith("n=1_lr=0.001_train=100_steps=10_seed=0-")
+
+
+def test_trial_config_routes_spec_and_training_overrides(tmp_path):
+    s = load_sweep(sweep_file(tmp_path, CFG, set={"training.batch_size": 4, "spec.splits.val": 10},
+                              grid={"spec.holdout.rule.n": [3]}, seeds=[7]))
+    raw = trial_config(s, expand(s)[0])
+    assert raw["dataset"]["overrides"] == {"image.size": 16, "splits.val": 10, "holdout.rule.n": 3}
+    assert raw["training"] == {"steps": 5, "batch_size": 4, "seed": 7}
+
+
+def test_bad_sweeps_name_the_field(tmp_path):
+    with pytest.raises(SweepError, match="zip axes must have equal lengths"):
+        load_sweep(sweep_file(tmp_path, CFG, zip={"a": [1, 2], "b": [1]}))
+    with pytest.raises(SweepError, match="unknown field 'grdi'"):
+        load_sweep(sweep_file(tmp_path, CFG, grdi={"a": [1]}))
+    p = sweep_file(tmp_path, CFG)
+    d = yaml.safe_load(p.read_text())
+    d["config"] = "missing.yaml"
+    p.write_text(yaml.safe_dump(d))
+    with pytest.raises(SweepError, match="no such training config"):
+        load_sweep(p)
+    s = load_sweep(sweep_file(tmp_path, {**CFG, "dataset": {"path": "data/x"}}, grid={"spec.holdout.rule.n": [1]}))
+    with pytest.raises(SweepError, match="no dataset.spec"):
+        trial_config(s, expand(s)[0])
+
+
+def fake_trial(root: Path, values: dict, status: str, held: float | None = None, seen: float | None = None):
+    tdir = root / "trials" / trial_id(values)
+    (tdir / "run").mkdir(parents=True)
+    write_status(tdir, {"id": trial_id(values), "values": values, "status": status, "time_s": 3.0,
+                        "error": None if status == "done" else "boom"})
+    if held is not None:
+        (tdir / "run" / "metrics.json").write_text(json.dumps({
+            "table": {"seen": {"n": 10, "color": seen, "joint": seen}, "held_out": {"n": 10, "color": held, "joint": held}},
+            "evaluator_check": {"joint": 0.998}, "train": {"steps": 5, "final_loss": 0.1}}))
+    return tdir
+
+
+def test_collect_and_report(tmp_path):
+    from mosaic.report import make_report
+
+    out = tmp_path / "sw"
+    (out).mkdir()
+    (out / "sweep.yaml").write_text(yaml.safe_dump({"name": "demo", "kind": "diffusion", "config": "x.yaml",
+                                                    "grid": {"spec.holdout.rule.n": [1, 3], "spec.splits.train": [100, 400]}}))
+    for n, held in ((1, 0.8), (3, 0.5)):
+        for size, bonus in ((100, 0.0), (400, 0.1)):
+            for seed in (0, 1):
+                fake_trial(out, {"spec.holdout.rule.n": n, "spec.splits.train": size, "seed": seed}, "done", held + bonus + 0.01 * seed, 0.95)
+    fake_trial(out, {"spec.holdout.rule.n": 5, "spec.splits.train": 100, "seed": 0}, "failed")
+    df = collect(out)
+    assert len(df) == 9 and (out / "results.parquet").is_file()
+    back = pd.read_parquet(out / "results.parquet")
+    assert set(back.columns) >= {"trial", "status", "seen.joint", "held_out.joint", "evaluator.joint", "spec.holdout.rule.n", "seed", "time_s"}
+    row = df[(df["spec.holdout.rule.n"] == 3) & (df["spec.splits.train"] == 400) & (df["seed"] == 1)].iloc[0]
+    assert row["held_out.joint"] == pytest.approx(0.61) and row["evaluator.joint"] == 0.998 and row["metrics.train.steps"] == 5
+    assert df[df["status"] == "failed"].iloc[0]["error"] == "boom"
+    page = make_report(out)
+    text = page.read_text()
+    assert (out / "report" / "curves.png").stat().st_size > 5000 and "curves.png" in text
+    assert "Failed trials" in text and "boom" in text and "<table" in text
