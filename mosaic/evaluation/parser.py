@@ -38,6 +38,7 @@ exact for a known renderer; its accuracy is measured by :func:`mosaic.evaluation
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,7 +48,7 @@ from scipy import ndimage
 from mosaic.labels import read_labels
 from mosaic.scene import Scene, SceneObject
 from mosaic.spec import Spec, allowed_values
-from mosaic.vocab import SHAPES, srgb_to_lab
+from mosaic.vocab import SHAPES, plural, srgb_to_lab
 
 #: Rotational symmetry period of each shape, degrees (None: rotation does not show).
 SYMMETRY_DEG: dict[str, float | None] = {
@@ -168,6 +169,17 @@ class SceneParser:
         """
         images = _check_images(images)
         return [self.parse(im).values for im in images]
+
+    def explain(self, images: np.ndarray) -> list[list[str]]:
+        """Per image: what the parser found (``"found 4 red circles, 1 brown circle"``) and the
+        reasons for every value it could not read."""
+        out = []
+        for im in _check_images(images):
+            p = self.parse(im)
+            kinds = Counter((o.color, o.shape) for o in p.scene.objects)
+            found = ", ".join(f"{n} {c} {sh if n == 1 else plural(sh)}" for (c, sh), n in kinds.items()) or "no objects"
+            out.append([f"found {found}"] + p.problems)
+        return out
 
     def parse(self, image: np.ndarray) -> Parse:
         """Parse one image (uint8 ``[H, W, 3]``) into a scene graph and concept values."""

@@ -1,0 +1,185 @@
+"""``mosaic evaluator train|check`` and ``mosaic evaluate``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from mosaic.errors import MosaicError
+
+console = Console()
+err_console = Console(stderr=True)
+
+evaluator_app = typer.Typer(no_args_is_help=True, help="Train a learned evaluator, or check an evaluator's accuracy on fresh ground-truth renders.")
+
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a spec field: key.path=value (repeatable)")]
+SpecArg = Annotated[Path, typer.Argument(help="Spec YAML file, e.g. experiments/specs/count.yaml")]
+EvalOpt = Annotated[str, typer.Option("--evaluator", "-e", help="'parser' (the scene parser) or a directory made by `mosaic evaluator train`")]
+
+
+def _fail(e: Exception) -> None:
+    err_console.print(f"[bold red]error:[/] {e}", highlight=False, markup=True, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _progress(label: str) -> Progress:
+    return Progress(TextColumn(f"[bold]{label}[/] " + "{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, transient=True)
+
+
+def _pct(v) -> str:
+    return "n/a" if v is None else f"{100 * v:.2f}%"
+
+
+def print_check(report: dict) -> None:
+    """Print a check report: per-concept accuracy, unreadable share, top confusions, joint accuracy."""
+    deg = report["degradation"]["name"]
+    t = Table(title=f"evaluator {report['evaluator']} on {report['n']} fresh renders of {report['spec']} "
+                    f"({report['split']}, degradation: {deg})")
+    for col in ("concept", "accuracy", "unreadable", "seen", "held-out", "most frequent errors (intended -> read x count)"):
+        t.add_column(col, overflow="fold")
+    thr = report["threshold"]
+    for c, acc in report["accuracy"].items():
+        ok = acc is not None and acc >= thr
+        conf = ", ".join(f"{e['intended']}->{e['read']} x{e['count']}" for e in report["confusion"][c][:3]) or "-"
+        t.add_row(c, f"[{'green' if ok else 'red'}]{_pct(acc)}[/]", _pct(report["unreadable"][c]),
+                  _pct(report["seen"]["accuracy"].get(c) if report["seen"]["n"] else None),
+                  _pct(report["held_out"]["accuracy"].get(c) if report["held_out"]["n"] else None), conf)
+    t.add_row("[bold]joint[/]", _pct(report["joint_accuracy"]), "", _pct(report["seen"]["joint_accuracy"]),
+              _pct(report["held_out"]["joint_accuracy"]), "")
+    console.print(t)
+    for f in report.get("failures", [])[:3]:
+        console.print(f"  e.g. index {f['index']}: intended {f['intended']}, read {f['read']}; " + "; ".join(f["reasons"]), highlight=False)
+    speed = report.get("images_per_second")
+    verdict = "[green]passes[/]" if report["passed"] else f"[bold red]BELOW THRESHOLD[/] on {', '.join(report['below_threshold'])}"
+    console.print(f"threshold {thr:.1%} per concept: {verdict}" + (f"   ({speed:.0f} images/s)" if speed else ""))
+
+
+@evaluator_app.command("check")
+def check_command(
+    spec: SpecArg,
+    evaluator: EvalOpt = "parser",
+    n: Annotated[int, typer.Option("--n", min=1, help="Fresh ground-truth renders (split evaluator_check)")] = 2000,
+    degrade: Annotated[str, typer.Option("--degrade", help="none, mild (blur 0.7 px, noise 6, colour shift 3%) or strong")] = "none",
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON")] = None,
+    set_: SetOpt = None,
+) -> None:
+    """Accuracy of an evaluator on fresh renders (a seed distinct from every dataset), per concept and joint."""
+    try:
+        from mosaic.evaluation import check_evaluator, load_evaluator
+        from mosaic.spec import load_spec
+
+        s = load_spec(spec, set_)
+        ev = load_evaluator(s, evaluator)
+        with _progress("check") as progress:
+            task = progress.add_task(f"{ev.name} on {s.name}", total=n)
+            report = check_evaluator(s, ev, n=n, degrade=degrade, on_progress=lambda a, b: progress.update(task, completed=a))
+    except MosaicError as e:
+        _fail(e)
+    print_check(report)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"wrote {json_out}")
+
+
+@evaluator_app.command("train")
+def train_command(
+    spec: SpecArg,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for config.json, model.safetensors, report.json")],
+    steps: Annotated[Optional[int], typer.Option("--steps", min=1, help="Optimizer steps (default 1500)")] = None,
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", min=1, help="Images per step (default 128)")] = None,
+    input_size: Annotated[Optional[int], typer.Option("--input-size", min=8, help="Side the model sees, px (default 32)")] = None,
+    n_train: Annotated[Optional[int], typer.Option("--n-train", min=1, help="Distinct training renders (default 20000)")] = None,
+    width: Annotated[Optional[int], typer.Option("--width", min=4, help="Channels of the first stage (default 16)")] = None,
+    check_n: Annotated[Optional[int], typer.Option("--check-n", min=0, help="Fresh renders for the accuracy report (default 1000)")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Training seed (default 0)")] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="torch CPU threads (default: auto, 1 on a busy machine)")] = None,
+    set_: SetOpt = None,
+) -> None:
+    """Train a learned evaluator (small CNN, one head per concept) on augmented renders of every combination."""
+    try:
+        from mosaic.evaluation.learned import LearnedConfig, train_evaluator
+        from mosaic.spec import load_spec
+
+        s = load_spec(spec, set_)
+        given = {"steps": steps, "batch_size": batch_size, "input_size": input_size, "n_train": n_train, "width": width,
+                 "check_n": check_n, "seed": seed, "threads": threads}
+        cfg = LearnedConfig(**{k: v for k, v in given.items() if v is not None})
+        console.print(f"training a learned evaluator for {s.name}: {cfg.steps} steps x {cfg.batch_size} images at "
+                      f"{cfg.input_size} px, pool of {cfg.n_train} renders")
+        with _progress("evaluator") as progress:
+            tasks = {}
+
+            def on_progress(phase, done, total):
+                if phase not in tasks:
+                    tasks[phase] = progress.add_task(phase, total=total)
+                progress.update(tasks[phase], completed=done)
+
+            def on_log(rec):
+                progress.console.print(f"  step {rec['step']:>6}  loss {rec['loss']:.4f}  batch accuracy {rec['batch_accuracy']:.3f}  "
+                                       f"{rec['seconds']:.0f} s", highlight=False)
+
+            ev = train_evaluator(s, out, cfg, on_log=on_log, on_progress=on_progress)
+    except MosaicError as e:
+        _fail(e)
+    except ValueError as e:  # pydantic validation of the options
+        _fail(MosaicError(str(e)))
+    r = ev.report
+    console.print(f"rendered {cfg.n_train} images in {r['render_seconds']:.1f} s, trained in {r['train_seconds']:.1f} s "
+                  f"({r['steps_per_second']:.1f} steps/s on {r['device']})")
+    for key in ("check_clean", "check_mild"):
+        if key in r:
+            print_check(r[key])
+    console.print(f"[green]saved[/] {out}")
+
+
+def evaluate(
+    images_dir: Annotated[Path, typer.Argument(help="Folder with images and a metadata.jsonl (file_name, concepts, optional held_out)")],
+    spec: Annotated[Path, typer.Option("--spec", help="Spec the images were meant to follow")],
+    evaluator: EvalOpt = "parser",
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write metrics.json, metrics.csv, heatmap.png, predictions.jsonl here")] = None,
+    check_n: Annotated[int, typer.Option("--check-n", min=0, help="Fresh renders to check the evaluator on (a learned evaluator's saved report is used when it matches the spec)")] = 500,
+    set_: SetOpt = None,
+) -> None:
+    """Score any model's images: read their concepts and compare with the intended ones (seen vs held-out, per cell)."""
+    try:
+        from mosaic.evaluation import evaluate_folder, load_evaluator
+        from mosaic.spec import load_spec
+
+        s = load_spec(spec, set_)
+        ev = load_evaluator(s, evaluator)
+        m = evaluate_folder(images_dir, s, ev, out=out, check_n=check_n)
+    except MosaicError as e:
+        _fail(e)
+    t = Table(title=f"{m['n']} images of {images_dir} read by {ev.name}")
+    t.add_column("concept")
+    for g in ("overall", "seen", "held_out"):
+        t.add_column(f"{g} (n={m[g]['n']})")
+    for c in m["concepts"]:
+        t.add_row(c, *[_pct(m[g]["accuracy"][c]) for g in ("overall", "seen", "held_out")])
+    t.add_row("[bold]joint[/]", *[_pct(m[g]["joint_accuracy"]) for g in ("overall", "seen", "held_out")])
+    for key, label in (("count_mae", "count MAE"), ("position_distance", "bin distance")):
+        for c in (m["overall"].get(key) or {}):
+            t.add_row(f"{c} {label}", *["n/a" if m[g].get(key, {}).get(c) is None else f"{m[g][key][c]:.3f}" for g in ("overall", "seen", "held_out")])
+    console.print(t)
+    chk = m["evaluator"]["check"]
+    if chk:
+        console.print(f"evaluator {ev.name}: " + ", ".join(f"{c} {_pct(v)}" for c, v in chk["accuracy"].items())
+                      + f" on {chk['n']} fresh renders ({chk['source']})", highlight=False)
+    if m["flagged"]:
+        console.print(f"[bold red]FLAGGED[/]: {m['flag_reason']}")
+    if out is not None:
+        console.print(f"wrote {out}/metrics.json, metrics.csv, heatmap.png, predictions.jsonl")
+
+
+def register(app: typer.Typer) -> None:
+    """Attach ``mosaic evaluator ...`` and ``mosaic evaluate`` to the main app."""
+    app.add_typer(evaluator_app, name="evaluator")
+    app.command("evaluate")(evaluate)

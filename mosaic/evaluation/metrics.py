@@ -1,0 +1,304 @@
+"""Scores of predicted concept values against intended ones, for every trainer and evaluator.
+
+:func:`score` gives, overall and split into **seen** and **held-out** combinations (a record's
+``held_out`` flag; records without one count as seen):
+
+- per-concept accuracy, and **joint accuracy** (every concept right);
+- the fraction of unreadable predictions (None) per concept, counted as wrong;
+- **count MAE** (mean absolute error of the number, readable predictions only) for count concepts;
+- **circular bin distance** for position concepts: ``min(|i - j|, n - |i - j|)`` between bin
+  indices (0 = right bin, 1 = a neighbour...), mean over readable predictions;
+- per **cell** of the combination grid (the holdout's concepts, :func:`mosaic.holdout.grid_concepts`;
+  without a holdout the first two concepts): n, joint accuracy and per-concept accuracy.
+
+:func:`write_metrics` writes ``metrics.json``, ``metrics.csv`` (long format) and ``heatmap.png``
+(joint accuracy per cell; held-out cells outlined).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from mosaic.errors import MosaicError
+from mosaic.spec import Spec
+
+GROUPS = ("overall", "seen", "held_out")
+
+
+def _index(domain: list, value) -> int | None:
+    """Index of ``value`` in ``domain`` (tolerant of JSON round trips: 3 == 3.0, "3" != 3 unless no
+    exact match), None when absent."""
+    if value is None:
+        return None
+    for k, d in enumerate(domain):
+        if d == value:
+            return k
+    s = str(value)
+    for k, d in enumerate(domain):
+        if str(d) == s:
+            return k
+    return None
+
+
+def grid_of(spec: Spec) -> tuple[list[str], dict[tuple, str] | None]:
+    """The concepts of the per-cell breakdown and, with a holdout, each cell's status.
+
+    Returns ``(concepts, status)``: the holdout's grid concepts and ``{combination: "seen" |
+    "held_out" | "excluded"}``; without a holdout the first two concepts and None.
+    """
+    try:  # the holdout module may be absent in older trees
+        from mosaic.holdout import grid_concepts
+    except ImportError:  # pragma: no cover
+        grid_concepts = None
+    if grid_concepts is not None and getattr(spec, "holdout", None) is not None:
+        concepts = list(grid_concepts(spec))
+        status = None
+        g = getattr(spec, "grid", None)
+        if g is not None:
+            names = {0: "seen", 1: "held_out", 2: "excluded"}
+            status = {g.values_of(idx): names.get(int(st), str(st)) for idx, st in np.ndenumerate(g.status)}
+        return concepts, status
+    return list(spec.concepts)[:2], None
+
+
+def _summary(mask: np.ndarray, T, P, raw, spec: Spec, concepts: list[str]) -> dict:
+    n = int(mask.sum())
+    out: dict = {"n": n}
+    if n == 0:
+        out.update({"accuracy": {c: None for c in concepts}, "joint_accuracy": None, "unreadable": {c: None for c in concepts}})
+        return out
+    right = (P[mask] == T[mask])  # [n, C]; -1 (unreadable) never equals a true index
+    out["accuracy"] = {c: float(right[:, j].mean()) for j, c in enumerate(concepts)}
+    out["joint_accuracy"] = float(right.all(1).mean())
+    out["unreadable"] = {c: float((P[mask][:, j] < 0).mean() if not _is_count(spec, c) else np.isnan(raw[mask][:, j]).mean())
+                         for j, c in enumerate(concepts)}
+    for j, c in enumerate(concepts):
+        role = spec.roles.get(c)
+        if role == "count":
+            dom = spec.domain(c)
+            t = np.array([float(dom[k]) for k in T[mask][:, j]])
+            p = raw[mask][:, j]
+            ok = ~np.isnan(p)
+            out.setdefault("count_mae", {})[c] = float(np.abs(p[ok] - t[ok]).mean()) if ok.any() else None
+        elif role == "position":
+            nb = len(spec.domain(c))
+            t, p = T[mask][:, j], P[mask][:, j]
+            ok = p >= 0
+            d = np.abs(p[ok] - t[ok])
+            out.setdefault("position_distance", {})[c] = float(np.minimum(d, nb - d).mean()) if ok.any() else None
+    return out
+
+
+def _is_count(spec: Spec, c: str) -> bool:
+    return spec.roles.get(c) == "count"
+
+
+def score(records: list[dict], predictions: list[dict], spec: Spec) -> dict:
+    """Score predicted concept values against the intended ones.
+
+    Args:
+        records: one dict per image with ``concepts`` (concept -> intended value) and optionally
+            ``held_out`` (bool; absent = seen), as in a dataset's ``metadata.jsonl``.
+        predictions: one dict per image, concept -> predicted value or None (unreadable).
+        spec: the spec (concept domains and roles, holdout grid).
+    Returns:
+        ``{"n", "concepts", "overall", "seen", "held_out", "grid"}``; each group holds ``n``,
+        ``accuracy`` (concept -> fraction), ``joint_accuracy``, ``unreadable``, and where the spec
+        has them ``count_mae`` and ``position_distance`` (mean circular bin distance); a group
+        without samples has None values. ``grid`` holds ``concepts``, ``domains`` and ``cells``:
+        per observed combination ``combination``, ``status`` (seen / held_out / excluded), ``n``,
+        ``joint_accuracy`` and ``accuracy``.
+    Raises:
+        MosaicError: different lengths, or a record whose intended value is missing or not in the
+            concept's domain (names the record and the concept).
+    """
+    if len(records) != len(predictions):
+        raise MosaicError(f"score(): {len(records)} records but {len(predictions)} predictions; give one prediction per record")
+    concepts = list(spec.concepts)
+    N, C = len(records), len(concepts)
+    T = np.full((N, C), -1, np.int64)
+    P = np.full((N, C), -1, np.int64)
+    raw = np.full((N, C), np.nan)  # numeric predictions of count concepts (may be outside the domain)
+    held = np.zeros(N, bool)
+    for i, (r, p) in enumerate(zip(records, predictions)):
+        conc = r.get("concepts")
+        if not isinstance(conc, dict):
+            raise MosaicError(f"record {i} ({r.get('file_name', '?')}) has no 'concepts' mapping of intended values")
+        held[i] = bool(r.get("held_out") or False)
+        for j, c in enumerate(concepts):
+            dom = spec.domain(c)
+            if c not in conc:
+                raise MosaicError(f"record {i} ({r.get('file_name', '?')}): concept {c!r} is missing from 'concepts'; "
+                                  f"give its intended value (one of {dom})")
+            k = _index(dom, conc[c])
+            if k is None:
+                raise MosaicError(f"record {i} ({r.get('file_name', '?')}): intended {c} = {conc[c]!r} is not a value of the "
+                                  f"concept ({dom}); is the spec the one the images were made for?")
+            T[i, j] = k
+            pv = (p or {}).get(c)
+            kp = _index(dom, pv)
+            P[i, j] = -1 if kp is None else kp
+            if _is_count(spec, c) and pv is not None:
+                try:
+                    raw[i, j] = float(pv)
+                except (TypeError, ValueError):
+                    pass
+    out = {"n": N, "concepts": concepts}
+    for name, mask in (("overall", np.ones(N, bool)), ("seen", ~held), ("held_out", held)):
+        out[name] = _summary(mask, T, P, raw, spec, concepts)
+
+    gconcepts, status = grid_of(spec)
+    gidx = [concepts.index(c) for c in gconcepts]
+    cells = defaultdict(list)
+    for i in range(N):
+        cells[tuple(int(T[i, j]) for j in gidx)].append(i)
+    rows = []
+    for key in sorted(cells):
+        m = np.zeros(N, bool)
+        m[cells[key]] = True
+        combo = [spec.domain(c)[k] for c, k in zip(gconcepts, key)]
+        st = status.get(tuple(combo)) if status else None
+        if st is None:
+            st = "held_out" if held[m].any() else "seen"
+        s = _summary(m, T, P, raw, spec, concepts)
+        rows.append({"combination": combo, "status": st, "n": s["n"], "joint_accuracy": s["joint_accuracy"], "accuracy": s["accuracy"]})
+    out["grid"] = {
+        "concepts": gconcepts,
+        "domains": {c: list(spec.domain(c)) for c in gconcepts},
+        "status": [[list(k), v] for k, v in status.items()] if status else None,
+        "cells": rows,
+    }
+    return out
+
+
+def write_metrics(metrics: dict, out_dir: str | Path, spec: Spec, title: str | None = None) -> dict[str, Path]:
+    """Write ``metrics.json``, ``metrics.csv`` and ``heatmap.png`` (joint accuracy per cell).
+
+    The CSV is long format: ``group, combination, concept, metric, value, n`` with group
+    ``overall`` / ``seen`` / ``held_out`` / ``cell`` (combination ``v1|v2`` for cells) and concept
+    ``*`` for joint metrics. Returns the paths written.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "metrics.json", "csv": out / "metrics.csv", "heatmap": out / "heatmap.png"}
+    paths["json"].write_text(json.dumps(metrics, indent=2, default=_json_default) + "\n")
+    with paths["csv"].open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["group", "combination", "concept", "metric", "value", "n"])
+        for g in GROUPS:
+            s = metrics.get(g) or {}
+            n = s.get("n", 0)
+            w.writerow([g, "", "*", "joint_accuracy", _fmt(s.get("joint_accuracy")), n])
+            for key in ("accuracy", "unreadable", "count_mae", "position_distance"):
+                for c, v in (s.get(key) or {}).items():
+                    w.writerow([g, "", c, key, _fmt(v), n])
+        for cell in metrics.get("grid", {}).get("cells", []):
+            combo = "|".join(map(str, cell["combination"]))
+            w.writerow(["cell", combo, "*", "joint_accuracy", _fmt(cell["joint_accuracy"]), cell["n"]])
+            for c, v in cell["accuracy"].items():
+                w.writerow(["cell", combo, c, "accuracy", _fmt(v), cell["n"]])
+    plot_cell_heatmap(metrics, paths["heatmap"], spec, title=title)
+    return paths
+
+
+def _fmt(v):
+    return "" if v is None else (f"{v:.6g}" if isinstance(v, float) else v)
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def plot_cell_heatmap(metrics: dict, path: str | Path, spec: Spec, title: str | None = None) -> Path:
+    """Heatmap PNG of joint accuracy per cell of the combination grid.
+
+    Two grid concepts: rows = the first, columns = the second. More: rows = the product of the
+    first half of the grid concepts, columns = the product of the rest (binding: left object type x
+    right object type). One concept: a single row. Held-out cells are outlined in black and marked
+    with a dot before the number; cells without samples are gray.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    grid = metrics["grid"]
+    gc = grid["concepts"]
+    doms = [grid["domains"][c] for c in gc]
+    half = max(1, math.ceil(len(gc) / 2)) if len(gc) > 1 else 1
+    row_c, col_c = gc[:half], gc[half:]
+    row_d, col_d = doms[:half], doms[half:]
+    import itertools
+
+    rows = list(itertools.product(*row_d)) if row_d else [()]
+    cols = list(itertools.product(*col_d)) if col_d else [()]
+    ri = {r: k for k, r in enumerate(rows)}
+    ci = {c: k for k, c in enumerate(cols)}
+    acc = np.full((len(rows), len(cols)), np.nan)
+    nn = np.zeros((len(rows), len(cols)), int)
+    status = np.full((len(rows), len(cols)), "", dtype=object)
+    for combo, st in grid.get("status") or []:
+        combo = tuple(combo)
+        status[ri[combo[:half]], ci[combo[half:]]] = st
+    for cell in grid["cells"]:
+        combo = tuple(cell["combination"])
+        i, j = ri[combo[:half]], ci[combo[half:]]
+        acc[i, j] = np.nan if cell["joint_accuracy"] is None else cell["joint_accuracy"]
+        nn[i, j] = cell["n"]
+        status[i, j] = cell["status"]
+
+    def lab(t):
+        return "/".join(map(str, t)) if t else ""
+
+    nr, ncol = len(rows), len(cols)
+    cw = 0.55 if ncol <= 12 else 0.32
+    fig, ax = plt.subplots(figsize=(max(5.0, 2.2 + cw * ncol), max(2.6, 1.6 + cw * 0.85 * nr)), dpi=120)
+    cmap = matplotlib.colormaps["RdYlGn"].with_extremes(bad="#d0d0d0")
+    im = ax.imshow(np.ma.masked_invalid(acc), cmap=cmap, vmin=0, vmax=1, aspect="auto")
+    annotate = nr * ncol <= 200
+    for i in range(nr):
+        for j in range(ncol):
+            st = status[i, j]
+            if st == "held_out":
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=1.6))
+            if annotate and not np.isnan(acc[i, j]):
+                txt = f"{100 * acc[i, j]:.0f}"
+                ax.text(j, i, ("•" if st == "held_out" else "") + txt, ha="center", va="center", fontsize=7 if ncol <= 12 else 5,
+                        color="black")
+            elif annotate and st == "excluded":
+                ax.text(j, i, "x", ha="center", va="center", fontsize=6, color="#707070")
+    fs = 8 if max(nr, ncol) <= 12 else 5
+    ax.set_yticks(range(nr), [lab(r) for r in rows], fontsize=fs)
+    xl = [lab(c) for c in cols]
+    tilt = ncol * max(map(len, xl)) > 40  # long labels: tilt them
+    ax.set_xticks(range(ncol), xl, rotation=60 if tilt else 0, ha="right" if tilt else "center", fontsize=fs)
+    ax.set_ylabel(" / ".join(row_c) if row_c else "")
+    ax.set_xlabel(" / ".join(col_c) if col_c else "")
+    fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02, label="joint accuracy")
+
+    def pct(g):
+        v = (metrics.get(g) or {}).get("joint_accuracy")
+        return "n/a" if v is None else f"{100 * v:.1f}%"
+
+    head = title or f"{spec.name}: joint accuracy per combination"
+    ax.set_title(f"{head}\nseen {pct('seen')} (n={metrics['seen']['n']}), held-out {pct('held_out')} "
+                 f"(n={metrics['held_out']['n']}); outlined • = held-out, gray = no samples", fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,85 @@
+"""`mosaic evaluator check|train` and `mosaic evaluate` (smoke tests with real assertions)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from mosaic.cli import app
+from mosaic.dataset import generate
+from mosaic.spec import parse_spec
+from tests.conftest import SPECS, tiny
+
+runner = CliRunner()
+
+
+def test_check_prints_accuracy_and_writes_json(tmp_path):
+    out = tmp_path / "check.json"
+    r = runner.invoke(app, ["evaluator", "check", str(SPECS / "count.yaml"), "--n", "6", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "joint" in r.output and "passes" in r.output
+    rep = json.loads(out.read_text())
+    assert rep["accuracy"] == {"color": 1.0, "count": 1.0} and rep["n"] == 6
+
+
+def test_check_rejects_bad_options():
+    r = runner.invoke(app, ["evaluator", "check", str(SPECS / "count.yaml"), "--n", "2", "--degrade", "heavy"])
+    assert r.exit_code == 2 and "unknown degradation 'heavy'" in r.output
+    r = runner.invoke(app, ["evaluator", "check", str(SPECS / "count.yaml"), "--evaluator", "nowhere"])
+    assert r.exit_code == 2 and "neither 'parser' nor a directory" in r.output
+
+
+def _dataset(tmp_path, write_spec):
+    data = tiny(SPECS / "count_composition.yaml", size=64)
+    data["splits"] = {"train": 1, "val": 0, "test_id": 0, "test_ood": 1, "per": "combination"}  # 10 held-out cells
+    p = write_spec(data)
+    root = tmp_path / "ds"
+    generate(parse_spec(data), root)
+    return p, root
+
+
+def test_evaluate_scores_a_folder_seen_and_held_out(tmp_path, write_spec):
+    p, root = _dataset(tmp_path, write_spec)
+    out = tmp_path / "scores"
+    r = runner.invoke(app, ["evaluate", str(root / "test_ood"), "--spec", str(p), "--out", str(out), "--check-n", "4"])
+    assert r.exit_code == 0, r.output
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["held_out"]["n"] == 10 and m["held_out"]["joint_accuracy"] == 1.0 and m["seen"]["n"] == 0
+    assert m["evaluator"]["name"] == "parser" and m["evaluator"]["check"]["n"] == 4 and m["flagged"] is False
+    assert (out / "metrics.csv").is_file() and (out / "heatmap.png").stat().st_size > 1000
+    assert len((out / "predictions.jsonl").read_text().splitlines()) == 10
+
+
+def test_evaluate_reports_wrong_images_with_reasons(tmp_path, write_spec):
+    p, root = _dataset(tmp_path, write_spec)
+    meta = root / "test_ood" / "metadata.jsonl"
+    recs = [json.loads(line) for line in meta.read_text().splitlines()]
+    recs[0]["concepts"]["count"] = recs[0]["concepts"]["count"] % 10 + 1  # claim another count
+    meta.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    out = tmp_path / "scores"
+    r = runner.invoke(app, ["evaluate", str(root / "test_ood"), "--spec", str(p), "--out", str(out), "--check-n", "0"])
+    assert r.exit_code == 0, r.output
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["overall"]["accuracy"]["count"] == 0.9 and m["overall"]["count_mae"]["count"] > 0
+    assert m["flagged"] is True and "not checked" in m["flag_reason"] and "FLAGGED" in r.output
+    rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert not rows[0]["correct"] and rows[0]["reasons"][0].startswith("count: read ")
+    assert any(x.startswith("found ") for x in rows[0]["reasons"])
+
+
+def test_evaluate_needs_metadata(tmp_path):
+    r = runner.invoke(app, ["evaluate", str(tmp_path), "--spec", str(SPECS / "count.yaml")])
+    assert r.exit_code == 2 and "metadata.jsonl is missing" in r.output
+
+
+def test_train_then_check_a_learned_evaluator(tmp_path, write_spec):
+    p = write_spec(tiny(SPECS / "attribute.yaml"))
+    ev = tmp_path / "ev"
+    r = runner.invoke(app, ["evaluator", "train", str(p), "--out", str(ev), "--steps", "2", "--batch-size", "8", "--n-train", "16",
+                            "--input-size", "16", "--width", "4", "--check-n", "4", "--threads", "1"])
+    assert r.exit_code == 0, r.output
+    assert (ev / "model.safetensors").is_file() and "saved" in r.output
+    r = runner.invoke(app, ["evaluator", "check", str(p), "--evaluator", str(ev), "--n", "4"])
+    assert r.exit_code == 0, r.output
+    assert "learned:ev" in r.output and "color1" in r.output
