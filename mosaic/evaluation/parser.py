@@ -45,9 +45,9 @@ import numpy as np
 from PIL import Image, ImageDraw
 from scipy import ndimage
 
-from mosaic.labels import read_labels
+from mosaic.labels import assign_templates, read_labels
 from mosaic.scene import Scene, SceneObject
-from mosaic.spec import Spec, allowed_values
+from mosaic.spec import Spec, allowed_values, template_sets
 from mosaic.vocab import SHAPES, plural, srgb_to_lab
 
 #: Rotational symmetry period of each shape, degrees (None: rotation does not show).
@@ -59,7 +59,8 @@ SYMMETRY_DEG: dict[str, float | None] = {
 #: Coverage interior pixels keep under blur: the interior colour is matched to ``bg + a (c - bg)``.
 _INTERIOR_ALPHAS = np.linspace(0.7, 1.0, 7)
 _BLURS = (0.0, 0.5, 0.8, 1.1, 1.5)  # Gaussian sigmas (px of a 64 px image) tried on every hypothesis
-_SPLIT_IOU = 0.7  # below this a region is tried as several touching objects
+_SPLIT_IOU = 0.7
+_SHAPE_MARGIN = 0.1  # an object's second-best shape within this IoU may be taken to fit the spec's counts  # below this a region is tried as several touching objects
 _SPECK_FRACTION = 0.3  # components smaller than this fraction of the smallest object are specks
 
 
@@ -199,13 +200,54 @@ class SceneParser:
                 ids[region] = k
             dist, (iy, ix) = ndimage.distance_transform_edt(ids == 0, return_indices=True)
             owner = np.where(dist <= max(2.0, 3.0 * side / 64.0), ids[iy, ix], 0)
+            alts = []
             for k, (color_idx, region) in enumerate(regions, start=1):
-                for obj, iou in self._read_objects(px, bg, owner == k, color_idx, side, notes):
+                for obj, iou, alt in self._read_objects(px, bg, owner == k, color_idx, side, notes):
                     objects.append(obj)
                     ious.append(iou)
+                    alts.append(alt)
+            self._settle_shapes(objects, ious, alts, side, notes)
         scene = Scene(side, tuple(int(v) for v in self.bg), objects)
         reading = read_labels(scene, self.spec)
         return Parse(scene, reading.values, list(reading.problems) + notes, ious)
+
+    def _settle_shapes(self, objects, ious, alts, side, notes) -> None:
+        """Settle ambiguous shapes with the spec's fixed object counts, in place.
+
+        When a template with a fixed ``repeat`` (exactly n objects, e.g. the one target of a
+        position task) reads more or fewer objects than n, an object whose second-best shape is
+        within ``_SHAPE_MARGIN`` IoU of its best (a blurred 9 px square looks round) and that would
+        fix the count takes that shape instead, most ambiguous first. Every change is noted.
+        """
+        fixed = {t.name: int(t.repeat.value) for t in self.spec.templates if t.repeat.kind == "value"}
+        if not fixed or len(objects) < 2:
+            return
+        sets = {t.name: template_sets(self.spec, t) for t in self.spec.templates}
+        moved: set[int] = set()
+        for _ in range(len(objects)):
+            groups, _ = assign_templates(Scene(side, tuple(int(v) for v in self.bg), objects), self.spec)
+            move = None
+            for name, n in fixed.items():
+                idx = groups.get(name, [])
+                shapes, colors, _ = sets[name]
+                if len(idx) > n:  # an extra object: re-read one as a shape this template cannot have
+                    cands = [(ious[i] - iou2, i, sh) for i in idx for sh, (_, iou2) in alts[i].items() if sh not in shapes]
+                elif len(idx) < n:  # a missing object: re-read another one as a shape it can have
+                    cands = [(ious[i] - iou2, i, sh) for i in range(len(objects)) if i not in idx and objects[i].color in colors
+                             for sh, (_, iou2) in alts[i].items() if sh in shapes and sh != objects[i].shape]
+                else:
+                    continue
+                cands = [c for c in cands if c[0] < _SHAPE_MARGIN and c[1] not in moved]
+                if cands:
+                    move = min(cands)
+                    break
+            if move is None:
+                return
+            margin, i, sh = move
+            moved.add(i)
+            old = objects[i].shape
+            objects[i], ious[i] = alts[i][sh]
+            notes.append(f"re-read a {objects[i].color} {old} as a {sh} (IoU {margin:.2f} lower) to match the spec's object counts")
 
     # -- segmentation ----------------------------------------------------------------------------
     def _regions(self, px: np.ndarray, notes: list[str]) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
@@ -277,10 +319,10 @@ class SceneParser:
         fit = self._fit(alpha, color, side)
         if fit is None:
             return []
-        obj, iou = fit
+        obj, iou, _ = fit
         smallest = self._min_area[color] * side * side
         if iou < _SPLIT_IOU and alpha.sum() >= 1.6 * smallest:
-            best = (iou, [(obj, iou)])
+            best = (iou, [fit])
             kmax = min(int(alpha.sum() / smallest + 0.5), 12)
             for k in range(2, kmax + 1):
                 parts = _kmeans_split(np.clip(alpha, 0, 1), k)
@@ -293,10 +335,11 @@ class SceneParser:
             if len(best[1]) > 1:
                 notes.append(f"split a {color} region into {len(best[1])} touching objects (IoU {iou:.2f} -> {best[0]:.2f})")
             return best[1]
-        return [(obj, iou)]
+        return [fit]
 
-    def _fit(self, alpha: np.ndarray, color: str, side: int) -> tuple[SceneObject, float] | None:
-        """Best shape hypothesis for a coverage map ``alpha`` ``[H, W]``: (object, soft IoU)."""
+    def _fit(self, alpha: np.ndarray, color: str, side: int) -> tuple[SceneObject, float, dict] | None:
+        """Best shape hypothesis for a coverage map ``alpha`` ``[H, W]``: (object, soft IoU,
+        ``{shape: (object, IoU)}`` of every hypothesis tried)."""
         area = float(alpha.sum())  # signed: noise averages out
         if area <= 0:
             return None
@@ -311,7 +354,7 @@ class SceneParser:
         y0, y1 = max(0, ys.min() - m), min(alpha.shape[0], ys.max() + m + 1)
         x0, x1 = max(0, xs.min() - m), min(alpha.shape[1], xs.max() + m + 1)
         patch = alpha[y0:y1, x0:x1]
-        best = None
+        best, alts = None, {}
         for h in self.hypotheses[color].values():
             r_px = math.sqrt(area / _unit_area(h.shape))
             size = 2 * r_px / side
@@ -332,12 +375,12 @@ class SceneParser:
                 cov = self._render_patch(obj, patch.shape, (x0, y0), side)
             # a blurred image is compared with blurred hypotheses (blur keeps area and centroid)
             iou = max(_soft_iou(patch, ndimage.gaussian_filter(cov, b * side / 64.0, mode="constant") if b else cov) for b in self._blurs)
+            obj.size = round(obj.size, 5)
+            obj.center = (round(obj.center[0], 5), round(obj.center[1], 5))
+            alts[h.shape] = (obj, iou)
             if best is None or iou > best[1]:
                 best = (obj, iou)
-        obj, iou = best
-        obj.size = round(obj.size, 5)
-        obj.center = (round(obj.center[0], 5), round(obj.center[1], 5))
-        return obj, iou
+        return best[0], best[1], alts
 
     def _best_rotation(self, obj, h: _ShapeHypothesis, patch, origin, side, r_px):
         """Search the rotations the spec allows (coarse to fine). Returns (rotation, IoU, coverage)."""
