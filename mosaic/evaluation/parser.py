@@ -115,6 +115,7 @@ class SceneParser:
         self.spec = spec
         self.supersample = spec.image.supersample
         self._blurs = _BLURS
+        self._cov_cache: dict = {}
         self.bg = np.asarray(spec.background_rgb(), dtype=np.float64)
         colors: list[str] = []
         hyps: dict[str, dict[str, _ShapeHypothesis]] = {}
@@ -207,6 +208,7 @@ class SceneParser:
                     ious.append(iou)
                     alts.append(alt)
             self._settle_shapes(objects, ious, alts, side, notes)
+        self._cov_cache = {}
         scene = Scene(side, tuple(int(v) for v in self.bg), objects)
         reading = read_labels(scene, self.spec)
         return Parse(scene, reading.values, list(reading.problems) + notes, ious)
@@ -264,6 +266,9 @@ class SceneParser:
             return out, bg
         interior = ndimage.binary_erosion(fg, border_value=0)
         side2 = float(H * W)
+        # interior-colour distance of every foreground pixel: nearest model bg + a (c - bg), a in [0.7, 1]
+        di_all = np.zeros((H, W, len(self.colors)))
+        di_all[fg] = _sqdist(lab[fg][:, None, :], self._interior_lab).min(-1)  # [P, K]
         for k, sl in enumerate(ndimage.find_objects(comp), start=1):
             if sl is None:
                 continue
@@ -272,9 +277,8 @@ class SceneParser:
             core = mask & interior[sl]
             if core.sum() < 3:
                 core = mask
-            # interior colour per pixel: nearest model bg + a (c - bg), a in [0.7, 1]
             lab_core = lab[sl][core]  # [P, 3]
-            di = _sqdist(lab_core[:, None, :], self._interior_lab).min(-1)  # [P, K]
+            di = di_all[sl][core]  # [P, K]
             votes = np.bincount(di.argmin(-1), minlength=len(self.colors))
             # colours holding a real share of the interior; a colour that is a dimmed version of
             # another present one (gray next to white) is that colour's blurred edge, not an object
@@ -286,8 +290,7 @@ class SceneParser:
                 c = int(_sqdist(mean_lab[None, None], self._interior_lab).min(-1).argmin())
                 parts = [(c, mask)]
             else:
-                dm = _sqdist(lab[sl][:, :, None, :], self._interior_lab[present]).min(-1)  # [h, w, P]
-                sub = dm.argmin(-1)
+                sub = di_all[sl][:, :, present].argmin(-1)
                 parts = []
                 for j, c in enumerate(present):
                     lab_j, m = ndimage.label(mask & (sub == j))
@@ -297,7 +300,7 @@ class SceneParser:
             for c, m in parts:
                 full = np.zeros((H, W), bool)
                 full[sl] = m
-                area = float(np.clip(self._coverage(px, bg, self.colors[c])[full], 0, 1).sum())
+                area = float(np.clip(self._coverage(px, bg, self.colors[c])[full], 0, 1).sum())  # cached per colour
                 if area < _SPECK_FRACTION * self._min_area[self.colors[c]] * side2:
                     if area >= 2.0:
                         notes.append(f"dropped a {self.colors[c]} speck of {area:.1f} px (smaller than any object of that colour)")
@@ -309,8 +312,13 @@ class SceneParser:
         """Per-pixel coverage ``a`` of ``color`` over background ``bg``: the projection of
         ``p - bg`` on ``c - bg``, ``[H, W]`` float64, clipped to [-1, 1] (not at 0, so that noise
         averages out in sums)."""
-        c = np.asarray(self.spec.rgb(color), dtype=np.float64) - bg
-        return np.clip(((px - bg) @ c) / float(c @ c), -1.0, 1.0)
+        key = (id(px), color)
+        if self._cov_cache.get("key") != (id(px), tuple(bg)):
+            self._cov_cache = {"key": (id(px), tuple(bg))}
+        if key not in self._cov_cache:
+            c = np.asarray(self.spec.rgb(color), dtype=np.float64) - bg
+            self._cov_cache[key] = np.clip(((px - bg) @ c) / float(c @ c), -1.0, 1.0)
+        return self._cov_cache[key]
 
     # -- objects ---------------------------------------------------------------------------------
     def _read_objects(self, px, bg, domain, color_idx, side, notes):
@@ -354,12 +362,19 @@ class SceneParser:
         y0, y1 = max(0, ys.min() - m), min(alpha.shape[0], ys.max() + m + 1)
         x0, x1 = max(0, xs.min() - m), min(alpha.shape[1], xs.max() + m + 1)
         patch = alpha[y0:y1, x0:x1]
-        best, alts = None, {}
+        # coarse pass: every shape the spec allows for this colour, on a coarse rotation grid
+        coarse = []
         for h in self.hypotheses[color].values():
             r_px = math.sqrt(area / _unit_area(h.shape))
-            size = 2 * r_px / side
-            obj = SceneObject(h.shape, color, self.spec.rgb(color), size, (cx / side, cy / side), 0.0)
-            rot, iou, cov = self._best_rotation(obj, h, patch, (x0, y0), side, r_px)
+            obj = SceneObject(h.shape, color, self.spec.rgb(color), 2 * r_px / side, (cx / side, cy / side), 0.0)
+            coarse.append((self._rotation_search(obj, h, patch, (x0, y0), side, r_px, fine=False), h, obj, r_px))
+        top = max(c[0][0] for c in coarse)
+        best, alts = None, {}
+        for (iou0, rot0, _), h, obj, r_px in coarse:
+            if iou0 < top - _SHAPE_MARGIN:  # clearly another shape: not refined
+                continue
+            obj.rotation = rot0
+            _, iou, cov = self._rotation_search(obj, h, patch, (x0, y0), side, r_px, fine=True)
             # calibrate size and centre so that the rendered coverage has the observed area and
             # centroid (Pillow's polygon fill is biased by up to half a supersampled pixel)
             for _ in range(2):
@@ -374,7 +389,9 @@ class SceneParser:
                 obj.center = (obj.center[0] + (cx - rx) / side, obj.center[1] + (cy - ry) / side)
                 cov = self._render_patch(obj, patch.shape, (x0, y0), side)
             # a blurred image is compared with blurred hypotheses (blur keeps area and centroid)
-            iou = max(_soft_iou(patch, ndimage.gaussian_filter(cov, b * side / 64.0, mode="constant") if b else cov) for b in self._blurs)
+            iou = _soft_iou(patch, cov)
+            if iou < 0.97:  # not a sharp match: try blurred hypotheses
+                iou = max([iou] + [_soft_iou(patch, ndimage.gaussian_filter(cov, b * side / 64.0, mode="constant")) for b in self._blurs if b])
             obj.size = round(obj.size, 5)
             obj.center = (round(obj.center[0], 5), round(obj.center[1], 5))
             alts[h.shape] = (obj, iou)
@@ -382,36 +399,36 @@ class SceneParser:
                 best = (obj, iou)
         return best[0], best[1], alts
 
-    def _best_rotation(self, obj, h: _ShapeHypothesis, patch, origin, side, r_px):
-        """Search the rotations the spec allows (coarse to fine). Returns (rotation, IoU, coverage)."""
+    def _rotation_search(self, obj, h: _ShapeHypothesis, patch, origin, side, r_px, fine: bool):
+        """Rotations the spec allows: the coarse grid (``fine=False``), or a fine grid around
+        ``obj.rotation`` (``fine=True``). Returns ``(IoU, rotation, coverage)`` of the best;
+        ``obj.rotation`` is left at the best rotation (modulo the shape's symmetry)."""
         period = SYMMETRY_DEG[h.shape]
         if period is None:
             cov = self._render_patch(obj, patch.shape, origin, side)
-            return 0.0, _soft_iou(patch, cov), cov
+            return _soft_iou(patch, cov), 0.0, cov
         if isinstance(h.rotations, tuple):  # a range
             lo, hi = h.rotations
             span = min(hi - lo, period)
-            fine = max(0.5, min(3.0, math.degrees(0.3 / max(r_px, 1e-6))))
-            coarse = max(fine, min(10.0, span / 6.0))
-            cands = list(np.arange(lo, lo + span + 1e-9, coarse)) if span > 0 else [lo]
+            step_f = max(0.5, min(3.0, math.degrees(0.3 / max(r_px, 1e-6))))
+            step_c = max(step_f, min(10.0, span / 6.0))
+            if not fine:
+                cands = list(np.arange(lo, lo + span + 1e-9, step_c)) if span > 0 else [lo]
+            elif step_c > step_f:
+                cands = list(np.arange(obj.rotation - step_c, obj.rotation + step_c + 1e-9, step_f))
+            else:
+                cands = [obj.rotation]
         else:
-            cands = sorted({r % period for r in h.rotations})
-            fine = coarse = 0.0
-        scored = []
+            cands = sorted({r % period for r in h.rotations}) if not fine else [obj.rotation]
+        best = None
         for r in cands:
             obj.rotation = float(r)
             cov = self._render_patch(obj, patch.shape, origin, side)
-            scored.append((_soft_iou(patch, cov), float(r), cov))
-        best = max(scored, key=lambda t: t[0])
-        if coarse > fine > 0:
-            for r in np.arange(best[1] - coarse, best[1] + coarse + 1e-9, fine):
-                obj.rotation = float(r)
-                cov = self._render_patch(obj, patch.shape, origin, side)
-                iou = _soft_iou(patch, cov)
-                if iou > best[0]:
-                    best = (iou, float(r), cov)
+            iou = _soft_iou(patch, cov)
+            if best is None or iou > best[0]:
+                best = (iou, float(r), cov)
         obj.rotation = round(best[1] % period, 3)
-        return obj.rotation, best[0], best[2]
+        return best[0], obj.rotation, best[2]
 
     def _render_patch(self, obj: SceneObject, shape: tuple[int, int], origin: tuple[int, int], side: int) -> np.ndarray:
         """Coverage in [0, 1] of ``obj`` drawn exactly as :class:`renderers.pillow.PillowRenderer`
