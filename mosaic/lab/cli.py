@@ -1,0 +1,146 @@
+"""``mosaic train ...`` (one command per model family) and ``mosaic sample RUN``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mosaic.errors import MosaicError
+
+console = Console()
+err_console = Console(stderr=True)
+
+train_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                        help="Train a model on a mosaic dataset (Accelerate; resumable run folders).")
+
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a config field: key.path=value (repeatable), e.g. --set training.steps=200")]
+OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="Run folder (default: the config's `out`, else data/runs/<name>)")]
+
+
+def _fail(e: Exception) -> None:
+    err_console.print(f"[bold red]error:[/] {e}", highlight=False, markup=True, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def print_table(table: dict, title: str = "accuracy of generated images (evaluator reading = intended value)") -> None:
+    """Print the seen vs held-out table of :func:`mosaic.lab.diffusion.table_from_scores`."""
+    cols = [k for k in ("seen", "held_out") if k in table]
+    if not cols:
+        return
+    t = Table(title=title)
+    t.add_column("concept")
+    for c in cols:
+        t.add_column(f"{'seen' if c == 'seen' else 'held-out'} (n={table[c]['n']})", justify="right")
+    keys = [k for k in table[cols[0]] if k not in ("joint", "n")] + ["joint"]
+    for k in keys:
+        t.add_row(k if k != "joint" else "[bold]joint[/]", *[_pct(table[c].get(k)) for c in cols])
+    console.print(t)
+
+
+def _print_check(check: dict | None) -> None:
+    """One line on the evaluator's own accuracy; a warning when it is below its threshold."""
+    if not check:
+        return
+    joint = check.get("joint_accuracy")
+    line = f"evaluator {check.get('evaluator', '')} on {check.get('n')} fresh ground-truth renders: joint accuracy {_pct(joint)}"
+    if check.get("passed") is False:
+        console.print(f"[bold yellow]{line} — below its threshold ({', '.join(check.get('below_threshold', []))}): "
+                      "the accuracies above are not reliable[/]")
+    else:
+        console.print(line)
+
+
+@train_app.command("diffusion")
+def diffusion(
+    config: Annotated[Path, typer.Argument(help="Diffusion config YAML, e.g. experiments/train/quickstart_cpu.yaml")],
+    set_: SetOpt = None,
+    out: OutOpt = None,
+) -> None:
+    """Train a conditional diffusion model (UNet or DiT) end to end: generate the dataset if the
+    config names a spec, train (resuming an interrupted run), sample the test splits and score
+    them with the evaluator. Prints the seen vs held-out accuracy table. A finished run is a no-op."""
+    try:
+        from mosaic.lab.config import load_config
+        from mosaic.lab.diffusion import DiffusionConfig, run_diffusion
+
+        sets = list(set_ or [])
+        if out is not None:
+            sets.append(f"out={out}")
+        cfg = load_config(DiffusionConfig, config, sets)
+        metrics = run_diffusion(cfg, say=lambda s: console.print(s, highlight=False))
+    except MosaicError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted[/]: rerun the same command to resume from the last checkpoint")
+        raise typer.Exit(130)
+    if "run" not in metrics:  # a non-main process of a multi-process run
+        return
+    if metrics.get("already_done"):
+        console.print(f"[green]already done[/]: {metrics['run']} (delete its DONE file or use another --out to train again)")
+    tr = metrics["train"]
+    console.print(f"trained {tr['steps']} steps in {tr['train_time_s']:.0f} s ({tr['images_per_s']:.0f} images/s, "
+                  f"{tr['processes']} process(es), {tr['device']}, precision {tr['mixed_precision']}); final loss {tr['final_loss']:.4f}")
+    if metrics.get("table"):
+        print_table(metrics["table"])
+    _print_check(metrics.get("evaluator_check"))
+    console.print(f"[green]done[/] {metrics['run']} in {metrics.get('time_s', 0):.0f} s (metrics.json, samples in {metrics['samples']['out']})")
+
+
+def sample(
+    run: Annotated[Path, typer.Argument(help="Run folder of a diffusion run (made by `mosaic train diffusion`)")],
+    split: Annotated[Optional[list[str]], typer.Option("--split", help="Split(s) whose conditions to sample: test_id, test_ood (or test). Default: the run's evaluation splits")] = None,
+    n_per_combination: Annotated[Optional[int], typer.Option("--n-per-combination", "-k", min=1, help="Images per combination (default: the config's sampling.n_per_combination)")] = None,
+    guidance: Annotated[Optional[float], typer.Option("--guidance", "-g", min=0.0, help="Classifier-free guidance scale (default: the config's)")] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", min=1, help="Sampler steps")] = None,
+    sampler: Annotated[Optional[str], typer.Option("--sampler", help="ddim or dpm (DPM-Solver++)")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", help="best (selected on val) or final")] = None,
+    evaluator: Annotated[Optional[str], typer.Option("--evaluator", help="parser, or a trained evaluator directory")] = None,
+    no_score: Annotated[bool, typer.Option("--no-score", help="Only write images and metadata.jsonl")] = False,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default RUN/samples/<splits>_<checkpoint>_g<guidance>)")] = None,
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", min=1)] = None,
+    device: Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:1 ... (default: cuda when available)")] = "auto",
+) -> None:
+    """Generate images from a trained diffusion run for the conditions of test splits, write them with a
+    metadata.jsonl of intended concept values, and score them with the evaluator (seen vs held-out)."""
+    try:
+        import torch
+
+        from mosaic.lab.data import evaluation_splits
+        from mosaic.lab.diffusion import DiffusionTask, open_run, sample_and_score, table_from_scores
+
+        cfg, folder, root = open_run(run)
+        s = cfg.sampling
+        if sampler is not None and sampler not in ("ddim", "dpm"):
+            raise MosaicError(f"--sampler {sampler!r}: use ddim or dpm")
+        if checkpoint is not None and checkpoint not in ("best", "final"):
+            raise MosaicError(f"--checkpoint {checkpoint!r}: use best or final")
+        dev = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        if cfg.training.threads:
+            torch.set_num_threads(cfg.training.threads)
+        task = DiffusionTask(cfg, root, folder, train=False)
+        splits = split or cfg.evaluation.splits or evaluation_splits(root)
+        k = n_per_combination if n_per_combination is not None else s.n_per_combination
+        res = sample_and_score(task, folder, splits, n_per_combination=k, guidance=s.guidance if guidance is None else guidance,
+                               steps=steps or s.steps, sampler=sampler or s.sampler, checkpoint=checkpoint or s.checkpoint,
+                               score=not no_score and cfg.evaluation.enabled, out=out, batch_size=batch_size, device=dev,
+                               evaluator=evaluator, say=lambda m: console.print(m, highlight=False))
+    except MosaicError as e:
+        _fail(e)
+    console.print(f"wrote {res['n']} images to {res['out']} in {res['seconds']:.1f} s")
+    if res["metrics"] is not None:
+        print_table(table_from_scores(res["metrics"]))
+        console.print(f"metrics.json, metrics.csv and the per-cell heatmap are in {res['out']}")
+
+
+def register(app: typer.Typer) -> None:
+    """Attach ``mosaic train`` (group) and ``mosaic sample`` to the main app."""
+    app.add_typer(train_app, name="train")
+    app.command("sample")(sample)

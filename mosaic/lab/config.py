@@ -1,0 +1,212 @@
+"""Configuration shared by the lab's model families (pydantic, ``extra="forbid"``).
+
+A lab config is one YAML file with the sections ``dataset`` and ``training`` (this module) plus
+the family's own (``model``, ``sampling``, ``evaluation`` for diffusion). ``--set key.path=value``
+overrides any field (the value is parsed as YAML). Every problem is reported at once with its
+field path (:class:`ConfigError`).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from mosaic.errors import MosaicError
+
+
+class ConfigError(MosaicError, ValueError):
+    """A lab config that cannot be read or validated; lists ``(field path, message)`` problems."""
+
+    def __init__(self, problems: list[tuple[str, str]] | str, source: str | None = None):
+        if isinstance(problems, str):
+            problems = [("", problems)]
+        self.problems = problems
+        head = f"invalid config {source}" if source else "invalid config"
+        super().__init__(head + "\n" + "\n".join(f"  {p}: {m}" if p else f"  {m}" for p, m in problems))
+
+
+class TrainingError(MosaicError, RuntimeError):
+    """Training stopped (non-finite loss, a run folder that cannot be resumed, a changed dataset)."""
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DatasetSection(_Base):
+    """Where the training data comes from: an existing dataset directory (``path``) or a spec
+    (``spec`` + ``overrides``) generated on demand into ``root/<spec name>-<fingerprint>``, so one
+    config runs end to end and a second run of the same spec reuses the generated data."""
+
+    path: Path | None = Field(None, description="existing dataset directory (made by `mosaic generate`)")
+    spec: Path | None = Field(None, description="spec YAML generated on demand when `path` is not given")
+    overrides: dict[str, Any] = Field(default_factory=dict, description="spec overrides {key.path: value}, e.g. {image.size: 32}")
+    root: Path = Field(Path("data"), description="parent directory of datasets generated from `spec`")
+    workers: int = Field(2, ge=1, description="generation worker processes")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.path is None) == (self.spec is None):
+            raise ValueError("give exactly one of dataset.path (an existing dataset) or dataset.spec (generated on demand)")
+        if self.path is not None and self.overrides:
+            raise ValueError("dataset.overrides apply to dataset.spec only; a dataset at dataset.path is used as it is")
+        return self
+
+
+class EMASection(_Base):
+    """Exponential moving average of the weights (diffusers ``EMAModel``). With ``warmup`` the decay
+    grows as ``1 - (1 + step) ** -power`` up to ``decay`` (Karras et al. 2022 style warm-up), which
+    keeps EMA useful for short runs."""
+
+    enabled: bool = True
+    decay: float = Field(0.9999, gt=0, lt=1)
+    warmup: bool = True
+    power: float = Field(0.75, gt=0)
+    update_after_step: int = Field(0, ge=0)
+
+
+class TrainingSection(_Base):
+    """Optimisation and run-keeping. ``batch_size`` is per process and micro-step; one optimizer
+    step sees ``batch_size * grad_accum * processes`` images. ``steps`` counts optimizer steps."""
+
+    steps: int = Field(1000, ge=1)
+    batch_size: int = Field(64, ge=1)
+    grad_accum: int = Field(1, ge=1)
+    lr: float = Field(1e-4, gt=0)
+    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.01, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float | None = Field(1.0, gt=0, description="max global grad norm; null disables clipping")
+    mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field("auto", description="auto: bf16 on a GPU that supports it, else fp32")
+    device: Literal["auto", "cpu"] = "auto"
+    threads: int | None = Field(None, ge=1, description="torch CPU threads per process (default: torch's)")
+    seed: int = Field(0, ge=0)
+    ema: EMASection = Field(default_factory=EMASection)
+    checkpoint_every: int = Field(500, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+    log_every: int = Field(20, ge=1)
+    val_every: int = Field(500, ge=0, description="validate on `val` every N steps and at the end (0: only at the end)")
+
+
+class RunConfig(_Base):
+    """Base of a lab config: run name, run directory, dataset and training sections."""
+
+    name: str = Field(min_length=1, description="run name; the run folder defaults to data/runs/<name>")
+    out: Path | None = Field(None, description="run folder (default data/runs/<name>)")
+    dataset: DatasetSection
+    training: TrainingSection = Field(default_factory=TrainingSection)
+
+    def run_dir(self) -> Path:
+        """The run folder: ``out`` or ``data/runs/<name>``."""
+        return Path(self.out) if self.out is not None else Path("data") / "runs" / self.name
+
+
+C = TypeVar("C", bound=BaseModel)
+
+
+def _loc(loc) -> str:
+    return ".".join(str(p) for p in loc if not (isinstance(p, str) and ("[" in p or "function" in p)))
+
+
+def validate_config(cls: type[C], data: Any, source: str | None = None) -> C:
+    """Validate raw config data into ``cls``. Raises :class:`ConfigError` listing every problem."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"a config is a YAML mapping (name:, dataset:, model:, training: ...), got {type(data).__name__}", source)
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = f"unknown field {err['loc'][-1]!r}: remove it or check its spelling"
+            elif err["type"] == "missing":
+                msg = "required field is missing"
+            elif "input" in err and not isinstance(err["input"], (dict, list)):
+                msg = f"{msg} (got {err['input']!r})"
+            problems.append((_loc(err["loc"]), msg))
+        raise ConfigError(problems, source) from None
+
+
+def set_path(data: dict, key: str, value: Any) -> dict:
+    """``data`` with ``key.path`` set to ``value`` (a deep copy). Creates missing mappings; list
+    items are addressed by index. Raises ConfigError for a path through a scalar."""
+    data = copy.deepcopy(data)
+    parts = key.strip().split(".")
+    node = data
+    for k, part in enumerate(parts):
+        last = k == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError([("--set", f"{key!r}: {part!r} is not an index of a list of {len(node)} items")])
+            if last:
+                node[int(part)] = value
+            else:
+                node = node[int(part)]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                if node.get(part) is None:
+                    node[part] = {}
+                node = node[part]
+        else:
+            raise ConfigError([("--set", f"{key!r}: {'.'.join(parts[:k])!r} is a value, not a section")])
+    return data
+
+
+def apply_sets(data: dict, sets: list[str] | None) -> dict:
+    """Apply ``key.path=value`` strings (values parsed as YAML) to raw config data."""
+    for s in sets or []:
+        if "=" not in s:
+            raise ConfigError([("--set", f"{s!r} is not key.path=value, e.g. training.steps=200")])
+        key, raw = s.split("=", 1)
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as e:
+            raise ConfigError([("--set", f"value of {key!r} is not valid YAML: {e}")]) from None
+        data = set_path(data, key, value)
+    return data
+
+
+def read_config_yaml(path: str | Path) -> dict:
+    """Raw YAML of a config file. Raises ConfigError for a missing file or a syntax error."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"no such config file: {path}", str(path))
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        raise ConfigError(f"YAML syntax error at {where}: {e.problem or e}", str(path)) from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"YAML error: {e}", str(path)) from None
+    return data if data is not None else {}
+
+
+def load_config(cls: type[C], path: str | Path, sets: list[str] | None = None) -> C:
+    """Read a config YAML, apply ``--set`` overrides and validate it into ``cls``.
+
+    Raises:
+        ConfigError: missing file, YAML syntax error, malformed override, or invalid fields.
+    """
+    data = read_config_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"a config is a YAML mapping, got {type(data).__name__}", str(path))
+    return validate_config(cls, apply_sets(data, sets), source=str(path))
+
+
+def config_diff(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """Field paths where two dumped configs differ (for "this run folder holds another config")."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b), key=str):
+            out += config_diff(a.get(k), b.get(k), f"{prefix}.{k}" if prefix else str(k))
+        return out
+    return [] if a == b else [prefix or "<root>"]

@@ -1,0 +1,488 @@
+"""The lab's one training loop (Accelerate), shared by every model family, and its run folders.
+
+A model family supplies a :class:`Task` (the trainable module, the in-memory training tensors, a
+``loss(batch)`` step, a ``validate`` hook on the ``val`` split, an ``export`` of weights); the
+loop does the rest, in the style of the diffusers training examples: ``Accelerator`` for device,
+precision and processes, AdamW with warm-up, gradient clipping and accumulation, EMA
+(diffusers ``EMAModel``), ``save_state`` checkpoints with exact resume, JSONL/CSV logs, a tqdm
+bar on the main process, a NaN stop, and checkpoint selection on ``val`` (seen combinations only).
+
+A run is a folder::
+
+    RUN/config.yaml              the resolved config (a rerun with another config is refused)
+    RUN/dataset.json             dataset path, spec fingerprint, split counts, manifest hash
+    RUN/dataset_manifest.json    a copy of the dataset's manifest;  RUN/dataset -> the dataset (link)
+    RUN/checkpoints/checkpoint-NNNNNNN/   accelerate state (model, optimizer, LR schedule, EMA, RNG)
+                                 + trainer_state.json (step, best value, time)
+    RUN/best/  RUN/final/        exported weights (EMA when enabled): best on val, and last
+    RUN/log.jsonl  RUN/log.csv   training rows (step, loss, lr, grad_norm, images_per_s, time_s)
+    RUN/val.jsonl                validation rows
+    RUN/metrics.json             the run's summary;  RUN/DONE  written last: a rerun is a no-op
+
+Randomness of each micro-step (its batch, noise, timesteps, condition dropout, dropout layers)
+is a pure function of ``(training.seed, micro-step, process rank)``, so a run resumed from a
+checkpoint computes exactly the losses of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import yaml
+
+from mosaic.errors import DatasetError
+from mosaic.lab.config import TrainingError, TrainingSection, config_diff
+from mosaic.lab.data import BatchPlan, manifest_fingerprint, step_seed
+
+LOG_FIELDS = ("step", "loss", "lr", "grad_norm", "images_per_s", "time_s")
+
+
+# ----------------------------------------------------------------------------------------------
+# the task interface
+# ----------------------------------------------------------------------------------------------
+
+class Task:
+    """What a model family gives the loop.
+
+    Attributes:
+        model: every trainable module, as one ``nn.Module`` whose ``forward`` is the training
+            forward (so DDP hooks see it).
+        train_data: tensors with a leading example dimension ``N`` (e.g. ``image`` uint8
+            ``[N, 3, H, W]``, ``cond`` int64 ``[N, ...]``), kept in memory; a batch is the same
+            dict indexed by the batch's indices, moved to the training device.
+        selection: ``(metric, "max" | "min")`` chosen among :meth:`validate`'s keys to keep the
+            best checkpoint, or None to keep only the last.
+    """
+
+    model: torch.nn.Module
+    train_data: dict[str, torch.Tensor]
+    selection: tuple[str, str] | None = None
+
+    def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor], generator: torch.Generator) -> torch.Tensor:
+        """Scalar float32 loss of one micro-batch. Draw all randomness from ``generator``
+        (a ``torch.Generator`` on the batch's device, seeded per micro-step and process)."""
+        raise NotImplementedError
+
+    def validate(self, model: torch.nn.Module, accelerator) -> dict[str, float]:
+        """Metrics on the ``val`` split (seen combinations only) with ``model`` unwrapped, in eval
+        mode, EMA weights swapped in. Called on every process (split the work with
+        ``accelerator.split_between_processes``); the main process's result is logged."""
+        return {}
+
+    def export(self, model: torch.nn.Module, out_dir: Path) -> None:
+        """Write the weights of ``model`` (unwrapped, EMA weights in) to ``out_dir`` (main process)."""
+        from safetensors.torch import save_file
+
+        out_dir.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(out_dir / "model.safetensors"))
+
+
+# ----------------------------------------------------------------------------------------------
+# run folders
+# ----------------------------------------------------------------------------------------------
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class RunFolder:
+    """The files of one run (see the module docstring). Only the main process writes."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.config = self.root / "config.yaml"
+        self.dataset = self.root / "dataset.json"
+        self.checkpoints = self.root / "checkpoints"
+        self.best = self.root / "best"
+        self.final = self.root / "final"
+        self.log_jsonl = self.root / "log.jsonl"
+        self.log_csv = self.root / "log.csv"
+        self.val_jsonl = self.root / "val.jsonl"
+        self.metrics = self.root / "metrics.json"
+        self.done = self.root / "DONE"
+
+    # -- state ----------------------------------------------------------------------------------
+    def is_done(self) -> bool:
+        return self.done.is_file()
+
+    def read_config(self) -> dict:
+        if not self.config.is_file():
+            raise TrainingError(f"{self.root} is not a run folder: {self.config.name} is missing (train one with `mosaic train ...`)")
+        return yaml.safe_load(self.config.read_text())
+
+    def read_dataset(self) -> dict:
+        return json.loads(self.dataset.read_text())
+
+    def checkpoint_list(self) -> list[tuple[int, Path]]:
+        """Complete checkpoints ``[(step, dir)]``, oldest first (``.tmp`` ones are unfinished)."""
+        if not self.checkpoints.is_dir():
+            return []
+        out = []
+        for d in self.checkpoints.iterdir():
+            if d.is_dir() and d.name.startswith("checkpoint-") and not d.name.endswith(".tmp") and (d / "trainer_state.json").is_file():
+                out.append((int(d.name.split("-")[1]), d))
+        return sorted(out)
+
+    def latest_checkpoint(self) -> Path | None:
+        cks = self.checkpoint_list()
+        return cks[-1][1] if cks else None
+
+    # -- opening ---------------------------------------------------------------------------------
+    def open(self, config: dict, dataset_root: Path, is_main: bool) -> str:
+        """Start or continue a run: ``"new"``, ``"resume"`` or ``"done"``.
+
+        Raises:
+            TrainingError: the folder holds a run of another config, or is a non-empty non-run folder.
+            DatasetError: the dataset's manifest changed since the run started (fingerprint check).
+        """
+        current = manifest_fingerprint(dataset_root)
+        if self.config.is_file():
+            old = yaml.safe_load(self.config.read_text())
+            diff = [d for d in config_diff(old, config) if d != "out"]
+            if diff:
+                raise TrainingError(
+                    f"run folder {self.root} holds a run with another config (differs in: {', '.join(diff)}); "
+                    "give another --out, or delete the folder to start over"
+                )
+            if self.dataset.is_file():
+                rec = self.read_dataset()
+                if rec.get("fingerprint") != current["fingerprint"] or rec.get("manifest_sha256") != current["manifest_sha256"] \
+                        or rec.get("splits") != current["splits"]:
+                    raise DatasetError(
+                        f"the dataset {dataset_root} changed since run {self.root} started (spec fingerprint "
+                        f"{rec.get('fingerprint')} -> {current['fingerprint']}, manifest sha256 {str(rec.get('manifest_sha256'))[:12]} -> "
+                        f"{current['manifest_sha256'][:12]}): the run's checkpoints were trained on other data. Restore the dataset, "
+                        "or start a new run (another --out)"
+                    )
+            return "done" if self.is_done() else "resume"
+        if self.root.exists() and any(self.root.iterdir()):
+            raise TrainingError(f"{self.root} exists, is not empty and holds no run (config.yaml missing): give an empty or new --out")
+        if is_main:
+            self.root.mkdir(parents=True, exist_ok=True)
+            _atomic_write(self.config, yaml.safe_dump(config, sort_keys=False))
+            _atomic_write(self.dataset, json.dumps(current, indent=2) + "\n")
+            shutil.copyfile(Path(dataset_root) / "manifest.json", self.root / "dataset_manifest.json")
+            link = self.root / "dataset"
+            if not link.exists() and not link.is_symlink():
+                try:
+                    link.symlink_to(Path(dataset_root).resolve(), target_is_directory=True)
+                except OSError:  # filesystems without symlinks: dataset.json still names the path
+                    pass
+        return "new"
+
+    # -- logs ------------------------------------------------------------------------------------
+    def append_log(self, row: dict) -> None:
+        with self.log_jsonl.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        new = not self.log_csv.is_file()
+        with self.log_csv.open("a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=LOG_FIELDS, extrasaction="ignore")
+            if new:
+                w.writeheader()
+            w.writerow(row)
+
+    def append_val(self, row: dict) -> None:
+        with self.val_jsonl.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def read_log(self) -> list[dict]:
+        if not self.log_jsonl.is_file():
+            return []
+        return [json.loads(line) for line in self.log_jsonl.read_text().splitlines() if line.strip()]
+
+    def read_val(self) -> list[dict]:
+        if not self.val_jsonl.is_file():
+            return []
+        return [json.loads(line) for line in self.val_jsonl.read_text().splitlines() if line.strip()]
+
+    def truncate_logs(self, step: int) -> None:
+        """Drop log rows after ``step`` (written after the checkpoint a resumed run starts from)."""
+        rows = [r for r in self.read_log() if r["step"] <= step]
+        vals = [r for r in self.read_val() if r["step"] <= step]
+        for p in (self.log_jsonl, self.log_csv, self.val_jsonl):
+            p.unlink(missing_ok=True)
+        for r in rows:
+            self.append_log(r)
+        for r in vals:
+            self.append_val(r)
+
+    def write_metrics(self, metrics: dict) -> None:
+        _atomic_write(self.metrics, json.dumps(metrics, indent=2, sort_keys=True, default=str) + "\n")
+
+    def mark_done(self) -> None:
+        _atomic_write(self.done, time.strftime("%Y-%m-%dT%H:%M:%S") + "\n")
+
+
+# ----------------------------------------------------------------------------------------------
+# accelerator
+# ----------------------------------------------------------------------------------------------
+
+def resolve_precision(cfg: TrainingSection) -> str:
+    """``mixed_precision`` with ``auto`` resolved: bf16 on a bf16-capable GPU, else ``no``."""
+    if cfg.mixed_precision != "auto":
+        return cfg.mixed_precision
+    if cfg.device != "cpu" and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bf16"
+    return "no"
+
+
+def make_accelerator(cfg: TrainingSection, run_dir: Path):
+    """An ``Accelerator`` for a training section (CPU when asked or when there is no GPU).
+
+    Under ``torchrun`` / ``accelerate launch`` it joins the launched processes; on CPU the
+    processes talk over gloo. In a single process, an earlier Accelerator's global state is reset
+    first so that several runs can train in one Python process (tests, notebooks).
+    """
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+    from accelerate.utils import ProjectConfiguration
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        AcceleratorState._reset_state(True)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    cpu = cfg.device == "cpu" or not torch.cuda.is_available()
+    return Accelerator(
+        cpu=cpu,
+        mixed_precision=resolve_precision(cfg) if not cpu else ("bf16" if cfg.mixed_precision == "bf16" else "no"),
+        project_config=ProjectConfiguration(project_dir=str(run_dir), automatic_checkpoint_naming=False),
+        step_scheduler_with_optimizer=False,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# the loop
+# ----------------------------------------------------------------------------------------------
+
+def _lr_scheduler(cfg: TrainingSection, optimizer):
+    from diffusers.optimization import get_scheduler
+
+    name = {"constant": "constant_with_warmup", "cosine": "cosine", "linear": "linear"}[cfg.lr_schedule]
+    return get_scheduler(name, optimizer, num_warmup_steps=cfg.warmup_steps, num_training_steps=cfg.steps)
+
+
+def _better(value: float, best: float | None, mode: str) -> bool:
+    if value is None or not math.isfinite(value):
+        return False
+    return best is None or (value > best if mode == "max" else value < best)
+
+
+def _last_good(run: RunFolder) -> str:
+    last = run.latest_checkpoint()
+    return f"the last good checkpoint {last} is intact" if last else "no checkpoint was written yet"
+
+
+def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log: Callable[[str], None] | None = None) -> dict:
+    """Train ``task`` for ``cfg.steps`` optimizer steps, resuming from the run's latest checkpoint.
+
+    Every ``log_every`` steps a row goes to ``log.jsonl``/``log.csv``; every ``val_every`` steps
+    and at the last step :meth:`Task.validate` runs with EMA weights and, when ``task.selection``
+    improves, the weights are exported to ``RUN/best``; every ``checkpoint_every`` steps and at
+    the last step ``accelerator.save_state`` writes a checkpoint (made atomic by renaming a
+    ``.tmp`` folder; the oldest beyond ``keep_checkpoints`` are deleted). At the end the
+    (EMA) weights go to ``RUN/final``.
+
+    Returns:
+        A summary: ``steps``, ``params``, ``processes``, ``global_batch``, ``mixed_precision``,
+        ``device``, ``train_time_s``, ``images_per_s`` (optimizer-step throughput, validation
+        and checkpoints excluded), ``final_loss``, ``best`` (``{metric, value, step}``) and the last
+        validation metrics ``val``.
+    Raises:
+        TrainingError: the loss (or gradient norm) is not finite; the message names the step and
+            the last good checkpoint, which is left intact.
+        DatasetError: the train split is smaller than one global batch.
+    """
+    from diffusers.training_utils import EMAModel
+    from tqdm.auto import tqdm
+
+    say = on_log or (lambda s: None)
+    device = accelerator.device
+    rank, world = accelerator.process_index, accelerator.num_processes
+    model = task.model
+    params = sum(p.numel() for p in model.parameters())
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    lr_sched = _lr_scheduler(cfg, optimizer)
+    model, optimizer, lr_sched = accelerator.prepare(model, optimizer, lr_sched)
+    inner = accelerator.unwrap_model(model)
+    ema = None
+    if cfg.ema.enabled:
+        ema = EMAModel(inner.parameters(), decay=cfg.ema.decay, use_ema_warmup=cfg.ema.warmup, power=cfg.ema.power,
+                       update_after_step=cfg.ema.update_after_step)
+        ema.to(device)
+        accelerator.register_for_checkpointing(ema)
+
+    # training tensors: on the device when they fit comfortably, else pinned host memory
+    nbytes = sum(t.numel() * t.element_size() for t in task.train_data.values())
+    on_device = device.type == "cpu" or nbytes < 4 * 2**30
+    data = {k: (v.to(device) if on_device else v.pin_memory()) for k, v in task.train_data.items()}
+    n = len(next(iter(data.values())))
+    plan = BatchPlan(n, cfg.batch_size, world, rank, cfg.seed)
+    global_batch = cfg.batch_size * cfg.grad_accum * world
+
+    state = {"step": 0, "best": None, "best_step": None, "train_time_s": 0.0, "val": {}}
+    resumed_at = 0
+    ckpt = run.latest_checkpoint()
+    if ckpt is not None:
+        accelerator.load_state(str(ckpt))
+        state.update(json.loads((ckpt / "trainer_state.json").read_text()))
+        resumed_at = state["step"]
+        if accelerator.is_main_process:
+            run.truncate_logs(state["step"])
+        say(f"resumed from {ckpt} (step {state['step']})")
+    accelerator.wait_for_everyone()
+
+    sel_metric, sel_mode = task.selection if task.selection else (None, None)
+
+    def swap_in_ema():
+        if ema is not None:
+            ema.store(inner.parameters())
+            ema.copy_to(inner.parameters())
+
+    def swap_out_ema():
+        if ema is not None:
+            ema.restore(inner.parameters())
+
+    def export(dest: Path):
+        if accelerator.is_main_process:
+            tmp = dest.with_name(dest.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            task.export(inner, tmp)
+            shutil.rmtree(dest, ignore_errors=True)
+            os.replace(tmp, dest)
+
+    def validate(step: int):
+        swap_in_ema()
+        inner.eval()
+        try:
+            with torch.no_grad():
+                metrics = task.validate(inner, accelerator)
+            if metrics:
+                state["val"] = metrics
+                improved = sel_metric is not None and _better(metrics.get(sel_metric), state["best"], sel_mode)
+                if improved:
+                    state["best"], state["best_step"] = float(metrics[sel_metric]), step
+                    export(run.best)
+                if accelerator.is_main_process:
+                    run.append_val({"step": step, **metrics, "best": improved})
+                say(f"step {step}: " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, (int, float))))
+        finally:
+            inner.train()
+            swap_out_ema()
+
+    def save_checkpoint(step: int):
+        run.checkpoints.mkdir(parents=True, exist_ok=True)
+        accelerator.wait_for_everyone()
+        tmp = run.checkpoints / f"checkpoint-{step:07d}.tmp"
+        if accelerator.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+        accelerator.wait_for_everyone()
+        accelerator.save_state(str(tmp))
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            (tmp / "trainer_state.json").write_text(json.dumps(state, default=float) + "\n")
+            dest = run.checkpoints / f"checkpoint-{step:07d}"
+            shutil.rmtree(dest, ignore_errors=True)
+            os.replace(tmp, dest)
+            for _, old in run.checkpoint_list()[:-cfg.keep_checkpoints]:
+                shutil.rmtree(old, ignore_errors=True)
+        accelerator.wait_for_everyone()
+
+    model.train()
+    bar = tqdm(total=cfg.steps, initial=state["step"], disable=not accelerator.is_local_main_process, desc="train",
+               dynamic_ncols=True, smoothing=0.05)
+    window, window_t0, window_steps = [], time.perf_counter(), 0
+    t_train = 0.0
+    params_list = [p for p in model.parameters() if p.requires_grad]
+    for step in range(state["step"] + 1, cfg.steps + 1):
+        t0 = time.perf_counter()
+        losses = []
+        for micro in range(cfg.grad_accum):
+            m = (step - 1) * cfg.grad_accum + micro
+            idx = plan.indices(m)
+            batch = {k: v[idx.to(v.device)].to(device, non_blocking=True) for k, v in data.items()}
+            seed = step_seed(cfg.seed, m, rank)
+            torch.manual_seed(seed)  # dropout layers and anything else on the global RNG
+            gen = torch.Generator(device=device).manual_seed(seed)
+            sync = contextlib.nullcontext() if micro == cfg.grad_accum - 1 else accelerator.no_sync(model)
+            with sync:
+                loss = task.loss(model, batch, gen)
+                accelerator.backward(loss / cfg.grad_accum)
+            losses.append(loss.detach().float())
+        loss_value = accelerator.reduce(torch.stack(losses).mean(), reduction="mean").item()
+        if not math.isfinite(loss_value):
+            where = _last_good(run)
+            bar.close()
+            raise TrainingError(
+                f"training stopped at step {step}: the loss is {loss_value} (lr {lr_sched.get_last_lr()[0]:.3g}); {where}. "
+                "Lower training.lr, raise training.warmup_steps or keep training.grad_clip on, and start a new run (another --out)"
+            )
+        grad_norm = None
+        if cfg.grad_clip is not None:
+            grad_norm = float(accelerator.clip_grad_norm_(params_list, cfg.grad_clip))
+            if not math.isfinite(grad_norm) and accelerator.mixed_precision != "fp16":
+                where = _last_good(run)
+                bar.close()
+                raise TrainingError(f"training stopped at step {step}: the gradient norm is {grad_norm}; {where}. Lower training.lr")
+        optimizer.step()
+        lr_sched.step()
+        optimizer.zero_grad(set_to_none=True)
+        if ema is not None:
+            ema.step(inner.parameters())
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        t_train += dt
+        state["train_time_s"] += dt
+        state["step"] = step
+        window.append(loss_value)
+        window_steps += 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_value:.4f}")
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            el = time.perf_counter() - window_t0
+            row = {"step": step, "loss": sum(window) / len(window), "lr": lr_sched.get_last_lr()[0], "grad_norm": grad_norm,
+                   "images_per_s": global_batch * window_steps / max(el, 1e-9), "time_s": state["train_time_s"]}
+            if accelerator.is_main_process:
+                run.append_log(row)
+            window, window_steps = [], 0
+        if (cfg.val_every and step % cfg.val_every == 0) or step == cfg.steps:
+            validate(step)
+        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+            save_checkpoint(step)
+        if step % cfg.log_every == 0:
+            window_t0 = time.perf_counter()
+    bar.close()
+
+    swap_in_ema()
+    export(run.final)
+    swap_out_ema()
+    accelerator.wait_for_everyone()
+    log = run.read_log() if accelerator.is_main_process else []
+    recent = [r for r in log if r["step"] > 0.9 * cfg.steps] or log[-1:]  # the last 10 % of training
+    steps_timed = cfg.steps
+    return {
+        "steps": cfg.steps,
+        "params": params,
+        "processes": world,
+        "global_batch": global_batch,
+        "mixed_precision": accelerator.mixed_precision,
+        "device": str(device),
+        "train_time_s": state["train_time_s"],
+        "images_per_s": global_batch * steps_timed / max(state["train_time_s"], 1e-9),
+        "final_loss": sum(r["loss"] for r in recent) / len(recent) if recent else None,  # mean of the logged rows
+        "best": {"metric": sel_metric, "value": state["best"], "step": state["best_step"]},
+        "val": state["val"],
+        "resumed_at": resumed_at,
+        "train_time_this_call_s": t_train,
+    }

@@ -1,0 +1,201 @@
+"""The diffusion lab end to end at 16 px with tiny models: training, exact resume, bad input,
+sampling, the CLI and a 2-process CPU run."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mosaic.errors import DatasetError
+from mosaic.lab.config import ConfigError, TrainingError, validate_config
+from mosaic.lab.diffusion import DiffusionConfig, DiffusionTask, run_diffusion
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SPEC = {
+    "name": "labtest",
+    "image": {"size": 16, "supersample": 2},
+    "concepts": {"color": {"values": ["red", "green", "blue"]}, "shape": {"values": ["circle", "square"]}},
+    "objects": [{"name": "obj", "shape": {"concept": "shape"}, "color": {"concept": "color"}, "size": 0.5}],
+    "holdout": {"concepts": ["color", "shape"], "rule": {"kind": "explicit", "combinations": [["blue", "square"]]}},
+    "splits": {"train": 24, "val": 6, "test_id": 6, "test_ood": 4},
+}
+
+TINY_UNET = {"backbone": "unet", "cond_dim": 16,
+             "unet": {"block_out_channels": [8, 16], "cross_attention": [False, True], "heads": 2, "norm_num_groups": 4}}
+TINY_DIT = {"backbone": "dit", "cond_dim": 16, "dit": {"patch_size": 4, "num_layers": 1, "heads": 2, "head_dim": 8}}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    from mosaic.dataset import generate
+    from mosaic.spec import parse_spec
+
+    root = tmp_path_factory.mktemp("lab") / "data"
+    generate(parse_spec(SPEC), root)
+    return root
+
+
+def config(out: Path, dataset: Path, model=TINY_UNET, **training) -> DiffusionConfig:
+    data = {
+        "name": "t", "out": str(out), "dataset": {"path": str(dataset)}, "model": model,
+        "training": {"steps": 3, "batch_size": 4, "lr": 1e-3, "device": "cpu", "log_every": 1, "checkpoint_every": 1,
+                     "keep_checkpoints": 5, "val_every": 0, "ema": {"decay": 0.99}, "threads": 1, **training},
+        "sampling": {"steps": 2, "n_per_combination": 2, "batch_size": 8},
+        "evaluation": {"enabled": False, "select": "loss"},
+    }
+    return validate_config(DiffusionConfig, data)
+
+
+def losses(run: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in map(json.loads, (run / "log.jsonl").read_text().splitlines())}
+
+
+@pytest.mark.parametrize("model", [TINY_UNET, TINY_DIT, {**TINY_UNET, "conditioning": "caption", "text": {"layers": 1, "heads": 2}},
+                                   {**TINY_DIT, "conditioning": "combination"}], ids=["unet", "dit", "unet-caption", "dit-combination"])
+def test_a_few_training_steps_then_samples(tmp_path, dataset, model):
+    run = tmp_path / "run"
+    m = run_diffusion(config(run, dataset, model), say=lambda s: None)
+    assert m["train"]["steps"] == 3 and math.isfinite(m["train"]["final_loss"])
+    assert sorted(losses(run)) == [1, 2, 3]
+    for f in ("config.yaml", "dataset.json", "dataset_manifest.json", "metrics.json", "DONE", "final/conditioner.safetensors",
+              "best/backbone/config.json", "checkpoints/checkpoint-0000003/model.safetensors"):
+        assert (run / f).exists(), f
+    # samples: K per combination of test_id (5 seen cells) and test_ood (1 held-out cell)
+    out = Path(m["samples"]["out"])
+    meta = [json.loads(x) for x in (out / "metadata.jsonl").read_text().splitlines()]
+    assert len(meta) == m["samples"]["images"] == 2 * 5 + 2 * 1
+    assert {tuple(r["combination"]) for r in meta if r["held_out"]} == {("blue", "square")}
+    assert all(r["split"] == ("test_ood" if r["held_out"] else "test_id") for r in meta)
+    assert set(meta[0]) >= {"file_name", "concepts", "combination", "held_out", "caption", "seed"}
+    from PIL import Image
+
+    img = Image.open(out / meta[0]["file_name"])
+    assert img.size == (16, 16) and img.mode == "RGB"
+    # a finished run is a no-op
+    again = run_diffusion(config(run, dataset, model), say=lambda s: None)
+    assert again.get("already_done") and sorted(losses(run)) == [1, 2, 3]
+
+
+def test_resume_from_a_checkpoint_gives_the_same_next_step_loss(tmp_path, dataset):
+    run = tmp_path / "run"
+    run_diffusion(config(run, dataset, steps=4), say=lambda s: None)
+    first = losses(run)
+    # simulate an interruption after the step-2 checkpoint
+    for step in (3, 4):
+        shutil.rmtree(run / "checkpoints" / f"checkpoint-{step:07d}")
+    (run / "DONE").unlink()
+    m = run_diffusion(config(run, dataset, steps=4), say=lambda s: None)
+    assert m["train"]["resumed_at"] == 2
+    second = losses(run)
+    assert sorted(second) == [1, 2, 3, 4]
+    assert second[3] == pytest.approx(first[3], abs=1e-6) and second[4] == pytest.approx(first[4], abs=1e-6)
+
+
+def test_missing_dataset_is_a_clear_error(tmp_path):
+    with pytest.raises(DatasetError, match=r"dataset.path .*no mosaic dataset there.*mosaic generate"):
+        run_diffusion(config(tmp_path / "run", tmp_path / "nope"), say=lambda s: None)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("model,field", [
+    ({**TINY_UNET, "unet": {**TINY_UNET["unet"], "block_out_channels": [8, 8, 8, 8, 8], "cross_attention": [False] * 5}},
+     "model.unet.block_out_channels"),
+    ({**TINY_DIT, "dit": {**TINY_DIT["dit"], "patch_size": 16}}, "model.dit.patch_size"),
+])
+def test_a_model_too_large_for_the_image_is_refused(tmp_path, dataset, model, field):
+    with pytest.raises(ConfigError, match="too large") as e:
+        run_diffusion(config(tmp_path / "run", dataset, model), say=lambda s: None)
+    assert field in str(e.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_changed_dataset_stops_the_run_and_keeps_its_checkpoints(tmp_path, dataset):
+    from mosaic.dataset import generate
+    from mosaic.spec import parse_spec
+
+    data = tmp_path / "data"
+    shutil.copytree(dataset, data)
+    run = tmp_path / "run"
+    run_diffusion(config(run, data, steps=2), say=lambda s: None)
+    (run / "DONE").unlink()  # as if interrupted
+    generate(parse_spec({**SPEC, "seed": 1}), data, overwrite=True)
+    with pytest.raises(DatasetError, match="changed since run"):
+        run_diffusion(config(run, data, steps=2), say=lambda s: None)
+    assert (run / "checkpoints" / "checkpoint-0000002" / "model.safetensors").is_file()
+    from mosaic.lab.diffusion import open_run
+
+    with pytest.raises(DatasetError, match="changed since run"):
+        open_run(run)
+
+
+def test_nan_loss_stops_and_leaves_the_last_good_checkpoint(tmp_path, dataset, monkeypatch):
+    import torch
+
+    calls = {"n": 0}
+    real = DiffusionTask.loss
+
+    def flaky(self, model, batch, generator):
+        calls["n"] += 1
+        loss = real(self, model, batch, generator)
+        return loss * float("nan") if calls["n"] >= 3 else loss
+
+    monkeypatch.setattr(DiffusionTask, "loss", flaky)
+    run = tmp_path / "run"
+    with pytest.raises(TrainingError, match=r"step 3: the loss is nan.*checkpoint-0000002 is intact"):
+        run_diffusion(config(run, dataset, steps=5), say=lambda s: None)
+    ck = run / "checkpoints"
+    assert sorted(p.name for p in ck.iterdir()) == ["checkpoint-0000001", "checkpoint-0000002"]
+    from safetensors.torch import load_file
+
+    assert all(torch.isfinite(t).all() for t in load_file(str(ck / "checkpoint-0000002" / "model.safetensors")).values())
+    assert not (run / "DONE").exists()
+
+
+def _write_config(tmp_path: Path, dataset: Path, **training) -> Path:
+    cfg = config(tmp_path / "run", dataset, **training).model_dump(mode="json")
+    p = tmp_path / "cfg.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    return p
+
+
+def test_cli_train_then_sample(tmp_path, dataset):
+    from typer.testing import CliRunner
+
+    from mosaic.cli import app
+
+    p = _write_config(tmp_path, dataset, steps=2)
+    r = CliRunner().invoke(app, ["train", "diffusion", str(p), "--set", "training.checkpoint_every=2"])
+    assert r.exit_code == 0, r.output
+    assert "trained 2 steps" in r.output
+    r = CliRunner().invoke(app, ["sample", str(tmp_path / "run"), "--split", "test_ood", "--n-per-combination", "3",
+                                 "--guidance", "1", "--checkpoint", "final", "--no-score", "--out", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    meta = [json.loads(x) for x in (tmp_path / "s" / "metadata.jsonl").read_text().splitlines()]
+    assert len(meta) == 3 and all(m["held_out"] for m in meta) and len(list((tmp_path / "s" / "images").iterdir())) == 3
+    r = CliRunner().invoke(app, ["sample", str(tmp_path / "run"), "--split", "test", "--no-score"])
+    assert r.exit_code == 2 and "not a split of the run's dataset" in r.output
+    r = CliRunner().invoke(app, ["train", "diffusion", str(p), "--set", "training.stepz=3"])
+    assert r.exit_code == 2 and "unknown field 'stepz'" in r.output
+
+
+def test_two_process_cpu_run(tmp_path, dataset):
+    """torchrun with 2 CPU processes (gloo): both train on their share of each batch, the
+    checkpoint holds both processes' RNG states, the main one samples."""
+    p = _write_config(tmp_path, dataset, steps=2, checkpoint_every=2, batch_size=2, threads=1)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+                        "-m", "mosaic.cli", "train", "diffusion", str(p)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    ck = tmp_path / "run" / "checkpoints" / "checkpoint-0000002"
+    assert (ck / "random_states_0.pkl").is_file() and (ck / "random_states_1.pkl").is_file()
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["train"]["processes"] == 2 and m["train"]["global_batch"] == 4
