@@ -123,3 +123,9 @@ def test_run_folder_refuses_foreign_folders_and_other_configs(tmp_path, monkeypa
     assert run.open({"a": 1, "out": "y"}, tmp_path / "d", True) == "resume"  # the folder's own path may change
     with pytest.raises(MosaicError, match="differs in: a"):
         run.open({"a": 2}, tmp_path / "d", True)
+
+
+def test_set_on_dataset_overrides_adds_a_flat_spec_override():
+    data = apply_sets({"dataset": {"spec": "s.yaml", "overrides": {"image.size": 32}}},
+                      ["dataset.overrides.holdout.rule.n=3", "dataset.overrides.splits={train: 10}"])
+    assert data["dataset"]["overrides"] == {"image.size": 32, "holdout.rule.n": 3, "splits": {"train": 10}}

@@ -160,8 +160,15 @@ def set_path(data: dict, key: str, value: Any) -> dict:
     return data
 
 
+OVERRIDES_PREFIX = "dataset.overrides."
+
+
 def apply_sets(data: dict, sets: list[str] | None) -> dict:
-    """Apply ``key.path=value`` strings (values parsed as YAML) to raw config data."""
+    """Apply ``key.path=value`` strings (values parsed as YAML) to raw config data.
+
+    ``dataset.overrides.<spec key.path>=value`` adds one flat entry to ``dataset.overrides`` (the
+    spec overrides), e.g. ``dataset.overrides.holdout.rule.n=3``.
+    """
     for s in sets or []:
         if "=" not in s:
             raise ConfigError([("--set", f"{s!r} is not key.path=value, e.g. training.steps=200")])
@@ -170,7 +177,14 @@ def apply_sets(data: dict, sets: list[str] | None) -> dict:
             value = yaml.safe_load(raw)
         except yaml.YAMLError as e:
             raise ConfigError([("--set", f"value of {key!r} is not valid YAML: {e}")]) from None
-        data = set_path(data, key, value)
+        key = key.strip()
+        if key.startswith(OVERRIDES_PREFIX):  # spec overrides are flat {key.path: value}
+            data = copy.deepcopy(data)
+            ds = data.setdefault("dataset", {}) or {}
+            data["dataset"] = ds
+            ds["overrides"] = {**(ds.get("overrides") or {}), key[len(OVERRIDES_PREFIX):]: value}
+        else:
+            data = set_path(data, key, value)
     return data
 
 

@@ -91,6 +91,7 @@ class ScheduleSection(_Base):
     num_train_timesteps: int = Field(1000, ge=10)
     beta_schedule: Literal["squaredcos_cap_v2", "linear", "scaled_linear", "sigmoid"] = "squaredcos_cap_v2"
     prediction_type: Literal["epsilon", "v_prediction"] = "epsilon"
+    snr_gamma: float | None = Field(None, gt=0, description="Min-SNR-gamma loss weighting (Hang et al. 2023), e.g. 5; null: plain MSE")
 
 
 class DiffusionModelSection(_Base):
@@ -410,7 +411,7 @@ class DiffusionTask(Task):
     # -- training -----------------------------------------------------------------------------------
     def loss(self, model, batch, generator):
         """DDPM loss of one micro-batch: MSE between the prediction and the noise (or velocity)
-        at uniform timesteps, with per-sample condition dropout."""
+        at uniform timesteps, with per-sample condition dropout (optionally Min-SNR weighted)."""
         x0 = to_float(batch["image"])
         b = x0.shape[0]
         dev = x0.device
@@ -420,7 +421,16 @@ class DiffusionTask(Task):
         xt = self.noise.add_noise(x0, noise, t)
         target = noise if self.noise.config.prediction_type == "epsilon" else self.noise.get_velocity(x0, noise, t)
         pred = model(xt, t, batch["cond"], drop)
-        return F.mse_loss(pred.float(), target)
+        gamma = self.cfg.model.schedule.snr_gamma
+        if gamma is None:
+            return F.mse_loss(pred.float(), target)
+        # Min-SNR-gamma (Hang et al. 2023): weight min(SNR, gamma) / SNR for epsilon, / (SNR + 1) for v
+        from diffusers.training_utils import compute_snr
+
+        snr = compute_snr(self.noise, t)
+        w = snr.clamp(max=gamma) / (snr if self.noise.config.prediction_type == "epsilon" else snr + 1)
+        per_sample = F.mse_loss(pred.float(), target, reduction="none").mean(dim=(1, 2, 3))
+        return (per_sample * w).mean()
 
     def evaluator(self):
         if self._evaluator is None:
