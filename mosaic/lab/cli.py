@@ -94,6 +94,42 @@ def diffusion(
     console.print(f"[green]done[/] {metrics['run']} in {metrics.get('time_s', 0):.0f} s (metrics.json, samples in {metrics['samples']['out']})")
 
 
+@train_app.command("transformer")
+def transformer(
+    config: Annotated[Path, typer.Argument(help="Transformer config YAML, e.g. experiments/train/classifier_coverage_tokens.yaml")],
+    set_: SetOpt = None,
+    out: OutOpt = None,
+) -> None:
+    """Train a ViT or token encoder from scratch (multi-head concept classifier, or binding dual
+    encoder) end to end: generate the dataset if the config names a spec, train (resuming an
+    interrupted run), evaluate on the test splits (seen vs held-out accuracy, binding accuracy,
+    linear factorization) and print the tables. A finished run is a no-op."""
+    try:
+        from mosaic.lab.config import load_config
+        from mosaic.lab.transformer import TransformerConfig, report_tables, run_transformer
+
+        sets = list(set_ or [])
+        if out is not None:
+            sets.append(f"out={out}")
+        cfg = load_config(TransformerConfig, config, sets)
+        metrics = run_transformer(cfg, say=lambda s: console.print(s, highlight=False))
+    except MosaicError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted[/]: rerun the same command to resume from the last checkpoint")
+        raise typer.Exit(130)
+    if "run" not in metrics:  # a non-main process of a multi-process run
+        return
+    if metrics.get("already_done"):
+        console.print(f"[green]already done[/]: {metrics['run']} (delete its DONE file or use another --out to train again)")
+    tr = metrics["train"]
+    console.print(f"trained {tr['steps']} steps in {tr['train_time_s']:.0f} s ({tr['images_per_s']:.0f} scenes/s, "
+                  f"{tr['processes']} process(es), {tr['device']}); final loss {tr['final_loss']:.4f}; evaluated the {metrics['checkpoint']} weights")
+    for t in report_tables(metrics):
+        console.print(t)
+    console.print(f"[green]done[/] {metrics['run']} in {metrics.get('time_s', 0):.0f} s (metrics.json)")
+
+
 def sample(
     run: Annotated[Path, typer.Argument(help="Run folder of a diffusion run (made by `mosaic train diffusion`)")],
     split: Annotated[Optional[list[str]], typer.Option("--split", help="Split(s) whose conditions to sample: test_id, test_ood (or test). Default: the run's evaluation splits")] = None,

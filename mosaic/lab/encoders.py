@@ -35,6 +35,10 @@ class ViTEncoder(nn.Module):
         image_size: input side in pixels (images of another side are resized, bilinear + antialias).
         patch: patch side in pixels; must divide ``image_size``.
         width, depth, heads, mlp_ratio, dropout: transformer shape.
+        stem: ``"patch"`` (a linear patch embedding, the plain ViT) or ``"conv"`` (two 3x3
+            convolutions, the second strided, before a ``patch/2`` patch embedding: the "early
+            convolutions" of Xiao et al. 2021, which make small-data ViTs train far more easily;
+            ``patch`` must then be even).
     Input: uint8 ``[B, 3, H, W]`` (0-255) or float ``[B, 3, H, W]`` in [-1, 1].
     Output: float ``[B, width]``, the final-LayerNorm ``[CLS]`` feature.
     Raises:
@@ -42,15 +46,27 @@ class ViTEncoder(nn.Module):
     """
 
     def __init__(self, image_size: int, patch: int = 4, width: int = 128, depth: int = 4, heads: int = 4,
-                 mlp_ratio: float = 2.0, dropout: float = 0.0):
+                 mlp_ratio: float = 2.0, dropout: float = 0.0, stem: str = "patch"):
         super().__init__()
+        if stem not in ("patch", "conv"):
+            raise ValueError(f"model.stem {stem!r} is not one of patch, conv")
+        if stem == "conv" and patch % 2:
+            raise ValueError(f"model.patch {patch} must be even with model.stem conv")
         if image_size % patch:
             raise ValueError(f"model.patch {patch} must divide the image size {image_size}")
         if width % heads:
             raise ValueError(f"model.heads {heads} must divide model.width {width}")
         self.image_size, self.patch, self.width = image_size, patch, width
         n = (image_size // patch) ** 2
-        self.proj = nn.Conv2d(3, width, patch, stride=patch)
+        if stem == "patch":
+            self.proj = nn.Conv2d(3, width, patch, stride=patch)
+        else:
+            c = max(8, width // 2)
+            self.proj = nn.Sequential(
+                nn.Conv2d(3, c, 3, padding=1), nn.GELU(),
+                nn.Conv2d(c, c, 3, stride=2, padding=1), nn.GELU(),
+                nn.Conv2d(c, width, patch // 2, stride=patch // 2),
+            )
         self.cls = nn.Parameter(torch.zeros(1, 1, width))
         self.pos = nn.Parameter(torch.randn(1, n + 1, width) * 0.02)
         self.encoder = _encoder(width, depth, heads, mlp_ratio, dropout)

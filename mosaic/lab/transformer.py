@@ -16,7 +16,7 @@ coverage study (multi-head concept classifiers) and the binding study (dual enco
   scenes of held-out object types only, candidates = every object type), and the factorization.
 
 Both plug into the shared loop (:mod:`mosaic.lab.loop`) through :class:`ClassifierTask` and
-:class:`BindingTask`; :func:`train_transformer` runs a config end to end into a run folder.
+:class:`BindingTask`; :func:`run_transformer` runs a config end to end into a run folder.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ class ModelSection(_Base):
     """Transformer shape, shared by the scene and query encoders."""
 
     patch: int = Field(4, ge=1, description="ViT patch side in pixels (must divide the image side)")
+    stem: Literal["patch", "conv"] = Field("patch", description="ViT stem: linear patch embedding, or early convolutions (Xiao et al. 2021)")
     width: int = Field(128, ge=8)
     depth: int = Field(4, ge=1)
     heads: int = Field(4, ge=1)
@@ -78,8 +79,9 @@ class BindingSection(_Base):
     swap_negatives: int = Field(1, ge=0, description="swap negatives drawn per scene and step")
     random_negatives: int = Field(0, ge=0, description="random object-type negatives per present object type")
     negatives: Literal["all", "train"] = Field(
-        "all", description="object types allowed as negatives in training: all (the reference default, "
-        "held-out types may appear as negatives, never as positives) or only types seen in train")
+        "train", description="object types allowed as negatives in training: train (only types seen in train, so "
+        "held-out types never occur in training at all) or all (the reference code's default: held-out types may be "
+        "negatives, never positives; on small grids the model then learns to rank them last)")
     tau_init: float = 1.15
     tau_max: float = Field(10.0, gt=0, description="clamp of exp(tau) in training (reference: 10)")
 
@@ -92,7 +94,8 @@ class BindingSection(_Base):
 
 class EvaluationSection(_Base):
     batch_size: int = Field(256, ge=1)
-    factorization: bool = True
+    factorization: bool = Field(True, description="linear-factorization R² and factor |cos| of the embeddings")
+    checkpoint: Literal["final", "best"] = Field("final", description="weights to evaluate: final (EMA when enabled) or best on val")
 
 
 class TransformerConfig(RunConfig):
@@ -118,7 +121,7 @@ def make_encoder(cfg: TransformerConfig, kind: str, tokenizer: SceneTokenizer | 
     m = cfg.model
     if kind == "image":
         try:
-            return ViTEncoder(cfg.input.image_size or image_size, m.patch, m.width, m.depth, m.heads, m.mlp_ratio, m.dropout)
+            return ViTEncoder(cfg.input.image_size or image_size, m.patch, m.width, m.depth, m.heads, m.mlp_ratio, m.dropout, m.stem)
         except ValueError as e:
             raise ConfigError([("model", str(e))]) from None
     if m.width % m.heads:
@@ -541,30 +544,45 @@ def _per_cell(pred, target, records, names) -> dict:
     return {k: {"joint": a / n, "n": n, "held_out": ho} for k, (a, n, ho) in sorted(cells.items())}
 
 
-def summary_rows(metrics: dict) -> list[tuple[str, str]]:
-    """``(name, value)`` rows of a transformer run's headline metrics (for the end-of-run table)."""
-    rows = []
+def _fmt(v) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}%"
 
-    def fmt(v):
-        return f"{v:.3f}" if isinstance(v, float) and not math.isnan(v) else str(v)
 
-    for group, acc in metrics.get("accuracy", {}).items():
-        for k, v in acc.items():
-            if k != "n":
-                rows.append((f"accuracy {group} {k}", fmt(v)))
-        rows.append((f"accuracy {group} n", str(acc.get("n"))))
-    for split, m in metrics.get("binding", {}).items():
-        if isinstance(m, dict):
-            for k in ("object_accuracy", "concept_accuracy", "swap_accuracy"):
-                rows.append((f"{split} {k}", fmt(m[k])))
+def report_tables(metrics: dict) -> list:
+    """Rich tables of a transformer run's headline metrics (printed at the end of training):
+    seen vs held-out accuracy per concept (classifier) or object / concept / swap accuracy per
+    test split (binding), and the linear factorization."""
+    from rich.table import Table
+
+    tables = []
+    acc = metrics.get("accuracy") or {}
+    if acc:
+        cols = list(acc)
+        t = Table(title="concept accuracy (classifier heads)")
+        t.add_column("concept")
+        for c in cols:
+            t.add_column(f"{c.replace('_', '-')} (n={acc[c]['n']})", justify="right")
+        for k in [k for k in acc[cols[0]] if k not in ("joint", "n")] + ["joint"]:
+            t.add_row(k if k != "joint" else "[bold]joint[/]", *[_fmt(acc[c].get(k)) for c in cols])
+        tables.append(t)
+    b = {k: v for k, v in (metrics.get("binding") or {}).items() if isinstance(v, dict)}
+    if b:
+        t = Table(title=f"binding (min-positive > max-negative over all {metrics['binding'].get('object_types')} object types; "
+                        f"{metrics['binding'].get('train_object_types')} seen in train)")
+        for col in ("split", "n", "object accuracy", "concept accuracy", "swap accuracy"):
+            t.add_column(col, justify="left" if col == "split" else "right")
+        for split, m in b.items():
+            name = split + (" (held-out objects)" if split == "test_ood" else "")
+            t.add_row(name, str(m["n"]), _fmt(m["object_accuracy"]), _fmt(m["concept_accuracy"]), _fmt(m["swap_accuracy"]))
+        tables.append(t)
     fac = metrics.get("factorization")
     if fac:
-        rows.append(("factorization R²", fmt(fac["r2"])))
-        rows.append(("cross-concept |cos|", fmt(fac["cross_concept_abs_cos"])))
-    for k in ("steps", "train_time_s", "wall_time_s"):
-        if k in metrics:
-            rows.append((k, fmt(float(metrics[k])) if k != "steps" else str(metrics[k])))
-    return rows
+        t = Table(title=f"linear factorization ({fac.get('embedding', '')}, n={fac['n']})")
+        for col in ("R²", "cross-concept |cos|", "within-concept |cos|"):
+            t.add_column(col, justify="right")
+        t.add_row(*[f"{fac[k]:.3f}" if fac.get(k) is not None else "-" for k in ("r2", "cross_concept_abs_cos", "within_concept_abs_cos")])
+        tables.append(t)
+    return tables
 
 
 # ----------------------------------------------------------------------------------------------
@@ -597,47 +615,70 @@ def load_weights(model: nn.Module, path: Path) -> None:
     model.load_state_dict(load_file(str(Path(path) / "model.safetensors")))
 
 
-def train_transformer(cfg: TransformerConfig, on_log: Callable[[str], None] | None = None,
-                      on_progress: Callable[[int, int], None] | None = None) -> dict:
-    """Train a config end to end into its run folder and write ``metrics.json``.
+def run_transformer(cfg: TransformerConfig, say: Callable[[str], None] = print, on_generate=None) -> dict:
+    """Generate the dataset if needed, train (or resume) and evaluate on the test splits.
 
-    The dataset is resolved (generated from ``dataset.spec`` on demand); the run folder is
-    opened (a finished run returns its metrics without training; an interrupted one resumes from
-    its latest checkpoint); the shared loop trains; the final (EMA) weights are evaluated on the
-    test splits; ``metrics.json`` and ``DONE`` are written.
+    Same run folders as the diffusion lab (:mod:`mosaic.lab.loop`): re-running a finished run
+    (``RUN/DONE``) returns its ``metrics.json`` without doing anything; an interrupted one resumes
+    from its latest checkpoint. Evaluation uses the ``final`` (EMA when enabled) weights, or the
+    ``best`` on ``val`` with ``evaluation.checkpoint: best``.
 
     Returns:
-        The metrics (also in ``RUN/metrics.json``): the loop's summary (``steps``, ``params``,
-        ``train_time_s`` ...) plus :meth:`ClassifierTask.evaluate` / :meth:`BindingTask.evaluate`.
+        The run's metrics (also in ``RUN/metrics.json``): ``run``, ``name``, ``objective``,
+        ``input``, ``dataset`` (fingerprint record), ``params``, ``train`` (the loop's summary),
+        ``checkpoint``, then for the classifier ``accuracy`` (``seen`` / ``held_out`` or ``test``:
+        per concept, ``joint``, ``n``), ``per_split``, ``per_cell``; for binding ``binding``
+        (per test split: ``object_accuracy``, ``concept_accuracy``, ``swap_accuracy``, by number
+        of objects) and ``tau``; for both ``factorization`` (:func:`linear_factorization`) and
+        ``time_s``; ``already_done`` when nothing was left to do.
     Raises:
-        ConfigError, TrainingError, DatasetError, SpecError: see the called functions.
+        ConfigError, DatasetError, SpecError, TrainingError, TokenizationError (all MosaicError).
     """
-    from mosaic.lab.data import resolve_dataset
+    threads = torch.get_num_threads()
+    try:
+        return _run_transformer(cfg, say, on_generate)
+    finally:
+        torch.set_num_threads(threads)  # training.threads applies to this run only
+
+
+def _run_transformer(cfg: TransformerConfig, say, on_generate) -> dict:
+    from mosaic.lab.config import config_diff
+    from mosaic.lab.data import manifest_fingerprint, resolve_dataset
     from mosaic.lab.loop import RunFolder, make_accelerator, train
 
-    say = on_log or (lambda s: None)
-    t0 = time.perf_counter()
-    root = resolve_dataset(cfg.dataset, on_progress=on_progress)
+    t_start = time.perf_counter()
     run = RunFolder(cfg.run_dir())
+    if run.is_done() and run.metrics.is_file():
+        diff = [d for d in config_diff(run.read_config(), cfg.model_dump(mode="json")) if d != "out"]
+        if not diff:
+            return {**json.loads(run.metrics.read_text()), "already_done": True}
     accelerator = make_accelerator(cfg.training, run.root)
-    status = run.open(cfg.model_dump(mode="json"), root, accelerator.is_main_process)
-    if status == "done":
-        say(f"{run.root} is finished; nothing to do")
-        return json.loads(run.metrics.read_text())
+    with accelerator.main_process_first(), accelerator.local_main_process_first():
+        root = resolve_dataset(cfg.dataset, generate=True, on_progress=on_generate if accelerator.is_main_process else None)
     torch.manual_seed(cfg.training.seed)
-    task = build_task(cfg, root)
+    task = build_task(cfg, root)  # before the run folder is touched: config errors leave nothing behind
+    with accelerator.main_process_first():
+        status = run.open(cfg.model_dump(mode="json"), root, accelerator.is_main_process)
+    if status == "done" and run.metrics.is_file():
+        return {**json.loads(run.metrics.read_text()), "already_done": True}
+    n_params = sum(p.numel() for p in task.model.parameters())
+    what = f"{cfg.objective} on {cfg.input.kind}" + (f" ({cfg.model.stem} stem, patch {cfg.model.patch})" if cfg.input.kind == "image" else "")
+    say(f"run {run.root} ({status}), dataset {root}: {what}, {n_params / 1e6:.3f} M parameters, {len(task.train)} training scenes")
     summary = train(task, cfg.training, run, accelerator, on_log=say)
+    if not accelerator.is_main_process:
+        return {"train": summary}
+    checkpoint = cfg.evaluation.checkpoint if run.best.is_dir() else "final"
     model = task.model
-    load_weights(model, run.final)
+    load_weights(model, run.best if checkpoint == "best" else run.final)
     model.to(accelerator.device)
-    metrics = {"objective": cfg.objective, "input": cfg.input.kind, "dataset": str(root), **summary}
+    metrics = {"run": str(run.root), "name": cfg.name, "objective": cfg.objective, "input": cfg.input.kind,
+               "dataset": manifest_fingerprint(root), "params": n_params, "train": summary, "checkpoint": checkpoint}
     with torch.no_grad():
         metrics.update(task.evaluate(model, accelerator.device))
-    metrics["wall_time_s"] = time.perf_counter() - t0
-    if accelerator.is_main_process:
-        run.write_metrics(_jsonable(metrics))
-        run.mark_done()
-    accelerator.wait_for_everyone()
+    metrics["time_s"] = time.perf_counter() - t_start
+    metrics = _jsonable(metrics)
+    run.write_metrics(metrics)
+    run.mark_done()
     return metrics
 
 
@@ -655,5 +696,5 @@ def _jsonable(x):
 
 __all__ = [
     "TransformerConfig", "ClassifierTask", "BindingTask", "ClassifierModel", "DualEncoder", "binding_metrics",
-    "build_task", "train_transformer", "summary_rows", "MosaicError",
+    "build_task", "run_transformer", "report_tables", "MosaicError",
 ]
