@@ -91,6 +91,7 @@ class TrainingSection(_Base):
     keep_checkpoints: int = Field(2, ge=1)
     log_every: int = Field(20, ge=1)
     val_every: int = Field(500, ge=0, description="validate on `val` every N steps and at the end (0: only at the end)")
+    tensorboard: bool = Field(False, description="also log to RUN/tensorboard (needs `pip install tensorboard`)")
 
 
 class RunConfig(_Base):

@@ -16,7 +16,7 @@ A run is a folder::
                                  + trainer_state.json (step, best value, time)
     RUN/best/  RUN/final/        exported weights (EMA when enabled): best on val, and last
     RUN/log.jsonl  RUN/log.csv   training rows (step, loss, lr, grad_norm, images_per_s, time_s)
-    RUN/val.jsonl                validation rows
+    RUN/val.jsonl                validation rows;  RUN/tensorboard/ with training.tensorboard
     RUN/metrics.json             the run's summary;  RUN/DONE  written last: a rerun is a no-op
 
 Randomness of each micro-step (its batch, noise, timesteps, condition dropout, dropout layers)
@@ -40,7 +40,7 @@ import torch
 import yaml
 
 from mosaic.errors import DatasetError
-from mosaic.lab.config import TrainingError, TrainingSection, config_diff
+from mosaic.lab.config import ConfigError, TrainingError, TrainingSection, config_diff
 from mosaic.lab.data import BatchPlan, manifest_fingerprint, step_seed
 
 LOG_FIELDS = ("step", "loss", "lr", "grad_norm", "images_per_s", "time_s")
@@ -253,11 +253,18 @@ def make_accelerator(cfg: TrainingSection, run_dir: Path):
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     cpu = cfg.device == "cpu" or not torch.cuda.is_available()
+    if cfg.tensorboard:
+        from accelerate.utils import is_tensorboard_available
+
+        if not is_tensorboard_available():
+            raise ConfigError([("training.tensorboard", "true, but tensorboard is not installed: `pip install tensorboard`, or set it false")])
     return Accelerator(
         cpu=cpu,
         mixed_precision=resolve_precision(cfg) if not cpu else ("bf16" if cfg.mixed_precision == "bf16" else "no"),
-        project_config=ProjectConfiguration(project_dir=str(run_dir), automatic_checkpoint_naming=False),
+        project_config=ProjectConfiguration(project_dir=str(run_dir), logging_dir=str(Path(run_dir) / "tensorboard"),
+                                            automatic_checkpoint_naming=False),
         step_scheduler_with_optimizer=False,
+        log_with="tensorboard" if cfg.tensorboard else None,
     )
 
 
@@ -343,6 +350,8 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
     accelerator.wait_for_everyone()
 
     sel_metric, sel_mode = task.selection if task.selection else (None, None)
+    if cfg.tensorboard:
+        accelerator.init_trackers("train", config={k: v for k, v in cfg.model_dump(mode="json").items() if isinstance(v, (int, float, str, bool))})
 
     def swap_in_ema():
         if ema is not None:
@@ -375,6 +384,8 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
                     export(run.best)
                 if accelerator.is_main_process:
                     run.append_val({"step": step, **metrics, "best": improved})
+                if cfg.tensorboard:
+                    accelerator.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
                 say(f"step {step}: " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, (int, float))))
         finally:
             inner.train()
@@ -455,6 +466,8 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
                    "images_per_s": global_batch * window_steps / max(el, 1e-9), "time_s": state["train_time_s"]}
             if accelerator.is_main_process:
                 run.append_log(row)
+            if cfg.tensorboard:
+                accelerator.log({f"train/{k}": v for k, v in row.items() if k != "step" and v is not None}, step=step)
             window, window_steps = [], 0
         if (cfg.val_every and step % cfg.val_every == 0) or step == cfg.steps:
             validate(step)
@@ -467,6 +480,8 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
     swap_in_ema()
     export(run.final)
     swap_out_ema()
+    if cfg.tensorboard:
+        accelerator.end_training()
     accelerator.wait_for_everyone()
     log = run.read_log() if accelerator.is_main_process else []
     recent = [r for r in log if r["step"] > 0.9 * cfg.steps] or log[-1:]  # the last 10 % of training
