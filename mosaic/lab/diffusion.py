@@ -558,14 +558,16 @@ def open_run(run_dir: str | Path) -> tuple[DiffusionConfig, RunFolder, Path]:
 
 def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, n_per_combination: int | None, guidance: float,
                      steps: int, sampler: str, checkpoint: str, score: bool, out: Path | None = None, batch_size: int | None = None,
-                     device=None, autocast: str = "no", evaluator: str | None = None, say=print) -> dict:
+                     device=None, autocast: str = "no", evaluator: str | None = None, check_n: int = 0, say=print) -> dict:
     """Generate images for the records of ``splits`` and score them.
 
-    Writes ``out`` (default ``RUN/samples/<splits joined by +>_<checkpoint>_g<guidance>``):
+    Writes ``out`` (default ``RUN/samples/<splits joined by +>_<checkpoint>_g<guidance>_<sampler><steps>``):
     ``images/NNNNNN.png``, ``metadata.jsonl`` (``file_name``, ``index``, ``split``,
     ``source_index``, ``concepts``, ``combination``, ``held_out``, ``caption``, ``seed``),
     ``sampling.json`` (settings) and, when ``score``, the evaluator's ``metrics.json`` /
-    ``metrics.csv`` / heatmap via ``mosaic.evaluation.metrics.write_metrics``.
+    ``metrics.csv`` / heatmap via ``mosaic.evaluation.metrics.write_metrics``, ``predictions.jsonl``
+    and, with ``check_n``, ``evaluator_check.json`` (the evaluator's accuracy on ``check_n`` fresh
+    ground-truth renders, ``mosaic.evaluation.check_evaluator``).
 
     Returns:
         ``{"out": path, "n": images, "seconds": s, "metrics": score dict or None, "evaluator_check": dict or None}``.
@@ -588,7 +590,7 @@ def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, 
     for s in splits:
         recs = choose_records(read_metadata(task.root, s), task.concepts, n_per_combination)
         records += [(s, i, r) for i, r in enumerate(recs)]
-    out = Path(out) if out is not None else run.root / "samples" / f"{'+'.join(splits)}_{checkpoint}_g{guidance:g}"
+    out = Path(out) if out is not None else run.root / "samples" / f"{'+'.join(splits)}_{checkpoint}_g{guidance:g}_{sampler}{steps}"
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "images").mkdir(parents=True)
@@ -642,6 +644,14 @@ def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, 
                 f.write(json.dumps(p, sort_keys=True, default=str) + "\n")
         M.write_metrics(scores, tmp, task.spec)
         result["metrics"] = scores
+        if check_n:
+            from mosaic.evaluation import check_evaluator
+
+            say(f"measuring the evaluator on {check_n} fresh ground-truth renders")
+            chk = check_evaluator(task.spec, ev, n=check_n)
+            chk.pop("failures", None)
+            (tmp / "evaluator_check.json").write_text(json.dumps(chk, indent=2, sort_keys=True, default=str) + "\n")
+            result["evaluator_check"] = chk
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
     return result
@@ -735,19 +745,15 @@ def _run_diffusion(cfg: DiffusionConfig, say, on_generate) -> dict:
     if checkpoint != s.checkpoint:
         say("no best checkpoint was selected (no validation metric); sampling the final weights")
     res = sample_and_score(task, run, splits, n_per_combination=s.n_per_combination, guidance=s.guidance, steps=s.steps,
-                           sampler=s.sampler, checkpoint=checkpoint, score=ev.enabled, device=accelerator.device,
+                           sampler=s.sampler, checkpoint=checkpoint, score=ev.enabled, device=accelerator.device, check_n=ev.check_n,
                            autocast=resolve_precision(cfg.training) if accelerator.device.type == "cuda" else "no", say=say)
     metrics["samples"] = {"out": res["out"], "images": res["n"], "seconds": res["seconds"], "checkpoint": checkpoint,
                           "splits": splits}
     if res["metrics"] is not None:
         metrics["scores"] = res["metrics"]
         metrics["table"] = table_from_scores(res["metrics"])
-        if ev.check_n:
-            from mosaic.evaluation import check_evaluator
-
-            say(f"measuring the evaluator on {ev.check_n} fresh ground-truth renders")
-            chk = check_evaluator(task.spec, task.evaluator(), n=ev.check_n)
-            metrics["evaluator_check"] = {k: v for k, v in chk.items() if k not in ("failures",)}
+        if res["evaluator_check"] is not None:
+            metrics["evaluator_check"] = res["evaluator_check"]
     metrics["time_s"] = time.perf_counter() - t_start
     run.write_metrics(metrics)
     run.mark_done()
