@@ -235,7 +235,7 @@ def test_tiny_classifier_run(specs, tmp_path, kind):
     m = run_transformer(cfg, say=lambda s: None)
     run = cfg.run_dir()
     assert (run / "DONE").is_file() and json.loads((run / "metrics.json").read_text())["objective"] == "classifier"
-    acc = m["accuracy"]
+    acc = m["table"]
     assert acc["seen"]["n"] == 16 and acc["held_out"]["n"] == 48  # k = 2 of 8 shapes per colour seen
     for group in ("seen", "held_out"):
         assert set(acc[group]) == {"color", "shape", "joint", "n"}
@@ -245,7 +245,7 @@ def test_tiny_classifier_run(specs, tmp_path, kind):
     assert fac["n"] == 64 and fac["r2"] <= 1.0 and 0.0 <= fac["cross_concept_abs_cos"] <= 1.0
     assert m["train"]["steps"] == 2 and m["checkpoint"] == "final"
     again = run_transformer(cfg, say=lambda s: None)  # a finished run is a no-op
-    assert again["already_done"] and again["accuracy"] == acc
+    assert again["already_done"] and again["table"] == acc
 
 
 @pytest.mark.parametrize("kind", ["tokens", "image"])
@@ -259,6 +259,7 @@ def test_tiny_binding_run(specs, tmp_path, kind):
         for k in ("object_accuracy", "concept_accuracy"):
             assert 0.0 <= b[split][k] <= 1.0
     assert m["tau"] > 0 and m["factorization"]["n"] == 40
+    assert m["table"]["held_out"]["object_accuracy"] == b["test_ood"]["object_accuracy"] and m["table"]["seen"]["n"] == 36
     assert (cfg.run_dir() / "final" / "model.safetensors").is_file()
 
 
@@ -314,3 +315,21 @@ def test_cli_train_transformer(specs, tmp_path):
     assert "joint" in r.output and "linear factorization" in r.output and (out / "DONE").is_file()
     r = CliRunner().invoke(app, ["train", "transformer", str(p), "--set", "objective=nope"])
     assert r.exit_code == 2 and "objective" in r.output
+
+
+def test_binding_run_resumes_exactly(specs, tmp_path):
+    import shutil
+
+    cfg = _cfg(specs, tmp_path, "binding", "tokens", training={"steps": 4, "checkpoint_every": 2, "keep_checkpoints": 3},
+               binding={"swap_negatives": 1, "random_negatives": 1})
+    run = cfg.run_dir()
+    run_transformer(cfg, say=lambda s: None)
+    first = [r["loss"] for r in map(json.loads, (run / "log.jsonl").read_text().splitlines())]
+    # interrupted after the step-2 checkpoint: the rerun resumes there and recomputes steps 3-4 exactly
+    shutil.rmtree(run / "checkpoints" / "checkpoint-0000004")
+    for f in ("DONE", "metrics.json"):
+        (run / f).unlink()
+    m = run_transformer(cfg, say=lambda s: None)
+    again = [r["loss"] for r in map(json.loads, (run / "log.jsonl").read_text().splitlines())]
+    assert m["train"]["resumed_at"] == 2 and len(first) == 4
+    assert again == pytest.approx(first, rel=1e-6, abs=1e-7)

@@ -272,7 +272,7 @@ class ClassifierTask:
     def evaluate(self, model, device) -> dict:
         """Accuracy (seen / held-out per concept and joint, per grid cell) and factorization."""
         model.eval()
-        out: dict = {"accuracy": {}, "per_split": {}}
+        out: dict = {"table": {}, "per_split": {}}
         preds, feats, targets, records = [], [], [], []
         for split in _test_splits(self.root):
             data = SplitData(self.root, split, self.spec, self.cfg.input.kind, self.tokenizer)
@@ -285,11 +285,11 @@ class ClassifierTask:
         pred, feat, tgt = torch.cat(preds), torch.cat(feats), torch.cat(targets)
         held = torch.tensor([bool(r.get("held_out")) for r in records])
         if self.spec.holdout is not None:
-            out["accuracy"]["seen"] = _accuracy(pred[~held], tgt[~held][:, self.head_idx], self.heads)
-            out["accuracy"]["held_out"] = _accuracy(pred[held], tgt[held][:, self.head_idx], self.heads)
+            out["table"]["seen"] = _accuracy(pred[~held], tgt[~held][:, self.head_idx], self.heads)
+            out["table"]["held_out"] = _accuracy(pred[held], tgt[held][:, self.head_idx], self.heads)
             out["per_cell"] = _per_cell(pred, tgt[:, self.head_idx], records, self.heads)
         else:
-            out["accuracy"]["test"] = _accuracy(pred, tgt[:, self.head_idx], self.heads)
+            out["table"]["test"] = _accuracy(pred, tgt[:, self.head_idx], self.heads)
         if self.cfg.evaluation.factorization:
             out["factorization"] = linear_factorization(feat, tgt, self.train.concepts)
             out["factorization"]["embedding"] = "pooled encoder feature (before the heads), test splits together"
@@ -421,6 +421,9 @@ class BindingTask:
             out["binding"][split] = m
             embs.append(e)
             targets.append(data.targets)
+        keys = ("object_accuracy", "concept_accuracy", "swap_accuracy", "n")
+        out["table"] = {group: {k: out["binding"][split][k] for k in keys}
+                        for group, split in (("seen", "test_id"), ("held_out", "test_ood"), ("test", "test")) if split in out["binding"]}
         out["binding"]["train_object_types"] = int(self.train_types.sum())
         out["binding"]["object_types"] = int(self.tokenizer.n_object_types)
         out["tau"] = float(model.log_tau.exp())
@@ -555,7 +558,7 @@ def report_tables(metrics: dict) -> list:
     from rich.table import Table
 
     tables = []
-    acc = metrics.get("accuracy") or {}
+    acc = metrics.get("table") or {} if metrics.get("objective") == "classifier" else {}
     if acc:
         cols = list(acc)
         t = Table(title="concept accuracy (classifier heads)")
@@ -626,10 +629,11 @@ def run_transformer(cfg: TransformerConfig, say: Callable[[str], None] = print, 
     Returns:
         The run's metrics (also in ``RUN/metrics.json``): ``run``, ``name``, ``objective``,
         ``input``, ``dataset`` (fingerprint record), ``params``, ``train`` (the loop's summary),
-        ``checkpoint``, then for the classifier ``accuracy`` (``seen`` / ``held_out`` or ``test``:
-        per concept, ``joint``, ``n``), ``per_split``, ``per_cell``; for binding ``binding``
-        (per test split: ``object_accuracy``, ``concept_accuracy``, ``swap_accuracy``, by number
-        of objects) and ``tau``; for both ``factorization`` (:func:`linear_factorization`) and
+        ``checkpoint``, ``table`` (``seen`` = ``test_id`` / ``held_out`` = ``test_ood``, or ``test``
+        without a holdout; the columns of ``mosaic sweep``): for the classifier accuracy per
+        concept, ``joint`` and ``n``, plus ``per_split`` and ``per_cell``; for binding
+        ``object_accuracy``, ``concept_accuracy``, ``swap_accuracy`` and ``n``, plus ``binding``
+        (per test split, also by number of objects) and ``tau``; for both ``factorization`` (:func:`linear_factorization`) and
         ``time_s``; ``already_done`` when nothing was left to do.
     Raises:
         ConfigError, DatasetError, SpecError, TrainingError, TokenizationError (all MosaicError).
