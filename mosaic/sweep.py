@@ -133,10 +133,18 @@ def _short(key: str) -> str:
     return key.split(".")[-1]
 
 
+def _fmt(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return "-".join(_fmt(x) for x in v)
+    if isinstance(v, dict):
+        return "-".join([_fmt(x) for x in v.values() if not isinstance(x, bool)] + [k for k, x in v.items() if x is True])
+    return str(v)
+
+
 def trial_id(values: dict[str, Any]) -> str:
     """A readable, stable folder name for a trial: ``n=3_train=1000_seed=0-1a2b3c``."""
     h = hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:6]
-    label = "_".join(f"{_short(k)}={v}" for k, v in values.items())
+    label = "_".join(f"{_short(k)}={_fmt(v)}" for k, v in values.items())
     safe = "".join(ch if ch.isalnum() or ch in "=_-." else "-" for ch in label)[:80]
     return f"{safe}-{h}"
 
@@ -172,10 +180,9 @@ def _trainer(kind: str):
     return TransformerConfig
 
 
-def prepare(sweep: SweepSpec, out: Path, on_progress: Callable[[str], None] | None = None) -> list[dict]:
-    """Write every trial's folder and config, and generate the datasets they need (once per spec).
+def plan(sweep: SweepSpec, out: Path) -> list[dict]:
+    """Every trial's id, axis values, folder, validated config and dataset folder, writing nothing.
 
-    Returns the trials as dicts: ``id``, ``values``, ``dir``, ``dataset``.
     Raises: SweepError / SpecError / ConfigError for a trial whose config or spec is invalid
     (checked for every trial before anything runs).
     """
@@ -183,8 +190,6 @@ def prepare(sweep: SweepSpec, out: Path, on_progress: Callable[[str], None] | No
     from mosaic.lab.data import resolve_dataset
 
     cls = _trainer(sweep.kind)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.yaml").write_text(yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False))
     trials, datasets = [], {}
     for values in expand(sweep):
         raw = trial_config(sweep, values)
@@ -193,8 +198,21 @@ def prepare(sweep: SweepSpec, out: Path, on_progress: Callable[[str], None] | No
         key = json.dumps(cfg.dataset.model_dump(mode="json"), sort_keys=True)
         if key not in datasets:
             datasets[key] = resolve_dataset(cfg.dataset, generate=False)
-        tdir = out / "trials" / tid
-        trials.append({"id": tid, "values": values, "dir": tdir, "dataset": datasets[key], "raw": raw, "cfg": cfg})
+        trials.append({"id": tid, "values": values, "dir": out / "trials" / tid, "dataset": datasets[key], "raw": raw, "cfg": cfg})
+    return trials
+
+
+def prepare(sweep: SweepSpec, out: Path, on_progress: Callable[[str], None] | None = None) -> list[dict]:
+    """Write every trial's folder and config, and generate the datasets they need (once per spec).
+
+    Returns the trials as dicts: ``id``, ``values``, ``dir``, ``dataset``.
+    Raises: as :func:`plan`, before anything is written.
+    """
+    from mosaic.lab.data import resolve_dataset
+
+    trials = plan(sweep, out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.yaml").write_text(yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False))
     # generate each distinct dataset once, before any trial trains on it
     done_roots = set()
     for t in trials:

@@ -22,16 +22,28 @@ def sweep_command(
     address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (ray://host:10001 or auto); default: a local Ray instance")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a sweep field: key.path=value (repeatable)")] = None,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Write the HTML report at the end")] = True,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate every trial's config and spec and list the trials; run nothing")] = False,
 ) -> None:
     """Run a sweep: every trial (generate, train, sample, evaluate) in its own subprocess and run folder.
     Resumable: finished trials are skipped; failed ones are recorded and do not stop the others."""
     from mosaic.cli import _fail
-    from mosaic.sweep import expand, load_sweep, run_sweep
+    from mosaic.sweep import expand, load_sweep, plan, run_sweep
 
     try:
         s = load_sweep(sweep, set_)
         folder = out or Path("data") / "sweeps" / s.name
         n = len(expand(s))
+        if dry_run:
+            from mosaic.lab.data import load_dataset_spec
+
+            trials = plan(s, folder)
+            for t in trials:
+                if t["cfg"].dataset.spec is not None:
+                    load_dataset_spec(t["cfg"].dataset)  # the trial's spec, overrides applied, must validate
+            console.print(f"[bold]{s.name}[/]: {n} trials, {len({str(t['dataset']) for t in trials})} datasets; every config and spec is valid")
+            for t in trials:
+                console.print(f"  {t['id']}  data {t['dataset']}")
+            return
         console.print(f"[bold]{s.name}[/]: {n} trials ({' x '.join(s.axes())}), backend {backend}, {workers} at a time -> {folder}")
         counter = {"done": 0, "failed": 0}
 
