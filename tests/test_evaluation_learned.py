@@ -68,3 +68,11 @@ def test_net_output_has_one_block_per_concept():
     net = EvaluatorNet([3, 10, 4], input_size=24, width=4, hidden=8)
     out = net.split_logits(net(torch.rand(2, 3, 24, 24)))
     assert [o.shape for o in out] == [(2, 3), (2, 10), (2, 4)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["count", "attribute", "position"])
+def test_default_learned_evaluator_meets_its_threshold(tmp_path, name):
+    spec = load_spec(SPECS / f"{name}.yaml")
+    ev = train_evaluator(spec, tmp_path / "ev", LearnedConfig(check_n=1000))
+    assert ev.report["check_clean"]["passed"], ev.report["check_clean"]["accuracy"]

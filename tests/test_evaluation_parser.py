@@ -96,3 +96,11 @@ def test_bad_input_is_rejected():
         SceneParser(spec).predict(np.zeros((2, 64, 64, 3), np.float32))
     with pytest.raises(MosaicError, match="neither 'parser' nor a directory"):
         load_evaluator(spec, "/no/such/evaluator")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_parser_meets_its_threshold_on_2000_fresh_renders(path):
+    spec = load_spec(path)
+    rep = check_evaluator(spec, SceneParser(spec), n=2000)
+    assert rep["passed"], (rep["accuracy"], rep["failures"][:3])
