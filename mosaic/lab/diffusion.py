@@ -598,9 +598,10 @@ def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, 
     from tqdm.auto import tqdm
 
     from mosaic.dataset import png_bytes
+    from mosaic.lab.loop import progress_kwargs
 
     meta, all_images = [], []
-    bar = tqdm(total=len(records), desc="sample", dynamic_ncols=True)
+    bar = tqdm(total=len(records), desc="sample", **progress_kwargs())
     k = 0
     for s in splits:
         part = [(i, r) for (sp, i, r) in records if sp == s]

@@ -90,6 +90,13 @@ class Task:
 # run folders
 # ----------------------------------------------------------------------------------------------
 
+
+def progress_kwargs() -> dict:
+    """tqdm settings: a live bar on a terminal; into a log file (sweep trials, CI), a line every 30 s."""
+    import sys
+
+    return {"dynamic_ncols": True} if sys.stderr.isatty() else {"mininterval": 30.0, "ncols": 100}
+
 def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(text)
@@ -411,7 +418,7 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
 
     model.train()
     bar = tqdm(total=cfg.steps, initial=state["step"], disable=not accelerator.is_local_main_process, desc="train",
-               dynamic_ncols=True, smoothing=0.05)
+               smoothing=0.05, **progress_kwargs())
     window, window_t0, window_steps = [], time.perf_counter(), 0
     t_train = 0.0
     params_list = [p for p in model.parameters() if p.requires_grad]
