@@ -128,6 +128,7 @@ def test_binding_metrics_count_swap_negatives():
                                [3.0, 3.0, 3.0, 3.0]])
     m = binding_metrics(con_logits, obj_logits, objects, tok)
     assert m["object_accuracy"] == 0.5 and m["swap_accuracy"] == 0.5 and m["concept_accuracy"] == 1.0 and m["n"] == 2
+    assert m["no_swap_fraction"] == 0.0
     assert concept_positives(objects, tok.radix).tolist() == [[True, True, True, True]] * 2
     assert object_positives(objects, torch.tensor([[0, 0], [0, 1], [1, 1]])).tolist() == [[True, False, True]] * 2
 

@@ -33,7 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from pydantic import Field, model_validator
 
-from mosaic.errors import MosaicError
+from mosaic.errors import DatasetError, MosaicError
 from mosaic.lab.binding import (
     concept_positives, object_positives, ranking_correct, similarity_logits, soft_cross_entropy, swap_negatives,
 )
@@ -276,12 +276,17 @@ class ClassifierTask:
         preds, feats, targets, records = [], [], [], []
         for split in _test_splits(self.root):
             data = SplitData(self.root, split, self.spec, self.cfg.input.kind, self.tokenizer)
+            if not len(data):
+                continue
             p, f = self.predict(model, data, device)
             out["per_split"][split] = _accuracy(p, data.targets[:, self.head_idx], self.heads)
             preds.append(p)
             feats.append(f)
             targets.append(data.targets)
             records += data.records
+        if not preds:
+            raise DatasetError(f"dataset {self.root}: every test split ({', '.join(_test_splits(self.root))}) is empty; "
+                               "generate it with test samples (splits.test_id / test_ood / test > 0)")
         pred, feat, tgt = torch.cat(preds), torch.cat(feats), torch.cat(targets)
         held = torch.tensor([bool(r.get("held_out")) for r in records])
         if self.spec.holdout is not None:
@@ -417,6 +422,8 @@ class BindingTask:
         embs, targets = [], []
         for split in _test_splits(self.root):
             data = SplitData(self.root, split, self.spec, self.cfg.input.kind, self.tokenizer)
+            if not len(data):
+                continue
             m, e = self.split_metrics(model, data, device)
             out["binding"][split] = m
             embs.append(e)
@@ -427,7 +434,7 @@ class BindingTask:
         out["binding"]["train_object_types"] = int(self.train_types.sum())
         out["binding"]["object_types"] = int(self.tokenizer.n_object_types)
         out["tau"] = float(model.log_tau.exp())
-        if self.cfg.evaluation.factorization:
+        if self.cfg.evaluation.factorization and embs:
             out["factorization"] = linear_factorization(torch.cat(embs), torch.cat(targets), self.train.concepts)
             out["factorization"]["embedding"] = "normalised scene embedding, test splits together"
         return out
@@ -461,8 +468,11 @@ def binding_metrics(concept_logits: torch.Tensor, object_logits: torch.Tensor, o
     Returns:
         ``object_accuracy`` (min present-object logit > max absent-object logit, candidates = every
         object type, swap negatives included), ``concept_accuracy`` (same over concept values),
-        ``swap_accuracy`` (candidates = present objects + the scene's swap negatives only; nan
-        for scenes without swaps), ``object_accuracy_by_num_objects``, ``n``.
+        ``swap_accuracy`` (candidates = present objects + the scene's swap negatives only, over
+        the scenes that have one), ``no_swap_fraction`` (scenes without a swap negative: objects
+        that share a value; a bag-of-concepts model can be right on them, so it is the floor of
+        ``object_accuracy`` for a model with perfect concept recognition and no binding),
+        ``object_accuracy_by_num_objects``, ``n``.
     """
     types = torch.from_numpy(tokenizer.all_object_types())
     opos = object_positives(objects, types)
@@ -489,6 +499,7 @@ def binding_metrics(concept_logits: torch.Tensor, object_logits: torch.Tensor, o
         "object_accuracy": float(ocor[oact].float().mean()) if oact.any() else float("nan"),
         "concept_accuracy": float(ccor[cact].float().mean()) if cact.any() else float("nan"),
         "swap_accuracy": swap_ok / swap_n if swap_n else float("nan"),
+        "no_swap_fraction": 1.0 - swap_n / len(objects) if len(objects) else float("nan"),
         "object_accuracy_by_num_objects": by_n,
         "n": int(len(objects)),
     }
