@@ -334,3 +334,19 @@ def test_binding_run_resumes_exactly(specs, tmp_path):
     again = [r["loss"] for r in map(json.loads, (run / "log.jsonl").read_text().splitlines())]
     assert m["train"]["resumed_at"] == 2 and len(first) == 4
     assert again == pytest.approx(first, rel=1e-6, abs=1e-7)
+
+
+def test_classifier_without_holdout_reports_the_test_split(tmp_path, write_spec):
+    from .conftest import COUNT_YAML
+
+    spec = write_spec(COUNT_YAML)  # colour x count (1-4 circles), no holdout: splits train / val / test
+    tok = SceneTokenizer.from_spec(load_spec(spec))
+    assert tok.attributes == ["color"] and tok.max_objects == 4 and tok.max_len == 4 * 3 + 1
+    cfg = validate_config(TransformerConfig, {
+        "name": "count", "out": str(tmp_path / "run"), "objective": "classifier",
+        "dataset": {"spec": str(spec), "root": str(tmp_path / "data"), "workers": 1},
+        "input": {"kind": "tokens"}, "model": {"width": 16, "depth": 1, "heads": 2},
+        "training": {"steps": 2, "batch_size": 4, "threads": 1}})
+    m = run_transformer(cfg, say=lambda s: None)
+    assert set(m["table"]) == {"test"} and m["table"]["test"]["n"] == 2 and "per_cell" not in m
+    assert set(m["table"]["test"]) == {"color", "count", "joint", "n"}
