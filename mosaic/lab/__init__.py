@@ -9,5 +9,9 @@
 - :mod:`mosaic.lab.conditioning` — factorized, caption and per-combination (baseline) conditions.
 - :mod:`mosaic.lab.diffusion` — conditional pixel-space diffusion (UNet / DiT backbones from
   diffusers), sampling with classifier-free guidance, scoring with the evaluator.
-- :mod:`mosaic.lab.cli` — ``mosaic train diffusion`` and ``mosaic sample``.
+- :mod:`mosaic.lab.transformer` — ViTs and token encoders from scratch: multi-head concept
+  classifiers (coverage study) and dual encoders (binding study), with :mod:`mosaic.lab.tokens`
+  (the scene graph's token form), :mod:`mosaic.lab.encoders`, :mod:`mosaic.lab.binding` (swap
+  negatives, multi-positive loss, ranking metric) and :mod:`mosaic.lab.factorization` (R²).
+- :mod:`mosaic.lab.cli` — ``mosaic train diffusion``, ``mosaic train transformer`` and ``mosaic sample``.
 """
