@@ -117,7 +117,7 @@ def make_report(sweep_dir: str | Path) -> Path:
     out.mkdir(exist_ok=True)
     done = df[df["status"] == "done"] if "status" in df.columns else df
     figures = []
-    p = plot_curves(done, x, lines, ys, out / "curves.png", title=f"{sweep.get('name', sweep_dir.name)}: accuracy vs {x.split('.')[-1]}", x_label=rep.get("x_label"))
+    p = plot_curves(done, x, lines, ys, out / "curves.png", title=f"{sweep.get('name', sweep_dir.name)}: accuracy vs {rep.get('x_label') or x.split('.')[-1]}", x_label=rep.get("x_label"))
     if p:
         figures.append(("Seen vs held-out accuracy", p.name))
     concept_cols = sorted(c for c in done.columns if c.startswith("held_out.") and c != "held_out.joint")
@@ -138,8 +138,10 @@ def make_report(sweep_dir: str | Path) -> Path:
             item["samples"] = sheet.name
         if item["heatmaps"] or item["samples"]:
             trials.append(item)
-    show = [c for c in df.columns if c not in ("error",)]
-    table_html = df[show].to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-", border=0, classes="results")
+    axes_cols = [c for c in axes + ["seed"] if c in df.columns]
+    show = ["trial", "status"] + axes_cols + sorted(c for c in df.columns if c.startswith(("seen.", "held_out."))) + [
+        c for c in ("evaluator.joint", "time_s") if c in df.columns]
+    table_html = df[[c for c in show if c in df.columns]].to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-", border=0, classes="results")
     failed = df[df["status"] == "failed"] if "status" in df.columns else df.iloc[0:0]
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
@@ -157,7 +159,8 @@ def make_report(sweep_dir: str | Path) -> Path:
         parts.append(f"<p>Evaluator accuracy on fresh ground-truth renders (joint): min {df['evaluator.joint'].min():.3f}.</p>")
     for title, name in figures:
         parts.append(f"<h2>{html.escape(title)}</h2><img src='{name}' alt='{html.escape(title)}'>")
-    parts.append("<h2>Results</h2>" + table_html)
+    parts.append("<h2>Results</h2><p>Every column, including all run metrics: <a href='../results.csv'>results.csv</a>, "
+                 "<a href='../results.parquet'>results.parquet</a>.</p>" + table_html)
     if len(failed):
         parts.append("<h2 class='fail'>Failed trials</h2><ul>" + "".join(
             f"<li class='fail'><b>{html.escape(str(r['trial']))}</b>: <pre>{html.escape(str(r.get('error', '')))}</pre></li>" for _, r in failed.iterrows()) + "</ul>")
