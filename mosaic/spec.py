@@ -16,7 +16,6 @@ Every problem found in a spec is reported at once, each with its field path and 
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import math
@@ -24,11 +23,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_serializer, model_validator
 
 from mosaic.errors import SpecError
 from mosaic.holdout import Holdout
+from mosaic.overrides import apply_overrides as _apply_overrides
+from mosaic.overrides import read_yaml_file
 from mosaic.vocab import COLORS, RELATIONS, SHAPES, SIZES, delta_e, unknown_name_message
 
 Value = str | int | float
@@ -836,19 +836,13 @@ def parse_spec(data: Any, source: str | None = None) -> Spec:
         raise SpecError(uniq, source) from None
 
 
+def _spec_error(path: str, message: str) -> SpecError:
+    return SpecError([(path, message)] if path == "--set" else message, None if path == "--set" else path)
+
+
 def read_yaml(path: str | Path) -> Any:
     """Read a YAML file. Raises SpecError naming the file, line and column of a syntax error."""
-    path = Path(path)
-    if not path.is_file():
-        raise SpecError(f"no such spec file: {path}", str(path))
-    try:
-        return yaml.safe_load(path.read_text())
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        raise SpecError(f"YAML syntax error in {path} at {where}: {e.problem or e}", str(path)) from None
-    except yaml.YAMLError as e:
-        raise SpecError(f"YAML error in {path}: {e}", str(path)) from None
+    return read_yaml_file(path, _spec_error, kind="spec file")
 
 
 def apply_overrides(data: dict, overrides: list[str] | None) -> dict:
@@ -858,37 +852,7 @@ def apply_overrides(data: dict, overrides: list[str] | None) -> dict:
     by index (``objects.0.size=0.2``). Raises SpecError for a malformed override or a path through a
     missing list index or a scalar.
     """
-    data = copy.deepcopy(data)
-    for ov in overrides or []:
-        if "=" not in ov:
-            raise SpecError([("--set", f"{ov!r} is not key.path=value")])
-        key, raw = ov.split("=", 1)
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError as e:
-            raise SpecError([("--set", f"value of {key!r} is not valid YAML: {e}")]) from None
-        parts = key.strip().split(".")
-        node = data
-        for k, part in enumerate(parts):
-            last = k == len(parts) - 1
-            if isinstance(node, list):
-                if not part.isdigit() or int(part) >= len(node):
-                    raise SpecError([("--set", f"{key!r}: {part!r} is not an index of a list of {len(node)} items")])
-                idx = int(part)
-                if last:
-                    node[idx] = value
-                else:
-                    node = node[idx]
-            elif isinstance(node, dict):
-                if last:
-                    node[part] = value
-                else:
-                    if node.get(part) is None:
-                        node[part] = {}
-                    node = node[part]
-            else:
-                raise SpecError([("--set", f"{key!r}: {'.'.join(parts[:k])!r} is a value, not a mapping or list")])
-    return data
+    return _apply_overrides(data, overrides, _spec_error)
 
 
 def load_spec(path: str | Path, overrides: list[str] | None = None) -> Spec:

@@ -58,6 +58,29 @@ def _print_check(check: dict | None) -> None:
         console.print(line)
 
 
+def _train(config_cls, run, config: Path, set_, out) -> dict | None:
+    """Load a lab config (``--set``, ``--out`` applied) and run it; print failures and the
+    already-done notice. Returns the run's metrics, or None on a non-main process."""
+    try:
+        from mosaic.lab.config import load_config
+
+        sets = list(set_ or [])
+        if out is not None:
+            sets.append(f"out={out}")
+        cfg = load_config(config_cls, config, sets)
+        metrics = run(cfg, say=lambda s: console.print(s, highlight=False))
+    except MosaicError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted[/]: rerun the same command to resume from the last checkpoint")
+        raise typer.Exit(130)
+    if "run" not in metrics:  # a non-main process of a multi-process run
+        return None
+    if metrics.get("already_done"):
+        console.print(f"[green]already done[/]: {metrics['run']} (delete its DONE file or use another --out to train again)")
+    return metrics
+
+
 @train_app.command("diffusion")
 def diffusion(
     config: Annotated[Path, typer.Argument(help="Diffusion config YAML, e.g. experiments/train/quickstart_cpu.yaml")],
@@ -67,24 +90,11 @@ def diffusion(
     """Train a conditional diffusion model (UNet or DiT) end to end: generate the dataset if the
     config names a spec, train (resuming an interrupted run), sample the test splits and score
     them with the evaluator. Prints the seen vs held-out accuracy table. A finished run is a no-op."""
-    try:
-        from mosaic.lab.config import load_config
-        from mosaic.lab.diffusion import DiffusionConfig, run_diffusion
+    from mosaic.lab.diffusion import DiffusionConfig, run_diffusion
 
-        sets = list(set_ or [])
-        if out is not None:
-            sets.append(f"out={out}")
-        cfg = load_config(DiffusionConfig, config, sets)
-        metrics = run_diffusion(cfg, say=lambda s: console.print(s, highlight=False))
-    except MosaicError as e:
-        _fail(e)
-    except KeyboardInterrupt:
-        err_console.print("[yellow]interrupted[/]: rerun the same command to resume from the last checkpoint")
-        raise typer.Exit(130)
-    if "run" not in metrics:  # a non-main process of a multi-process run
+    metrics = _train(DiffusionConfig, run_diffusion, config, set_, out)
+    if metrics is None:
         return
-    if metrics.get("already_done"):
-        console.print(f"[green]already done[/]: {metrics['run']} (delete its DONE file or use another --out to train again)")
     tr = metrics["train"]
     console.print(f"trained {tr['steps']} steps in {tr['train_time_s']:.0f} s ({tr['images_per_s']:.0f} images/s, "
                   f"{tr['processes']} process(es), {tr['device']}, precision {tr['mixed_precision']}); final loss {tr['final_loss']:.4f}")
@@ -104,24 +114,11 @@ def transformer(
     encoder) end to end: generate the dataset if the config names a spec, train (resuming an
     interrupted run), evaluate on the test splits (seen vs held-out accuracy, binding accuracy,
     linear factorization) and print the tables. A finished run is a no-op."""
-    try:
-        from mosaic.lab.config import load_config
-        from mosaic.lab.transformer import TransformerConfig, report_tables, run_transformer
+    from mosaic.lab.transformer import TransformerConfig, report_tables, run_transformer
 
-        sets = list(set_ or [])
-        if out is not None:
-            sets.append(f"out={out}")
-        cfg = load_config(TransformerConfig, config, sets)
-        metrics = run_transformer(cfg, say=lambda s: console.print(s, highlight=False))
-    except MosaicError as e:
-        _fail(e)
-    except KeyboardInterrupt:
-        err_console.print("[yellow]interrupted[/]: rerun the same command to resume from the last checkpoint")
-        raise typer.Exit(130)
-    if "run" not in metrics:  # a non-main process of a multi-process run
+    metrics = _train(TransformerConfig, run_transformer, config, set_, out)
+    if metrics is None:
         return
-    if metrics.get("already_done"):
-        console.print(f"[green]already done[/]: {metrics['run']} (delete its DONE file or use another --out to train again)")
     tr = metrics["train"]
     console.print(f"trained {tr['steps']} steps in {tr['train_time_s']:.0f} s ({tr['images_per_s']:.0f} scenes/s, "
                   f"{tr['processes']} process(es), {tr['device']}); final loss {tr['final_loss']:.4f}; evaluated the {metrics['checkpoint']} weights")

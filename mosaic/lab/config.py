@@ -12,10 +12,10 @@ import copy
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mosaic.errors import MosaicError
+from mosaic.overrides import apply_overrides, read_yaml_file, set_in_place
 
 
 class ConfigError(MosaicError, ValueError):
@@ -134,30 +134,15 @@ def validate_config(cls: type[C], data: Any, source: str | None = None) -> C:
         raise ConfigError(problems, source) from None
 
 
+def _config_error(path: str, message: str) -> ConfigError:
+    return ConfigError([(path, message)] if path == "--set" else message, None if path == "--set" else path)
+
+
 def set_path(data: dict, key: str, value: Any) -> dict:
     """``data`` with ``key.path`` set to ``value`` (a deep copy). Creates missing mappings; list
     items are addressed by index. Raises ConfigError for a path through a scalar."""
     data = copy.deepcopy(data)
-    parts = key.strip().split(".")
-    node = data
-    for k, part in enumerate(parts):
-        last = k == len(parts) - 1
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise ConfigError([("--set", f"{key!r}: {part!r} is not an index of a list of {len(node)} items")])
-            if last:
-                node[int(part)] = value
-            else:
-                node = node[int(part)]
-        elif isinstance(node, dict):
-            if last:
-                node[part] = value
-            else:
-                if node.get(part) is None:
-                    node[part] = {}
-                node = node[part]
-        else:
-            raise ConfigError([("--set", f"{key!r}: {'.'.join(parts[:k])!r} is a value, not a section")])
+    set_in_place(data, key, value, _config_error, container="section")
     return data
 
 
@@ -165,43 +150,17 @@ OVERRIDES_PREFIX = "dataset.overrides."
 
 
 def apply_sets(data: dict, sets: list[str] | None) -> dict:
-    """Apply ``key.path=value`` strings (values parsed as YAML) to raw config data.
+    """Apply ``key.path=value`` strings (values parsed as YAML) to raw config data (a deep copy).
 
     ``dataset.overrides.<spec key.path>=value`` adds one flat entry to ``dataset.overrides`` (the
     spec overrides), e.g. ``dataset.overrides.holdout.rule.n=3``.
     """
-    for s in sets or []:
-        if "=" not in s:
-            raise ConfigError([("--set", f"{s!r} is not key.path=value, e.g. training.steps=200")])
-        key, raw = s.split("=", 1)
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError as e:
-            raise ConfigError([("--set", f"value of {key!r} is not valid YAML: {e}")]) from None
-        key = key.strip()
-        if key.startswith(OVERRIDES_PREFIX):  # spec overrides are flat {key.path: value}
-            data = copy.deepcopy(data)
-            ds = data.setdefault("dataset", {}) or {}
-            data["dataset"] = ds
-            ds["overrides"] = {**(ds.get("overrides") or {}), key[len(OVERRIDES_PREFIX):]: value}
-        else:
-            data = set_path(data, key, value)
-    return data
+    return apply_overrides(data, sets, _config_error, example="training.steps=200", flat_prefixes=(OVERRIDES_PREFIX,), container="section")
 
 
 def read_config_yaml(path: str | Path) -> dict:
     """Raw YAML of a config file. Raises ConfigError for a missing file or a syntax error."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"no such config file: {path}", str(path))
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        raise ConfigError(f"YAML syntax error at {where}: {e.problem or e}", str(path)) from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"YAML error: {e}", str(path)) from None
+    data = read_yaml_file(path, _config_error, kind="config file")
     return data if data is not None else {}
 
 
