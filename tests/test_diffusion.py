@@ -239,3 +239,18 @@ def test_tensorboard_logging_is_optional(tmp_path, dataset):
     else:
         run_diffusion(cfg, say=lambda s: None)
         assert any((tmp_path / "run" / "tensorboard").rglob("events.out.tfevents*"))
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_over_with_a_clean_log(tmp_path, dataset):
+    run = tmp_path / "run"
+    run_diffusion(config(run, dataset, steps=3), say=lambda s: None)
+    # what a kill before the first checkpoint leaves: config and log rows, no checkpoint, not done
+    shutil.rmtree(run / "checkpoints")
+    for f in ("DONE", "metrics.json"):
+        (run / f).unlink(missing_ok=True)
+    first = losses(run)
+    run_diffusion(config(run, dataset, steps=3), say=lambda s: None)
+    rows = [json.loads(x)["step"] for x in (run / "log.jsonl").read_text().splitlines()]
+    assert rows == [1, 2, 3]
+    assert losses(run) == first  # the restart is the same deterministic run
+

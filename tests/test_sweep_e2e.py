@@ -110,7 +110,7 @@ def test_resume_after_a_killed_trial(tmp_path):
     deadline = time.time() + 120
     ckpt = None
     while time.time() < deadline:
-        found = list(sw_dir.glob("trials/*/run/checkpoints/*")) if sw_dir.exists() else []
+        found = list(sw_dir.glob("trials/*/run/checkpoints/*/trainer_state.json")) if sw_dir.exists() else []
         if found:
             ckpt = found
             break

@@ -729,6 +729,7 @@ def _run_diffusion(cfg: DiffusionConfig, say, on_generate) -> dict:
         m["already_done"] = True
         return m
     say(f"run {run_dir} ({status}), dataset {root}")
+    torch.manual_seed(cfg.training.seed)  # the initial weights follow training.seed (a resumed run loads its checkpoint)
     task = DiffusionTask(cfg, root, run)
     n_params = count_params(task.model)
     say(f"{cfg.model.backbone} with {cfg.model.conditioning} conditioning: {n_params / 1e6:.2f} M parameters "

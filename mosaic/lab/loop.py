@@ -354,6 +354,8 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
         if accelerator.is_main_process:
             run.truncate_logs(state["step"])
         say(f"resumed from {ckpt} (step {state['step']})")
+    elif accelerator.is_main_process:
+        run.truncate_logs(0)  # a run killed before its first checkpoint starts over: drop its log rows
     accelerator.wait_for_everyone()
 
     sel_metric, sel_mode = task.selection if task.selection else (None, None)
