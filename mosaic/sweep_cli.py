@@ -57,7 +57,8 @@ def sweep_command(
     except MosaicError as e:
         _fail(e)
     t = Table(title=f"{s.name}: results ({folder / 'results.csv'})")
-    cols = [c for c in list(s.grid) + list(s.zip) + ["seed", "status", "seen.joint", "held_out.joint", "evaluator.joint", "time_s"] if c in df.columns]
+    shown = list(dict.fromkeys(list(s.grid) + list(s.zip) + ["seed", "status"] + list(s.report.y) + ["evaluator.joint", "time_s"]))
+    cols = [c for c in shown if c in df.columns]
     for c in cols:
         t.add_column(c.split(".")[-1] if c.startswith("spec.") else c, justify="right")
     for _, r in df.iterrows():
