@@ -358,6 +358,7 @@ class Spec(_Base):
 
     _roles: dict[str, str] = PrivateAttr(default_factory=dict)
     _grid: Any = PrivateAttr(default=None)
+    _fp: str | None = PrivateAttr(default=None)
 
     @field_validator("colors")
     @classmethod
@@ -450,8 +451,11 @@ class Spec(_Base):
         return self.model_dump(mode="json", exclude_none=True)
 
     def fingerprint(self) -> str:
-        """sha256 (16 hex digits) of the canonical JSON of the resolved spec."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+        """sha256 (16 hex digits) of the canonical JSON of the resolved spec (computed once: a
+        validated spec is not meant to be mutated; derive a new one with :func:`apply_overrides`)."""
+        if self._fp is None:
+            self._fp = hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+        return self._fp
 
 
 class _CrossCheckFailed(ValueError):
