@@ -12,19 +12,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from mosaic.cli_common import err_console, fail
 from mosaic.errors import MosaicError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="mosaic: controlled datasets and a training lab for compositional generalization.")
 console = Console()
-err_console = Console(stderr=True)
 
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a spec field: key.path=value (repeatable), e.g. --set splits.train=500")]
 SpecArg = Annotated[Path, typer.Argument(help="Spec YAML file, e.g. experiments/specs/count.yaml")]
 
 
-def _fail(e: Exception) -> None:
-    err_console.print(f"[bold red]error:[/] {e}", highlight=False, markup=True, soft_wrap=True)
-    raise typer.Exit(2)
+_fail = fail
 
 
 def _load(spec_path: Path, overrides):

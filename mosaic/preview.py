@@ -54,3 +54,39 @@ def contact_sheet(images: np.ndarray, captions: list[str], out: str | Path, tile
     out.parent.mkdir(parents=True, exist_ok=True)
     sheet.save(out)
     return out
+
+
+def sample_sheet(folder: str | Path, out: str | Path, n: int = 16, predictions: list[dict] | None = None,
+                 tile: int = 112) -> Path | None:
+    """Contact sheet of a folder of generated images with a ``metadata.jsonl`` (the generator's
+    schema): one image per combination, held-out combinations first, captioned with the intended
+    values and, given ``predictions`` (one dict per metadata line), what the evaluator read.
+    Returns None when the folder holds no images."""
+    import json
+
+    folder = Path(folder)
+    meta_path = folder / "metadata.jsonl"
+    if not meta_path.is_file():
+        return None
+    recs = [json.loads(line) for line in meta_path.read_text().splitlines() if line.strip()]
+    order = sorted(range(len(recs)), key=lambda i: (not recs[i].get("held_out"), i))
+    picked, seen = [], set()
+    for i in order:
+        key = json.dumps(recs[i].get("combination") or recs[i].get("concepts"), sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            picked.append(i)
+        if len(picked) >= n:
+            break
+    if not picked:
+        return None
+    images = np.stack([np.asarray(Image.open(folder / recs[i]["file_name"]).convert("RGB")) for i in picked])
+    caps = []
+    for i in picked:
+        r = recs[i]
+        cap = ("HELD-OUT " if r.get("held_out") else "seen ") + " ".join(str(v) for v in (r.get("concepts") or {}).values())
+        if predictions is not None:
+            p = predictions[i]
+            cap += " | read: " + " ".join("?" if v is None else str(v) for v in p.values())
+        caps.append(cap)
+    return contact_sheet(images, caps, out, tile=tile)

@@ -53,7 +53,7 @@ def plot_curves(df, x: str, lines: str | None, ys: list[str], out: Path, title: 
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
         if groups != [None]:
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=8, loc="best", framealpha=0.7)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -64,35 +64,12 @@ def plot_curves(df, x: str, lines: str | None, ys: list[str], out: Path, title: 
 
 
 def _sample_sheet(run: Path, out: Path, n: int = 16) -> Path | None:
-    """A contact sheet of a run's generated samples: held-out combinations first, one per combination."""
-    from PIL import Image
+    """A contact sheet of a run's first samples folder (held-out combinations first)."""
+    from mosaic.preview import sample_sheet
 
-    from mosaic.preview import contact_sheet
-
-    metas = sorted(run.glob("samples/*/metadata.jsonl"))
-    if not metas:
-        return None
-    recs = []
-    for m in metas:
-        for line in m.read_text().splitlines():
-            if line.strip():
-                r = json.loads(line)
-                r["_dir"] = m.parent
-                recs.append(r)
-    picked, seen = [], set()
-    for r in sorted(recs, key=lambda r: (not r.get("held_out"), r.get("index", 0))):
-        key = json.dumps(r.get("combination") or r.get("concepts"), sort_keys=True, default=str)
-        if key in seen:
-            continue
-        seen.add(key)
-        picked.append(r)
-        if len(picked) >= n:
-            break
-    if not picked:
-        return None
-    imgs = np.stack([np.asarray(Image.open(r["_dir"] / r["file_name"]).convert("RGB")) for r in picked])
-    caps = [("HELD-OUT " if r.get("held_out") else "seen ") + ", ".join(f"{v}" for v in (r.get("concepts") or {}).values()) for r in picked]
-    return contact_sheet(imgs, caps, out, tile=112)
+    for meta in sorted(run.glob("samples/*/metadata.jsonl")):
+        return sample_sheet(meta.parent, out, n=n)
+    return None
 
 
 def make_report(sweep_dir: str | Path) -> Path:
@@ -110,6 +87,9 @@ def make_report(sweep_dir: str | Path) -> Path:
     df = pd.read_csv(res)
     rep = sweep.get("report") or {}
     axes = list((sweep.get("grid") or {})) + list((sweep.get("zip") or {}))
+    order = [c for c in axes + ["seed"] if c in df.columns]
+    if order:
+        df = df.sort_values(order, kind="stable").reset_index(drop=True)
     x = rep.get("x") or (axes[0] if axes else "seed")
     lines = rep.get("lines") or (next((a for a in axes if a != x), None))
     ys = rep.get("y") or ["held_out.joint", "seen.joint"]

@@ -830,6 +830,8 @@ def parse_spec(data: Any, source: str | None = None) -> Spec:
                 msg = f"unknown field {err['loc'][-1]!r}: remove it or check its spelling"
             elif err["type"] == "missing":
                 msg = "required field is missing"
+            elif "input" in err and not isinstance(err["input"], (dict, list)):
+                msg = f"{msg} (got {err['input']!r})"
             problems.append((path, msg))
         # pydantic reports one error per union branch; keep each (path, message) once
         seen, uniq = set(), []
@@ -860,12 +862,28 @@ def apply_overrides(data: dict, overrides: list[str] | None) -> dict:
 
 
 def load_spec(path: str | Path, overrides: list[str] | None = None) -> Spec:
-    """Read, override and validate a spec file.
+    """Read, override and validate a spec: a YAML file, or a generated dataset (its directory or
+    its ``manifest.json``), whose resolved spec is used.
+
+    Paths are relative to the current directory.
 
     Raises:
-        SpecError: YAML syntax errors (with line and column) and every validation problem.
+        SpecError: YAML syntax errors (with line and column) and every validation problem; the
+            message says when ``--set`` overrides were applied.
     """
-    data = read_yaml(path)
+    path = Path(path)
+    manifest = path / "manifest.json" if path.is_dir() else path
+    if manifest.name == "manifest.json" and manifest.is_file():
+        import json
+
+        data = json.loads(manifest.read_text()).get("spec")
+        if not isinstance(data, dict):
+            raise SpecError(f"{manifest} holds no spec: is it a mosaic dataset manifest?", str(manifest))
+    elif path.is_dir():
+        raise SpecError(f"{path} is a directory without manifest.json: give a spec YAML file or a mosaic dataset", str(path))
+    else:
+        data = read_yaml(path)
     if isinstance(data, dict):
         data = apply_overrides(data, overrides)
-    return parse_spec(data, source=str(path))
+    source = str(path) + (f" (with --set {' '.join(overrides)})" if overrides else "")
+    return parse_spec(data, source=source)

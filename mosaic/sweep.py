@@ -407,6 +407,10 @@ def collect(out: Path) -> "pd.DataFrame":  # noqa: F821
 
     rows = [result_row(d) for d in sorted((out / "trials").iterdir()) if d.is_dir()] if (out / "trials").is_dir() else []
     df = pd.DataFrame(rows)
+    axes = [c for c in df.columns if c.startswith(("spec.", "training.", "model.", "dataset.")) or c == "seed"]
+    sortable = [c for c in axes if df[c].map(lambda v: isinstance(v, (int, float))).all()]
+    if sortable:
+        df = df.sort_values(sortable, kind="stable").reset_index(drop=True)
     df.to_csv(out / "results.csv", index=False)
     df.to_parquet(out / "results.parquet", index=False)
     return df

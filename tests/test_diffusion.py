@@ -212,7 +212,7 @@ def test_scoring_with_the_evaluator_writes_the_seen_vs_held_out_table(tmp_path, 
     val = [json.loads(x) for x in (tmp_path / "run" / "val.jsonl").read_text().splitlines()]
     assert "val/joint_accuracy" in val[-1] and "val/acc/shape" in val[-1]
     out = Path(m["samples"]["out"])
-    for f in ("metrics.json", "metrics.csv", "heatmap.png", "predictions.jsonl", "evaluator_check.json", "sampling.json"):
+    for f in ("metrics.json", "metrics.csv", "heatmap.png", "samples.png", "predictions.jsonl", "evaluator_check.json", "sampling.json"):
         assert (out / f).is_file(), f
     assert m["samples"]["checkpoint"] == "best" and (tmp_path / "run" / "best").is_dir()
 

@@ -11,10 +11,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from mosaic.cli_common import err_console, fail
 from mosaic.errors import MosaicError
 
 console = Console()
-err_console = Console(stderr=True)
 
 evaluator_app = typer.Typer(no_args_is_help=True, help="Train a learned evaluator, or check an evaluator's accuracy on fresh ground-truth renders.")
 
@@ -23,9 +23,7 @@ SpecArg = Annotated[Path, typer.Argument(help="Spec YAML file, e.g. experiments/
 EvalOpt = Annotated[str, typer.Option("--evaluator", "-e", help="'parser' (the scene parser) or a directory made by `mosaic evaluator train`")]
 
 
-def _fail(e: Exception) -> None:
-    err_console.print(f"[bold red]error:[/] {e}", highlight=False, markup=True, soft_wrap=True)
-    raise typer.Exit(2)
+_fail = fail
 
 
 def _progress(label: str) -> Progress:

@@ -9,10 +9,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from mosaic.cli_common import err_console, fail
 from mosaic.errors import MosaicError
 
 console = Console()
-err_console = Console(stderr=True)
 
 train_app = typer.Typer(no_args_is_help=True, add_completion=False,
                         help="Train a model on a mosaic dataset (Accelerate; resumable run folders).")
@@ -21,9 +21,7 @@ SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a c
 OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="Run folder (default: the config's `out`, else data/runs/<name>)")]
 
 
-def _fail(e: Exception) -> None:
-    err_console.print(f"[bold red]error:[/] {e}", highlight=False, markup=True, soft_wrap=True)
-    raise typer.Exit(2)
+_fail = fail
 
 
 def _pct(x) -> str:

@@ -544,7 +544,11 @@ def open_run(run_dir: str | Path) -> tuple[DiffusionConfig, RunFolder, Path]:
     from mosaic.lab.config import validate_config
 
     run = RunFolder(run_dir)
-    cfg = validate_config(DiffusionConfig, run.read_config(), source=str(run.config))
+    raw = run.read_config()
+    if isinstance(raw, dict) and "objective" in raw and "model" in raw and "backbone" not in (raw.get("model") or {}):
+        raise TrainingError(f"{run_dir} is a transformer run ({raw.get('objective')}): `mosaic sample` generates images from "
+                            "diffusion runs only; a transformer run's results are in its metrics.json")
+    cfg = validate_config(DiffusionConfig, raw, source=str(run.config))
     rec = run.read_dataset()
     root = Path(rec["path"])
     if not (root / "manifest.json").is_file():
@@ -632,6 +636,7 @@ def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, 
                 "checkpoint": checkpoint, "seed": task.cfg.sampling.seed, "images": len(meta), "seconds": seconds}
     (tmp / "sampling.json").write_text(json.dumps(settings, indent=2) + "\n")
     result = {"out": str(out), "n": len(meta), "seconds": seconds, "metrics": None, "evaluator_check": None}
+    preds = None
     if score and meta:
         from mosaic.evaluation import metrics as M
 
@@ -653,6 +658,10 @@ def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, 
             chk.pop("failures", None)
             (tmp / "evaluator_check.json").write_text(json.dumps(chk, indent=2, sort_keys=True, default=str) + "\n")
             result["evaluator_check"] = chk
+    if meta:
+        from mosaic.preview import sample_sheet
+
+        sample_sheet(tmp, tmp / "samples.png", predictions=preds)
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
     return result

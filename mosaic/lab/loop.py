@@ -124,6 +124,8 @@ class RunFolder:
         return self.done.is_file()
 
     def read_config(self) -> dict:
+        if not self.root.is_dir():
+            raise TrainingError(f"run folder {self.root} does not exist (train one with `mosaic train ...`)")
         if not self.config.is_file():
             raise TrainingError(f"{self.root} is not a run folder: {self.config.name} is missing (train one with `mosaic train ...`)")
         return yaml.safe_load(self.config.read_text())
