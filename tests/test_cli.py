@@ -58,3 +58,21 @@ def test_yaml_error_and_impossible_layout_write_nothing(tmp_path, write_spec):
     """)
     r = runner.invoke(app, ["generate", str(p), "--out", str(tmp_path / "b")])
     assert r.exit_code == 2 and "objects[0].repeat up to 30" in r.output and not (tmp_path / "b").exists()
+
+
+def test_errors_print_brackets_literally_and_name_the_overrides(tmp_path):
+    r = runner.invoke(app, ["validate", str(SPECS / "count.yaml"), "--set", "concepts.color.values=[red, gren]"])
+    assert r.exit_code == 2
+    assert "{name: [r, g, b]}" in r.output and "with --set concepts.color.values=[red, gren]" in r.output
+
+
+def test_a_dataset_stands_for_its_spec(tmp_path, write_spec):
+    from mosaic.dataset import generate
+    from mosaic.spec import load_spec, parse_spec
+
+    spec = parse_spec(tiny(SPECS / "relation.yaml"))
+    generate(spec, tmp_path / "ds")
+    assert load_spec(tmp_path / "ds").fingerprint() == spec.fingerprint()
+    assert load_spec(tmp_path / "ds" / "manifest.json").fingerprint() == spec.fingerprint()
+    r = runner.invoke(app, ["validate", str(tmp_path)])
+    assert r.exit_code == 2 and "without manifest.json" in r.output

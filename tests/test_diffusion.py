@@ -254,3 +254,15 @@ def test_a_run_killed_before_its_first_checkpoint_starts_over_with_a_clean_log(t
     assert rows == [1, 2, 3]
     assert losses(run) == first  # the restart is the same deterministic run
 
+
+
+def test_sample_refuses_a_transformer_run_and_a_missing_folder(tmp_path):
+    from mosaic.lab.diffusion import open_run
+
+    run = tmp_path / "trun"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump({"name": "t", "objective": "classifier", "model": {"width": 64}}))
+    with pytest.raises(TrainingError, match="transformer run"):
+        open_run(run)
+    with pytest.raises(TrainingError, match="does not exist"):
+        open_run(tmp_path / "nope")
