@@ -92,3 +92,33 @@ def apply_overrides(data: dict, items: list[str] | None, error: ErrorFactory, ex
             node = node[part]
         node[key[len(prefix):]] = value
     return data
+
+
+def validation_problems(e, path_of: Callable[[tuple], str] | None = None,
+                        expand: Callable[[dict], list[tuple[str, str]] | None] | None = None) -> list[tuple[str, str]]:
+    """``(field path, message)`` pairs of a pydantic ``ValidationError``, worded for users.
+
+    Unknown fields say "remove it or check its spelling", missing ones "required field is
+    missing", and a bad scalar repeats the value it got. ``path_of(loc)`` formats a location (default:
+    dotted); ``expand(err)`` may return the problems an error carries itself (e.g. a validator's
+    own list), used instead of the generic wording. Duplicates (one per union branch) are dropped.
+    """
+    def dotted(loc) -> str:
+        return ".".join(str(p) for p in loc if not (isinstance(p, str) and ("[" in p or "function" in p)))
+
+    path_of = path_of or dotted
+    problems: list[tuple[str, str]] = []
+    for err in e.errors():
+        own = expand(err) if expand else None
+        if own is not None:
+            problems.extend(own)
+            continue
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown field {err['loc'][-1]!r}: remove it or check its spelling"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        elif "input" in err and not isinstance(err["input"], (dict, list)):
+            msg = f"{msg} (got {err['input']!r})"
+        problems.append((path_of(err["loc"]), msg))
+    return list(dict.fromkeys(problems))

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from mosaic.errors import SpecError
 from mosaic.holdout import Holdout
 from mosaic.overrides import apply_overrides as _apply_overrides
-from mosaic.overrides import read_yaml_file
+from mosaic.overrides import read_yaml_file, validation_problems
 from mosaic.vocab import COLORS, RELATIONS, SHAPES, SIZES, delta_e, unknown_name_message
 
 Value = str | int | float
@@ -818,27 +818,14 @@ def parse_spec(data: Any, source: str | None = None) -> Spec:
     try:
         return Spec.model_validate(data)
     except ValidationError as e:
-        problems = []
-        for err in e.errors():
+        def own(err):
             exc = (err.get("ctx") or {}).get("error")
-            if isinstance(exc, _CrossCheckFailed):
-                problems.extend(exc.problems)
-                continue
-            path = _loc_path([p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p in ("str", "int", "float", "tuple[int, int, int]")))])
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                msg = f"unknown field {err['loc'][-1]!r}: remove it or check its spelling"
-            elif err["type"] == "missing":
-                msg = "required field is missing"
-            elif "input" in err and not isinstance(err["input"], (dict, list)):
-                msg = f"{msg} (got {err['input']!r})"
-            problems.append((path, msg))
-        # pydantic reports one error per union branch; keep each (path, message) once
-        seen, uniq = set(), []
-        for p in problems:
-            if p not in seen:
-                seen.add(p)
-                uniq.append(p)
+            return exc.problems if isinstance(exc, _CrossCheckFailed) else None
+
+        def path_of(loc):
+            return _loc_path([p for p in loc if not (isinstance(p, str) and ("[" in p or p in ("str", "int", "float", "tuple[int, int, int]")))])
+
+        uniq = validation_problems(e, path_of, own)
         raise SpecError(uniq, source) from None
 
 

@@ -102,13 +102,9 @@ def load_sweep(path: str | Path, sets: list[str] | None = None) -> SweepSpec:
         data = apply_sets(read_config_yaml(path), sets)
         spec = SweepSpec.model_validate(data)
     except ValidationError as e:
-        lines = []
-        for err in e.errors():
-            loc = ".".join(str(p) for p in err["loc"])
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                msg = f"unknown field {err['loc'][-1]!r}: remove it or check its spelling"
-            lines.append(f"  {loc}: {msg}")
+        from mosaic.overrides import validation_problems
+
+        lines = [f"  {loc}: {msg}" for loc, msg in validation_problems(e)]
         raise SweepError(f"invalid sweep {path}\n" + "\n".join(lines)) from None
     except MosaicError as e:
         raise SweepError(f"invalid sweep {path}: {e}") from None

@@ -15,7 +15,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mosaic.errors import MosaicError
-from mosaic.overrides import apply_overrides, read_yaml_file, set_in_place
+from mosaic.overrides import apply_overrides, read_yaml_file, set_in_place, validation_problems
 
 
 class ConfigError(MosaicError, ValueError):
@@ -121,16 +121,7 @@ def validate_config(cls: type[C], data: Any, source: str | None = None) -> C:
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        problems = []
-        for err in e.errors():
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                msg = f"unknown field {err['loc'][-1]!r}: remove it or check its spelling"
-            elif err["type"] == "missing":
-                msg = "required field is missing"
-            elif "input" in err and not isinstance(err["input"], (dict, list)):
-                msg = f"{msg} (got {err['input']!r})"
-            problems.append((_loc(err["loc"]), msg))
+        problems = validation_problems(e, _loc)
         raise ConfigError(problems, source) from None
 
 
