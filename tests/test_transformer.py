@@ -133,6 +133,29 @@ def test_binding_metrics_count_swap_negatives():
     assert object_positives(objects, torch.tensor([[0, 0], [0, 1], [1, 1]])).tolist() == [[True, False, True]] * 2
 
 
+
+def test_object_accuracy_on_swap_scenes_leaves_out_scenes_without_a_swap_negative():
+    tok = SceneTokenizer(["color", "shape"], {"color": ["red", "blue"], "shape": ["circle", "square"]}, 2)
+    # types: 0 red circle, 1 red square, 2 blue circle, 3 blue square
+    objects = torch.tensor([
+        [[0, 0], [1, 1]],   # red circle + blue square: swaps red square (1), blue circle (2)
+        [[0, 0], [1, 1]],
+        [[0, 0], [0, 1]],   # red circle + red square: share the colour, no swap negative
+        [[0, 0], [-1, -1]], # one object: no swap negative
+    ])
+    obj_logits = torch.tensor([
+        [5.0, 1.0, 1.0, 4.0],   # swap scene, correct
+        [5.0, 4.5, 1.0, 4.0],   # swap scene, the swap red square outranks blue square: wrong
+        [5.0, 4.0, 1.0, 1.0],   # no-swap scene, correct (a bag of concepts gets it right)
+        [5.0, 1.0, 1.0, 1.0],   # single object, correct
+    ])
+    m = binding_metrics(torch.zeros(4, 4), obj_logits, objects, tok)
+    assert m["object_accuracy"] == 0.75 and m["no_swap_fraction"] == 0.5
+    assert m["object_accuracy_swap_scenes"] == 0.5 and m["swap_accuracy"] == 0.5
+    # no scene with a swap negative: undefined, not 0 or 1
+    m = binding_metrics(torch.zeros(2, 4), obj_logits[2:], objects[2:], tok)
+    assert math.isnan(m["object_accuracy_swap_scenes"]) and m["object_accuracy"] == 1.0
+
 def test_soft_cross_entropy_targets_are_uniform_over_positives():
     pos = torch.tensor([[True, True, False, False], [False, False, False, False]])
     assert math.isclose(float(soft_cross_entropy(torch.zeros(2, 4), pos)), math.log(4), rel_tol=1e-6)

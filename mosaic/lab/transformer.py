@@ -428,7 +428,7 @@ class BindingTask:
             out["binding"][split] = m
             embs.append(e)
             targets.append(data.targets)
-        keys = ("object_accuracy", "concept_accuracy", "swap_accuracy", "n")
+        keys = ("object_accuracy", "object_accuracy_swap_scenes", "concept_accuracy", "swap_accuracy", "n")
         out["table"] = {group: {k: out["binding"][split][k] for k in keys}
                         for group, split in (("seen", "test_id"), ("held_out", "test_ood"), ("test", "test")) if split in out["binding"]}
         out["binding"]["train_object_types"] = int(self.train_types.sum())
@@ -472,6 +472,9 @@ def binding_metrics(concept_logits: torch.Tensor, object_logits: torch.Tensor, o
         the scenes that have one), ``no_swap_fraction`` (scenes without a swap negative: objects
         that share a value; a bag-of-concepts model can be right on them, so it is the floor of
         ``object_accuracy`` for a model with perfect concept recognition and no binding),
+        ``object_accuracy_swap_scenes`` (``object_accuracy``, same rule and candidates, over the
+        scenes with at least one swap negative only: there a bag-of-concepts model cannot be right,
+        so its floor is 0 rather than ``no_swap_fraction``),
         ``object_accuracy_by_num_objects``, ``n``.
     """
     types = torch.from_numpy(tokenizer.all_object_types())
@@ -482,10 +485,12 @@ def binding_metrics(concept_logits: torch.Tensor, object_logits: torch.Tensor, o
     n_obj = (objects[:, :, 0] >= 0).sum(1)
     # swap-only candidates
     swap_ok, swap_n = 0, 0
+    has_swap = torch.zeros(len(objects), dtype=torch.bool)
     for i in range(len(objects)):
         sw = swap_negatives(objects[i].tolist())
         if not sw:
             continue
+        has_swap[i] = True
         neg = _type_ids(torch.tensor(sw), tokenizer.radix)
         pos = opos[i]
         swap_ok += int(object_logits[i][pos].min() > object_logits[i][neg].max())
@@ -495,10 +500,12 @@ def binding_metrics(concept_logits: torch.Tensor, object_logits: torch.Tensor, o
         sel = (n_obj == k) & oact
         if sel.any():
             by_n[str(k)] = float(ocor[sel].float().mean())
+    swap_sel = oact & has_swap
     return {
         "object_accuracy": float(ocor[oact].float().mean()) if oact.any() else float("nan"),
         "concept_accuracy": float(ccor[cact].float().mean()) if cact.any() else float("nan"),
         "swap_accuracy": swap_ok / swap_n if swap_n else float("nan"),
+        "object_accuracy_swap_scenes": float(ocor[swap_sel].float().mean()) if swap_sel.any() else float("nan"),
         "no_swap_fraction": 1.0 - swap_n / len(objects) if len(objects) else float("nan"),
         "object_accuracy_by_num_objects": by_n,
         "n": int(len(objects)),
@@ -583,11 +590,12 @@ def report_tables(metrics: dict) -> list:
     if b:
         t = Table(title=f"binding (min-positive > max-negative over all {metrics['binding'].get('object_types')} object types; "
                         f"{metrics['binding'].get('train_object_types')} seen in train)")
-        for col in ("split", "n", "object accuracy", "concept accuracy", "swap accuracy"):
+        for col in ("split", "n", "object accuracy", "object acc. (swap scenes)", "concept accuracy", "swap accuracy"):
             t.add_column(col, justify="left" if col == "split" else "right")
         for split, m in b.items():
             name = split + (" (held-out objects)" if split == "test_ood" else "")
-            t.add_row(name, str(m["n"]), _fmt(m["object_accuracy"]), _fmt(m["concept_accuracy"]), _fmt(m["swap_accuracy"]))
+            t.add_row(name, str(m["n"]), _fmt(m["object_accuracy"]), _fmt(m.get("object_accuracy_swap_scenes")),
+                      _fmt(m["concept_accuracy"]), _fmt(m["swap_accuracy"]))
         tables.append(t)
     fac = metrics.get("factorization")
     if fac:
