@@ -700,11 +700,10 @@ def run_diffusion(cfg: DiffusionConfig, say=print, on_generate=None) -> dict:
     Raises:
         ConfigError, DatasetError, SpecError, TrainingError (all MosaicError).
     """
-    threads = torch.get_num_threads()
-    try:
+    from mosaic.lab.loop import torch_threads_restored
+
+    with torch_threads_restored():  # training.threads applies to this run only
         return _run_diffusion(cfg, say, on_generate)
-    finally:
-        torch.set_num_threads(threads)  # training.threads applies to this run only
 
 
 def _run_diffusion(cfg: DiffusionConfig, say, on_generate) -> dict:

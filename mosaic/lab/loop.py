@@ -91,6 +91,16 @@ class Task:
 # ----------------------------------------------------------------------------------------------
 
 
+
+@contextlib.contextmanager
+def torch_threads_restored():
+    """Restore torch's CPU thread count on exit: ``training.threads`` applies to one run only."""
+    n = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
 def progress_kwargs() -> dict:
     """tqdm settings: a live bar on a terminal; into a log file (sweep trials, CI), a line every 30 s."""
     import sys

@@ -657,11 +657,10 @@ def run_transformer(cfg: TransformerConfig, say: Callable[[str], None] = print, 
     Raises:
         ConfigError, DatasetError, SpecError, TrainingError, TokenizationError (all MosaicError).
     """
-    threads = torch.get_num_threads()
-    try:
+    from mosaic.lab.loop import torch_threads_restored
+
+    with torch_threads_restored():  # training.threads applies to this run only
         return _run_transformer(cfg, say, on_generate)
-    finally:
-        torch.set_num_threads(threads)  # training.threads applies to this run only
 
 
 def _run_transformer(cfg: TransformerConfig, say, on_generate) -> dict:
