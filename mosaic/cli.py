@@ -36,11 +36,11 @@ def validate(spec: SpecArg, set_: SetOpt = None) -> None:
     """Check a spec and print a summary (concepts, domains, objects, sizes) without generating."""
     try:
         s = _load(spec, set_)
-        from mosaic.dataset import sample_record, split_sizes
+        from mosaic.dataset import sample_record
 
         # a dry run of the layout search on a few samples of every split
         n_obj = []
-        for split, n in split_sizes(s).items():
+        for split, n in s.split_sizes().items():
             for i in range(min(n, 16)):
                 rec, _ = sample_record(s, split, i)
                 n_obj.append(rec["num_objects"])
@@ -75,9 +75,7 @@ def validate(spec: SpecArg, set_: SetOpt = None) -> None:
         console.print(f"relation: {r.subject} {rule(r.relation)} {r.object} (margin {r.margin})")
     for p in s.positions:
         console.print(f"position: {p.target} around {p.reference} -> concept {p.concept}")
-    from mosaic.dataset import split_sizes
-
-    console.print("splits: " + ", ".join(f"{k} {v}" for k, v in split_sizes(s).items()))
+    console.print("splits: " + ", ".join(f"{k} {v}" for k, v in s.split_sizes().items()))
     console.print(f"layout dry run: {len(n_obj)} scenes, {min(n_obj)}-{max(n_obj)} objects each  [green]OK[/]")
 
 
@@ -125,12 +123,12 @@ def preview(
     """Render the first samples of a split to a contact sheet with captions (writes nothing else)."""
     try:
         s = _load(spec, set_)
-        from mosaic.dataset import sample_record, split_sizes
+        from mosaic.dataset import sample_record
         from mosaic.preview import contact_sheet
         from renderers import get_renderer
 
-        if split not in split_sizes(s):
-            raise MosaicError(f"--split {split!r} is not a split of this spec; splits: {', '.join(split_sizes(s))}")
+        if split not in s.split_sizes():
+            raise MosaicError(f"--split {split!r} is not a split of this spec; splits: {', '.join(s.split_sizes())}")
         recs, scenes = zip(*[sample_record(s, split, i) for i in range(n)])
         images, _ = get_renderer("pillow", supersample=s.image.supersample).render(list(scenes))
         path = contact_sheet(images, [r["caption"] for r in recs], out, title=f"{s.name} · {split} · first {n}")

@@ -74,11 +74,6 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def split_sizes(spec: Spec) -> dict[str, int]:
-    """Split name -> number of samples, in generation order."""
-    return spec.split_sizes()
-
-
 def read_manifest(root: str | Path) -> dict:
     """The manifest of a dataset directory. Raises DatasetError when missing or unreadable."""
     path = Path(root) / MANIFEST
@@ -208,7 +203,7 @@ def _manifest(spec: Spec, masks: bool, renderer: str, status: str) -> dict:
         "renderer": {"name": renderer, "supersample": spec.image.supersample},
         "masks": masks,
         "versions": package_versions(),
-        "splits": {k: {"count": n} for k, n in split_sizes(spec).items()},
+        "splits": {k: {"count": n} for k, n in spec.split_sizes().items()},
     }
 
 
@@ -236,7 +231,7 @@ def generate(
         LayoutError: the layout search failed (checked on a few samples before anything is written).
     """
     out = Path(out)
-    sizes = split_sizes(spec)
+    sizes = spec.split_sizes()
     # fail before writing anything when the first scenes of a split cannot be laid out
     for split, n in sizes.items():
         for i in range(min(n, 4)):
@@ -293,7 +288,7 @@ def generate(
 
 def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow") -> dict:
     """Merge shard part files into each split's ``metadata.jsonl``, verify, and mark complete."""
-    sizes = split_sizes(spec)
+    sizes = spec.split_sizes()
     parts = out / ".mosaic" / "parts"
     man = _manifest(spec, masks, renderer, "incomplete")
     by_split = {}

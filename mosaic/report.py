@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import json
 import shutil
 from pathlib import Path
 

@@ -676,7 +676,7 @@ def _check_splits(spec: Spec, add):
 
 
 def _check_holdout(spec: Spec, add):
-    from mosaic.holdout import HELD_OUT, SEEN, build_grid, split_cells
+    from mosaic.holdout import HELD_OUT, build_grid, split_cells
 
     h = spec.holdout
     ok = True

@@ -2,7 +2,6 @@ from collections import Counter
 
 import numpy as np
 import pytest
-import yaml
 from hypothesis import given, settings, strategies as st
 from typer.testing import CliRunner
 

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from mosaic.sweep import SweepError, SweepSpec, collect, expand, load_sweep, result_row, trial_config, trial_id, write_status
+from mosaic.sweep import SweepError, collect, expand, load_sweep, trial_config, trial_id, write_status
 
 
 def sweep_file(tmp_path, config: dict, **fields) -> Path:

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mosaic.cli_common import err_console, fail
+from mosaic.cli_common import fail
 from mosaic.errors import MosaicError
 
 console = Console()

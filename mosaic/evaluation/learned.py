@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
 from mosaic.errors import MosaicError
-from mosaic.spec import Spec, parse_spec
+from mosaic.spec import Spec
 
 FORMAT = "mosaic-evaluator/1"
 CONFIG_FILE, WEIGHTS_FILE, REPORT_FILE, LOG_FILE = "config.json", "model.safetensors", "report.json", "train_log.jsonl"

@@ -355,7 +355,7 @@ class DiffusionTask(Task):
     def __init__(self, cfg: DiffusionConfig, dataset_root: Path, run: RunFolder | None = None, train: bool = True):
         from diffusers import DDPMScheduler
 
-        from mosaic.dataset import read_metadata, spec_of, split_sizes
+        from mosaic.dataset import read_metadata, spec_of
 
         self.cfg, self.root, self.run = cfg, Path(dataset_root), run
         self.spec = spec_of(self.root)
@@ -373,7 +373,7 @@ class DiffusionTask(Task):
 
             ds = MosaicDataset(self.root, "train")
             self.train_data = {"image": ds.images, "cond": self.conditioner.encode(ds.records)}
-        splits = split_sizes(self.spec)
+        splits = self.spec.split_sizes()
         self.val_records = read_metadata(self.root, "val") if splits.get("val") else []
         self._val_images = None
         self._evaluator = None
@@ -394,9 +394,9 @@ class DiffusionTask(Task):
         if vocab_file is not None and vocab_file.is_file():
             vocab = json.loads(vocab_file.read_text())
         else:
-            from mosaic.dataset import read_metadata, split_sizes
+            from mosaic.dataset import read_metadata
 
-            vocab = build_vocab(r["caption"] for s in split_sizes(self.spec) for r in read_metadata(self.root, s))
+            vocab = build_vocab(r["caption"] for s in self.spec.split_sizes() for r in read_metadata(self.root, s))
             if vocab_file is not None and vocab_file.parent.is_dir():
                 from mosaic.lab.loop import _atomic_write
 
@@ -578,9 +578,9 @@ def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, 
     Raises:
         DatasetError: a split the dataset does not have; TrainingError: missing weights.
     """
-    from mosaic.dataset import read_metadata, split_sizes
+    from mosaic.dataset import read_metadata
 
-    have = split_sizes(task.spec)
+    have = task.spec.split_sizes()
     for s in splits:
         if s not in have:
             raise DatasetError(f"--split {s!r} is not a split of the run's dataset; splits: {', '.join(have)}")

@@ -34,7 +34,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 import yaml
