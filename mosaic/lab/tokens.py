@@ -9,14 +9,20 @@ so ``red`` as a colour and ``3`` as a size never share an id. A **concept query*
 The attributes are the object attributes (``color``, ``shape``, ``size``) that some concept of the
 spec binds; their values are everything any template can draw (concept domains, fixed values and
 ``choice`` lists), so distractors tokenize too. Sizes are written as the nearest value of the
-size concept's domain. Counts are implicit (the number of object blocks); positions and
-relations are not part of this form (use image input for them).
+size concept's domain. Counts are implicit (the number of object blocks).
+
+Positions and relations are **scene facts**: every concept whose role is ``position`` (an angle
+bin of a target around a reference) or ``relation`` (the relation between two fixed objects) adds
+one token after the object blocks, in the spec's concept order, from its own block of ids: the
+value read back from the scene (the record's label). Which objects a fact is about is fixed by the
+spec, so the fact's block says it. A scene is then
+``[SOO, a.., EOO]*n + [f_1, ..., f_F] + [EOS]``. Queries never hold facts.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -41,12 +47,15 @@ class SceneTokenizer:
         values: per attribute, its values in order (value index = position in this list).
         max_objects: most objects a scene can hold (sets the sequence length).
         size_values: for a ``size`` attribute, each value's fraction of the image side.
+        facts: scene-fact concepts (position / relation roles) in token order, each with its values
+            in order; empty for specs without them.
     """
 
     attributes: list[str]
     values: dict[str, list]
     max_objects: int
     size_values: dict | None = None
+    facts: dict[str, list] = field(default_factory=dict)
 
     def __post_init__(self):
         self.offsets = {}
@@ -54,6 +63,11 @@ class SceneTokenizer:
         for a in self.attributes:
             self.offsets[a] = nxt
             nxt += len(self.values[a])
+        self.fact_offsets = {}
+        for c, vals in self.facts.items():
+            self.fact_offsets[c] = nxt
+            nxt += len(vals)
+        self._fact_index = {c: {v: i for i, v in enumerate(vals)} for c, vals in self.facts.items()}
         self.vocab_size = nxt
         self.radix = [len(self.values[a]) for a in self.attributes]
         self._index = {a: {v: i for i, v in enumerate(self.values[a])} for a in self.attributes}
@@ -61,7 +75,8 @@ class SceneTokenizer:
     # -- construction ---------------------------------------------------------------------------
     @classmethod
     def from_spec(cls, spec) -> "SceneTokenizer":
-        """The tokenizer of a spec: attributes bound to a concept, values any template can draw.
+        """The tokenizer of a spec: attributes bound to a concept, values any template can draw,
+        and one scene fact per position or relation concept (its domain as values).
 
         Raises:
             TokenizationError: no object attribute is bound to a concept, or a numeric ``range``
@@ -95,7 +110,8 @@ class SceneTokenizer:
                 vals += [v for v in av if v not in vals]
             values[a] = vals
         max_objects = sum(repeat_bounds(spec, t)[1] for t in spec.templates)
-        return cls(attrs, values, max(1, max_objects), size_values)
+        facts = {c: list(spec.domain(c)) for c, r in roles.items() if r in ("position", "relation")}
+        return cls(attrs, values, max(1, max_objects), size_values, facts)
 
     # -- sizes ----------------------------------------------------------------------------------
     @property
@@ -105,8 +121,8 @@ class SceneTokenizer:
 
     @property
     def max_len(self) -> int:
-        """Scene sequence length: ``block * max_objects + 1`` (EOS)."""
-        return self.block * self.max_objects + 1
+        """Scene sequence length: ``block * max_objects + len(facts) + 1`` (EOS)."""
+        return self.block * self.max_objects + len(self.facts) + 1
 
     @property
     def query_len(self) -> int:
@@ -148,6 +164,25 @@ class SceneTokenizer:
             raise TokenizationError(f"record {record.get('split')}/{record.get('index')} holds {len(objs)} objects, more than max_objects {self.max_objects}")
         return objs
 
+    def facts_of(self, record: dict) -> list[int]:
+        """Value index of each scene fact of a metadata record (its label ``record["concepts"][c]``),
+        ``-1`` where the record has no value for it.
+
+        Raises:
+            TokenizationError: a label outside the fact's values.
+        """
+        out = []
+        for c in self.facts:
+            v = record.get("concepts", {}).get(c)
+            if v is None:
+                out.append(-1)
+                continue
+            try:
+                out.append(self._fact_index[c][v])
+            except KeyError:
+                raise TokenizationError(f"{c} {v!r} is not in the token vocabulary {self.facts[c]}") from None
+        return out
+
     def type_id(self, obj: tuple[int, ...]) -> int:
         """Mixed-radix id of an object type (first attribute most significant)."""
         return int(np.ravel_multi_index(tuple(obj), self.radix))
@@ -165,17 +200,25 @@ class SceneTokenizer:
         return " ".join(str(self.values[a][i]) for a, i in zip(self.attributes, obj))
 
     # -- sequences ------------------------------------------------------------------------------
-    def encode_scene(self, objects: list[tuple[int, ...]]) -> list[int]:
-        """Token ids ``[SOO, a.., EOO]*n + [EOS]`` padded to ``max_len``."""
+    def encode_scene(self, objects: list[tuple[int, ...]], facts: list[int] | None = None) -> list[int]:
+        """Token ids ``[SOO, a.., EOO]*n + [f_1, .., f_F] + [EOS]`` padded to ``max_len``.
+
+        ``facts``: one value index per scene fact (:meth:`facts_of`); ``-1`` (or None for all)
+        leaves that fact's token out.
+        """
         seq: list[int] = []
         for o in objects:
             seq += [SOO] + [self.offsets[a] + int(i) for a, i in zip(self.attributes, o)] + [EOO]
+        for c, i in zip(self.facts, facts if facts is not None else []):
+            if int(i) >= 0:
+                seq.append(self.fact_offsets[c] + int(i))
         seq.append(EOS)
         return seq + [PAD] * (self.max_len - len(seq))
 
-    def encode_scenes(self, scenes: list[list[tuple[int, ...]]]) -> torch.Tensor:
-        """int64 ``[B, max_len]`` token ids of several scenes."""
-        return torch.tensor([self.encode_scene(s) for s in scenes], dtype=torch.long).reshape(len(scenes), self.max_len)
+    def encode_scenes(self, scenes: list[list[tuple[int, ...]]], facts: list[list[int]] | None = None) -> torch.Tensor:
+        """int64 ``[B, max_len]`` token ids of several scenes (``facts``: per scene, as in :meth:`encode_scene`)."""
+        facts = facts if facts is not None else [None] * len(scenes)
+        return torch.tensor([self.encode_scene(s, f) for s, f in zip(scenes, facts)], dtype=torch.long).reshape(len(scenes), self.max_len)
 
     def concept_queries(self) -> tuple[torch.Tensor, list[tuple[str, int]]]:
         """Every concept query ``[value, EOS]`` (padded to ``query_len``): int64 ``[V, query_len]``
@@ -212,7 +255,13 @@ def object_table(tokenizer: SceneTokenizer, records: list[dict]) -> torch.Tensor
     return out
 
 
-def tokens_from_table(tokenizer: SceneTokenizer, table: torch.Tensor) -> torch.Tensor:
-    """int64 ``[N, max_len]`` scene tokens from an object table ``[N, max_objects, A]`` (``-1`` = no object)."""
+def fact_table(tokenizer: SceneTokenizer, records: list[dict]) -> torch.Tensor:
+    """int64 ``[N, F]`` scene-fact value indices of records (``-1`` where a record has none)."""
+    return torch.tensor([tokenizer.facts_of(r) for r in records], dtype=torch.long).reshape(len(records), len(tokenizer.facts))
+
+
+def tokens_from_table(tokenizer: SceneTokenizer, table: torch.Tensor, facts: torch.Tensor | None = None) -> torch.Tensor:
+    """int64 ``[N, max_len]`` scene tokens from an object table ``[N, max_objects, A]`` (``-1`` = no
+    object) and, for a tokenizer with scene facts, a fact table ``[N, F]`` (:func:`fact_table`)."""
     scenes = [[tuple(int(v) for v in o) for o in row if int(o[0]) >= 0] for row in table]
-    return tokenizer.encode_scenes(scenes)
+    return tokenizer.encode_scenes(scenes, facts.tolist() if facts is not None else None)

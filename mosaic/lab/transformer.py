@@ -40,7 +40,7 @@ from mosaic.lab.binding import (
 from mosaic.lab.config import ConfigError, RunConfig, _Base
 from mosaic.lab.encoders import TokenEncoder, ViTEncoder
 from mosaic.lab.factorization import linear_factorization
-from mosaic.lab.tokens import SceneTokenizer, object_table, tokens_from_table
+from mosaic.lab.tokens import SceneTokenizer, fact_table, object_table, tokens_from_table
 
 # ----------------------------------------------------------------------------------------------
 # config
@@ -201,7 +201,7 @@ class SplitData:
 
             self.inputs = MosaicDataset(root, split).images
         else:
-            self.inputs = tokens_from_table(tokenizer, self.objects)
+            self.inputs = tokens_from_table(tokenizer, self.objects, fact_table(tokenizer, self.records))
 
     def __len__(self) -> int:
         return len(self.records)
@@ -230,11 +230,6 @@ class ClassifierTask:
         unknown = [c for c in self.heads if c not in spec.concepts]
         if unknown:
             raise ConfigError([("classifier.concepts", f"{unknown} are not concepts of the dataset's spec ({list(spec.concepts)})")])
-        if kind == "tokens":
-            bad = [c for c in self.heads if spec.roles[c] in ("position", "relation")]
-            if bad:
-                raise ConfigError([("input.kind", f"concepts {bad} ({', '.join(spec.roles[c] for c in bad)}) are not in the token form "
-                                    "(objects' colour/shape/size only): use input.kind: image, or leave them out with classifier.concepts")])
         self.head_idx = [list(spec.concepts).index(c) for c in self.heads]
         self.tokenizer = tokenizer
         self.train = SplitData(root, "train", spec, kind, tokenizer)
