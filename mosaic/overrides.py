@@ -94,15 +94,47 @@ def apply_overrides(data: dict, items: list[str] | None, error: ErrorFactory, ex
     return data
 
 
+def _fields_at(model: type, loc: tuple) -> list[str]:
+    """Field names of the pydantic model(s) reached from ``model`` by the location ``loc`` (a
+    validation error's ``loc`` without its last part): model fields, dict values and list items
+    are followed; union tags pydantic inserts (``function-after[...]``, ``str``) are skipped."""
+    import typing
+
+    from pydantic import BaseModel
+
+    def unwrap(t) -> list:
+        args = typing.get_args(t)
+        return [t] if not args else [t] + [x for a in args for x in unwrap(a)]
+
+    cands = unwrap(model)
+    for part in loc:
+        nxt = []
+        for t in cands:
+            origin = typing.get_origin(t)
+            if isinstance(t, type) and issubclass(t, BaseModel) and isinstance(part, str) and part in t.model_fields:
+                nxt += unwrap(t.model_fields[part].annotation)
+            elif origin is dict and isinstance(part, str):
+                nxt += unwrap(typing.get_args(t)[-1])
+            elif origin in (list, tuple) and isinstance(part, int):
+                nxt += [x for a in typing.get_args(t) for x in unwrap(a)]
+        cands = nxt or cands
+    return sorted({f for t in cands if isinstance(t, type) and issubclass(t, BaseModel) for f in t.model_fields})
+
+
 def validation_problems(e, path_of: Callable[[tuple], str] | None = None,
-                        expand: Callable[[dict], list[tuple[str, str]] | None] | None = None) -> list[tuple[str, str]]:
+                        expand: Callable[[dict], list[tuple[str, str]] | None] | None = None,
+                        model: type | None = None) -> list[tuple[str, str]]:
     """``(field path, message)`` pairs of a pydantic ``ValidationError``, worded for users.
 
-    Unknown fields say "remove it or check its spelling", missing ones "required field is
-    missing", and a bad scalar repeats the value it got. ``path_of(loc)`` formats a location (default:
-    dotted); ``expand(err)`` may return the problems an error carries itself (e.g. a validator's
-    own list), used instead of the generic wording. Duplicates (one per union branch) are dropped.
+    Unknown fields say "remove it or check its spelling" — with ``model`` (the root pydantic
+    class), "did you mean ...?" when a field of that place is a close spelling (difflib) —,
+    missing ones "required field is missing", and a bad scalar repeats the value it got.
+    ``path_of(loc)`` formats a location (default: dotted); ``expand(err)`` may return the problems
+    an error carries itself (e.g. a validator's own list), used instead of the generic wording.
+    Duplicates (one per union branch) are dropped.
     """
+    import difflib
+
     def dotted(loc) -> str:
         return ".".join(str(p) for p in loc if not (isinstance(p, str) and ("[" in p or "function" in p)))
 
@@ -115,7 +147,10 @@ def validation_problems(e, path_of: Callable[[tuple], str] | None = None,
             continue
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = f"unknown field {err['loc'][-1]!r}: remove it or check its spelling"
+            name = err["loc"][-1]
+            close = difflib.get_close_matches(str(name), _fields_at(model, err["loc"][:-1]), n=1, cutoff=0.6) if model else []
+            msg = (f"unknown field {name!r}: did you mean {close[0]!r}?" if close
+                   else f"unknown field {name!r}: remove it or check its spelling")
         elif err["type"] == "missing":
             msg = "required field is missing"
         elif "input" in err and not isinstance(err["input"], (dict, list)):

@@ -825,7 +825,7 @@ def parse_spec(data: Any, source: str | None = None) -> Spec:
         def path_of(loc):
             return _loc_path([p for p in loc if not (isinstance(p, str) and ("[" in p or p in ("str", "int", "float", "tuple[int, int, int]")))])
 
-        uniq = validation_problems(e, path_of, own)
+        uniq = validation_problems(e, path_of, own, model=Spec)
         raise SpecError(uniq, source) from None
 
 

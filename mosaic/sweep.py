@@ -104,7 +104,7 @@ def load_sweep(path: str | Path, sets: list[str] | None = None) -> SweepSpec:
     except ValidationError as e:
         from mosaic.overrides import validation_problems
 
-        lines = [f"  {loc}: {msg}" for loc, msg in validation_problems(e)]
+        lines = [f"  {loc}: {msg}" for loc, msg in validation_problems(e, model=SweepSpec)]
         raise SweepError(f"invalid sweep {path}\n" + "\n".join(lines)) from None
     except MosaicError as e:
         raise SweepError(f"invalid sweep {path}: {e}") from None

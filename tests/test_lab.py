@@ -17,11 +17,12 @@ DOMAINS = {"color": ["red", "green", "blue"], "count": [1, 2, 3, 4]}
 
 def test_config_reports_every_problem_with_its_field(tmp_path):
     p = tmp_path / "c.yaml"
-    p.write_text("name: x\ndataset: {path: d, spec: s.yaml}\ntraining: {steps: 0, colour: red}\nmodel: {backbone: vit}\n")
+    p.write_text("name: x\ndataset: {path: d, spec: s.yaml}\ntraining: {steps: 0, colour: red, batch_sise: 4}\nmodel: {backbone: vit}\n")
     with pytest.raises(ConfigError) as e:
         load_config(DiffusionConfig, p)
     msg = str(e.value)
     assert "training.steps" in msg and "training.colour" in msg and "unknown field 'colour'" in msg
+    assert "training.batch_sise: unknown field 'batch_sise': did you mean 'batch_size'?" in msg
     assert "model.backbone" in msg and "'vit'" in msg
     assert "exactly one of dataset.path" in msg
 

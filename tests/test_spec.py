@@ -96,8 +96,21 @@ def test_unknown_field_and_missing_field():
     with pytest.raises(SpecError) as e:
         parse_spec(d)
     p = problems_of(e)
-    assert "unknown field 'colour'" in p["objects[0].colour"]
+    assert p["objects[0].colour"] == "unknown field 'colour': did you mean 'color'?"
     assert "missing" in p["objects[0].color"]
+
+
+def test_misspelt_fields_get_the_closest_field_of_their_place():
+    d = base()
+    d["splits"]["tset"] = 5                                   # a pydantic model inside the spec
+    d["concepts"]["color"]["valuse"] = d["concepts"]["color"].pop("values")   # inside a dict of models
+    d["wobble"] = 1                                           # nothing close: the generic wording
+    with pytest.raises(SpecError) as e:
+        parse_spec(d)
+    p = problems_of(e)
+    assert p["splits.tset"] == "unknown field 'tset': did you mean 'test'?"
+    assert p["concepts.color.valuse"] == "unknown field 'valuse': did you mean 'values'?"
+    assert p["wobble"] == "unknown field 'wobble': remove it or check its spelling"
 
 
 def test_unused_and_unknown_concepts():

@@ -44,7 +44,7 @@ def test_trial_config_routes_spec_and_training_overrides(tmp_path):
 def test_bad_sweeps_name_the_field(tmp_path):
     with pytest.raises(SweepError, match="zip axes must have equal lengths"):
         load_sweep(sweep_file(tmp_path, CFG, zip={"a": [1, 2], "b": [1]}))
-    with pytest.raises(SweepError, match="unknown field 'grdi'"):
+    with pytest.raises(SweepError, match="unknown field 'grdi': did you mean 'grid'"):
         load_sweep(sweep_file(tmp_path, CFG, grdi={"a": [1]}))
     p = sweep_file(tmp_path, CFG)
     d = yaml.safe_load(p.read_text())

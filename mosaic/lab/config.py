@@ -121,7 +121,7 @@ def validate_config(cls: type[C], data: Any, source: str | None = None) -> C:
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        problems = validation_problems(e, _loc)
+        problems = validation_problems(e, _loc, model=cls)
         raise ConfigError(problems, source) from None
 
 
