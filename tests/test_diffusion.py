@@ -214,6 +214,13 @@ def test_scoring_with_the_evaluator_writes_the_seen_vs_held_out_table(tmp_path, 
     out = Path(m["samples"]["out"])
     for f in ("metrics.json", "metrics.csv", "heatmap.png", "samples.png", "predictions.jsonl", "evaluator_check.json", "sampling.json"):
         assert (out / f).is_file(), f
+    meta = [json.loads(x) for x in (out / "metadata.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
+    assert [r["file_name"] for r in rows] == [x["file_name"] for x in meta]
+    for r, x in zip(rows, meta):  # each row: what was asked, what was read, and why it is wrong
+        assert r["intended"] == x["concepts"] and r["held_out"] == x["held_out"] and set(r["read"]) == set(x["concepts"])
+        wrong = [c for c in x["concepts"] if r["read"][c] != x["concepts"][c]]
+        assert r["correct"] == (not wrong) and all(any(r2.startswith(f"{c}: read") for r2 in r["reasons"]) for c in wrong)
     assert m["samples"]["checkpoint"] == "best" and (tmp_path / "run" / "best").is_dir()
 
 

@@ -284,27 +284,41 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
         metrics["flag_reason"] = f"measured with evaluator {evaluator.name!r}, but {why}"
     metrics["images_dir"] = str(d)
     metrics["evaluation_seconds"] = round(seconds, 3)
-    # per-image results with reasons for every wrong read
-    wrong = [i for i, (r, p) in enumerate(zip(records, preds)) if any(p.get(c) != r["concepts"].get(c) for c in spec.concepts)]
-    why = dict(zip(wrong, _explain(evaluator, np.stack([images[i] for i in wrong])) if wrong and len({images[i].shape for i in wrong}) == 1
-                   else [[] for _ in wrong]))
-    results = []
-    for i, (r, p) in enumerate(zip(records, preds)):
-        bad = [c for c in spec.concepts if p.get(c) != r["concepts"].get(c)]
-        reasons = [f"{c}: read {p.get(c)!r}, intended {r['concepts'].get(c)!r}" for c in bad] + why.get(i, [])
-        results.append({"file_name": r["file_name"], "held_out": bool(r.get("held_out") or False), "intended": r["concepts"],
-                        "read": p, "correct": not bad, "reasons": reasons})
+    results = prediction_rows(records, preds, spec, evaluator, images)
     if out is not None:
         title = f"{spec.name}: joint accuracy per combination ({evaluator.name})" + (" — FLAGGED evaluator" if metrics["flagged"] else "")
         write_metrics(metrics, out, spec, title=title)
-        with (Path(out) / "predictions.jsonl").open("w") as f:
-            for row in results:
-                f.write(json.dumps(row) + "\n")
+        write_prediction_rows(results, Path(out) / "predictions.jsonl")
     metrics["results"] = results
     return metrics
 
 
+def prediction_rows(records: list[dict], preds: list[dict], spec: Spec, evaluator=None, images=None) -> list[dict]:
+    """One row per image: ``file_name``, ``held_out``, ``intended`` (the record's concepts), ``read``
+    (the evaluator's values, None = unreadable), ``correct`` (every concept read as intended) and
+    ``reasons`` (one line per wrong concept, plus the evaluator's own explanation of the image
+    when it has ``explain`` and ``images`` (uint8 ``[N, H, W, 3]`` or a list) are given)."""
+    wrong = [i for i, (r, p) in enumerate(zip(records, preds)) if any(p.get(c) != r["concepts"].get(c) for c in spec.concepts)]
+    why: dict = {}
+    if evaluator is not None and images is not None and wrong and len({images[i].shape for i in wrong}) == 1:
+        why = dict(zip(wrong, _explain(evaluator, np.stack([images[i] for i in wrong]))))
+    rows = []
+    for i, (r, p) in enumerate(zip(records, preds)):
+        bad = [c for c in spec.concepts if p.get(c) != r["concepts"].get(c)]
+        reasons = [f"{c}: read {p.get(c)!r}, intended {r['concepts'].get(c)!r}" for c in bad] + why.get(i, [])
+        rows.append({"file_name": r.get("file_name"), "held_out": bool(r.get("held_out") or False), "intended": r["concepts"],
+                     "read": p, "correct": not bad, "reasons": reasons})
+    return rows
+
+
+def write_prediction_rows(rows: list[dict], path: Path) -> None:
+    """Write :func:`prediction_rows` as JSON lines."""
+    with Path(path).open("w") as f:
+        for row in rows:
+            f.write(json.dumps(row, default=str) + "\n")
+
+
 __all__ = [
     "Evaluator", "THRESHOLDS", "load_evaluator", "threshold_of", "check_evaluator", "evaluate_folder",
-    "evaluator_accuracy", "ground_truth", "confusion_summary", "read_folder",
+    "evaluator_accuracy", "ground_truth", "confusion_summary", "read_folder", "prediction_rows", "write_prediction_rows",
 ]

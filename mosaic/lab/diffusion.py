@@ -645,9 +645,9 @@ def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, 
         say(f"scoring {len(meta)} images with the {getattr(ev, 'name', 'evaluator')} evaluator")
         preds = ev.predict(images)
         scores = M.score(meta, preds, task.spec)
-        with (tmp / "predictions.jsonl").open("w") as f:
-            for p in preds:
-                f.write(json.dumps(p, sort_keys=True, default=str) + "\n")
+        from mosaic.evaluation import prediction_rows, write_prediction_rows
+
+        write_prediction_rows(prediction_rows(meta, preds, task.spec, ev, images), tmp / "predictions.jsonl")
         M.write_metrics(scores, tmp, task.spec)
         result["metrics"] = scores
         if check_n:
