@@ -300,6 +300,7 @@ def test_tiny_classifier_run(specs, tmp_path, kind):
         assert set(acc[group]) == {"color", "shape", "joint", "n"}
         assert 0.0 <= acc[group]["joint"] <= min(acc[group]["color"], acc[group]["shape"]) <= 1.0
     assert len(m["per_cell"]) == 64 and sum(c["held_out"] for c in m["per_cell"].values()) == 48
+    assert m["pictures"] == [str(run / "heatmap.png")] and (run / "heatmap.png").stat().st_size > 1000
     fac = m["factorization"]
     assert fac["n"] == 64 and fac["r2"] <= 1.0 and 0.0 <= fac["cross_concept_abs_cos"] <= 1.0
     assert m["train"]["steps"] == 2 and m["checkpoint"] == "final"

@@ -264,6 +264,26 @@ class ClassifierTask:
     def export(self, model, out_dir: Path) -> None:
         _export(model, out_dir)
 
+    def write_pictures(self, out_dir: Path) -> list[Path]:
+        """After :meth:`evaluate`, with a holdout: ``heatmap.png``, joint accuracy per combination of
+        the grid (held-out cells outlined; the same picture ``mosaic evaluate`` draws). Concepts
+        without a head count as read correctly. Returns the files written."""
+        if self.spec.holdout is None or getattr(self, "_last", None) is None:
+            return []
+        from mosaic.evaluation.metrics import plot_cell_heatmap, score
+
+        records, pred = self._last
+        preds = []
+        for r, p in zip(records, pred.tolist()):
+            row = dict(r["concepts"])
+            row.update({c: self.spec.domain(c)[k] for c, k in zip(self.heads, p)})
+            preds.append(row)
+        heads = "" if set(self.heads) == set(self.spec.concepts) else f" (heads: {', '.join(self.heads)})"
+        path = Path(out_dir) / "heatmap.png"
+        plot_cell_heatmap(score(records, preds, self.spec), path, self.spec,
+                          title=f"{self.cfg.name}: {self.cfg.input.kind} classifier, joint accuracy per combination{heads}")
+        return [path]
+
     def evaluate(self, model, device) -> dict:
         """Accuracy (seen / held-out per concept and joint, per grid cell) and factorization."""
         model.eval()
@@ -283,6 +303,7 @@ class ClassifierTask:
             raise DatasetError(f"dataset {self.root}: every test split ({', '.join(_test_splits(self.root))}) is empty; "
                                "generate it with test samples (splits.test_id / test_ood / test > 0)")
         pred, feat, tgt = torch.cat(preds), torch.cat(feats), torch.cat(targets)
+        self._last = (records, pred)
         held = torch.tensor([bool(r.get("held_out")) for r in records])
         if self.spec.holdout is not None:
             out["table"]["seen"] = _accuracy(pred[~held], tgt[~held][:, self.head_idx], self.heads)
@@ -692,6 +713,8 @@ def _run_transformer(cfg: TransformerConfig, say, on_generate) -> dict:
                "dataset": manifest_fingerprint(root), "params": n_params, "train": summary, "checkpoint": checkpoint}
     with torch.no_grad():
         metrics.update(task.evaluate(model, accelerator.device))
+    if hasattr(task, "write_pictures"):
+        metrics["pictures"] = [str(p) for p in task.write_pictures(run.root)]
     metrics["time_s"] = time.perf_counter() - t_start
     metrics = _jsonable(metrics)
     run.write_metrics(metrics)
