@@ -310,8 +310,19 @@ def test_tiny_classifier_run(specs, tmp_path, kind):
 
 @pytest.mark.parametrize("kind", ["tokens", "image"])
 def test_tiny_binding_run(specs, tmp_path, kind):
-    cfg = _cfg(specs, tmp_path, "binding", kind, binding={"swap_negatives": 2})
+    concepts = kind == "image"  # tokens: object queries only (as binding_tokens.yaml)
+    cfg = _cfg(specs, tmp_path, "binding", kind, binding={"swap_negatives": 2, "concept_queries": concepts})
     m = run_transformer(cfg, say=lambda s: None)
+    # the floor is in the table; untrained concept queries are not
+    assert ("concept_accuracy" in m["table"]["held_out"]) == concepts and m["binding"]["concept_queries"] == concepts
+    assert m["table"]["held_out"]["no_swap_fraction"] == m["binding"]["test_ood"]["no_swap_fraction"]
+    from mosaic.lab.transformer import report_tables
+    from rich.console import Console
+    con = Console(width=200, record=True)
+    for t in report_tables(m):
+        con.print(t)
+    text = con.export_text()
+    assert "floor (no swap)" in text and ("concept queries were never trained" in text) == (not concepts)
     b = m["binding"]
     assert b["object_types"] == 8 and b["train_object_types"] == 6
     assert b["test_ood"]["n"] == 4 and b["test_id"]["n"] == 36  # 2 held-out types -> 2x2 held-out cells

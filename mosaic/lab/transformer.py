@@ -444,11 +444,13 @@ class BindingTask:
             out["binding"][split] = m
             embs.append(e)
             targets.append(data.targets)
-        keys = ("object_accuracy", "object_accuracy_swap_scenes", "concept_accuracy", "swap_accuracy", "n")
+        keys = ("object_accuracy", "object_accuracy_swap_scenes", "no_swap_fraction", "swap_accuracy", "n")
+        keys += ("concept_accuracy",) if self.cfg.binding.concept_queries else ()
         out["table"] = {group: {k: out["binding"][split][k] for k in keys}
                         for group, split in (("seen", "test_id"), ("held_out", "test_ood"), ("test", "test")) if split in out["binding"]}
         out["binding"]["train_object_types"] = int(self.train_types.sum())
         out["binding"]["object_types"] = int(self.tokenizer.n_object_types)
+        out["binding"]["concept_queries"] = bool(self.cfg.binding.concept_queries)
         out["tau"] = float(model.log_tau.exp())
         if self.cfg.evaluation.factorization and embs:
             out["factorization"] = linear_factorization(torch.cat(embs), torch.cat(targets), self.train.concepts)
@@ -606,12 +608,18 @@ def report_tables(metrics: dict) -> list:
     if b:
         t = Table(title=f"binding (min-positive > max-negative over all {metrics['binding'].get('object_types')} object types; "
                         f"{metrics['binding'].get('train_object_types')} seen in train)")
-        for col in ("split", "n", "object accuracy", "object acc. (swap scenes)", "concept accuracy", "swap accuracy"):
+        trained_concepts = metrics["binding"].get("concept_queries", True)
+        cols = ["split", "n", "object accuracy", "floor (no swap)", "object acc. (swap scenes)"]
+        cols += ["concept accuracy"] if trained_concepts else []
+        for col in cols + ["swap accuracy"]:
             t.add_column(col, justify="left" if col == "split" else "right")
         for split, m in b.items():
             name = split + (" (held-out objects)" if split == "test_ood" else "")
-            t.add_row(name, str(m["n"]), _fmt(m["object_accuracy"]), _fmt(m.get("object_accuracy_swap_scenes")),
-                      _fmt(m["concept_accuracy"]), _fmt(m["swap_accuracy"]))
+            row = [name, str(m["n"]), _fmt(m["object_accuracy"]), _fmt(m.get("no_swap_fraction")), _fmt(m.get("object_accuracy_swap_scenes"))]
+            row += [_fmt(m["concept_accuracy"])] if trained_concepts else []
+            t.add_row(*row, _fmt(m["swap_accuracy"]))
+        if not trained_concepts:
+            t.caption = "concept accuracy left out: binding.concept_queries is false, so concept queries were never trained"
         tables.append(t)
     fac = metrics.get("factorization")
     if fac:
