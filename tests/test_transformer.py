@@ -420,3 +420,11 @@ def test_classifier_without_holdout_reports_the_test_split(tmp_path, write_spec)
     m = run_transformer(cfg, say=lambda s: None)
     assert set(m["table"]) == {"test"} and m["table"]["test"]["n"] == 2 and "per_cell" not in m
     assert set(m["table"]["test"]) == {"color", "count", "joint", "n"}
+
+
+def test_progress_bar_does_not_flood_a_log(specs, tmp_path, capfd):
+    """Into a file (sweep trial logs, CI) the bar writes a line every 30 s, not one per step."""
+    cfg = _cfg(specs, tmp_path, "classifier", "tokens", training={"steps": 40, "log_every": 20, "checkpoint_every": 40})
+    run_transformer(cfg, say=lambda s: None)
+    err = capfd.readouterr().err
+    assert "40/40" in err and err.count("\r") <= 4

@@ -480,7 +480,7 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
         window.append(loss_value)
         window_steps += 1
         bar.update(1)
-        bar.set_postfix(loss=f"{loss_value:.4f}")
+        bar.set_postfix(loss=f"{loss_value:.4f}", refresh=False)  # refresh=True would bypass mininterval and flood logs
         if step % cfg.log_every == 0 or step == cfg.steps:
             el = time.perf_counter() - window_t0
             row = {"step": step, "loss": sum(window) / len(window), "lr": lr_sched.get_last_lr()[0], "grad_norm": grad_norm,
