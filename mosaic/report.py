@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import shutil
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import yaml
@@ -71,9 +72,25 @@ def _sample_sheet(run: Path, out: Path, n: int = 16) -> Path | None:
     return None
 
 
-def make_report(sweep_dir: str | Path) -> Path:
+def missing_columns(ys: list[str], columns) -> list[str]:
+    """One warning per ``report.y`` name that is not a results column, with the closest column."""
+    import difflib
+
+    cols = [str(c) for c in columns]
+    out = []
+    for y in ys:
+        if y not in cols:
+            close = difflib.get_close_matches(y, cols, n=1, cutoff=0.6)
+            out.append(f"report.y {y!r} is not a results column" + (f": did you mean {close[0]!r}?" if close else
+                       f"; columns: {', '.join(c for c in cols if c.startswith(('seen.', 'held_out.', 'test.')))}"))
+    return out
+
+
+def make_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None) -> Path:
     """Write ``SWEEP_DIR/report/``: curve PNGs, per-trial heatmaps and sample grids, ``index.html``.
 
+    ``warn(message)`` receives one line per ``report.y`` name that is not a results column (it is
+    left out of the curves, and listed on the page).
     Raises MosaicError when the folder holds no sweep results (run ``mosaic sweep`` first).
     """
     import pandas as pd
@@ -92,6 +109,10 @@ def make_report(sweep_dir: str | Path) -> Path:
     x = rep.get("x") or (axes[0] if axes else "seed")
     lines = rep.get("lines") or (next((a for a in axes if a != x), None))
     ys = rep.get("y") or ["held_out.joint", "seen.joint"]
+    problems = missing_columns(ys, df.columns)
+    for msg in problems:
+        (warn or print)(msg)
+    ys = [y for y in ys if y in df.columns]
     out = sweep_dir / "report"
     out.mkdir(exist_ok=True)
     done = df[df["status"] == "done"] if "status" in df.columns else df
@@ -134,6 +155,8 @@ def make_report(sweep_dir: str | Path) -> Path:
         f"<p>{len(df)} trials: {int((df['status'] == 'done').sum()) if 'status' in df else len(df)} done, {len(failed)} failed. "
         f"Trainer: {html.escape(str(sweep.get('kind', '')))}, config {html.escape(str(sweep.get('config', '')))}.</p>",
     ]
+    for msg in problems:
+        parts.append(f"<p class='fail'>{html.escape(msg)}</p>")
     if "evaluator.joint" in df.columns and df["evaluator.joint"].notna().any():
         parts.append(f"<p>Evaluator accuracy on fresh ground-truth renders (joint): min {df['evaluator.joint'].min():.3f}.</p>")
     for title, name in figures:

@@ -85,6 +85,14 @@ class SweepSpec(_Base):
         both = set(self.grid) & set(self.zip)
         if both:
             raise ValueError(f"axes {sorted(both)} are in both grid and zip: keep each axis in one")
+        import difflib
+
+        for field in ("x", "lines"):
+            name = getattr(self.report, field)
+            if name is not None and name not in self.axes():
+                close = difflib.get_close_matches(name, self.axes(), n=1, cutoff=0.6)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise ValueError(f"report.{field} {name!r} is not an axis of the sweep: {hint}axes: {', '.join(self.axes())}")
         return self
 
     def axes(self) -> list[str]:
@@ -207,6 +215,7 @@ def prepare(sweep: SweepSpec, out: Path, on_progress: Callable[[str], None] | No
     from mosaic.lab.data import resolve_dataset
 
     trials = plan(sweep, out)
+    _refuse_changed_trials(trials)
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweep.yaml").write_text(yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False))
     # generate each distinct dataset once, before any trial trains on it
@@ -220,16 +229,48 @@ def prepare(sweep: SweepSpec, out: Path, on_progress: Callable[[str], None] | No
         resolve_dataset(t["cfg"].dataset, generate=True)
         done_roots.add(root)
     for t in trials:
-        raw = copy.deepcopy(t.pop("raw"))
+        raw = _trial_raw(t)
+        t.pop("raw")
         t.pop("cfg")
-        raw["dataset"] = {"path": str(Path(t["dataset"]).resolve())}
-        raw["out"] = str((t["dir"] / "run").resolve())
         t["dir"].mkdir(parents=True, exist_ok=True)
         (t["dir"] / "config.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
         status = read_status(t["dir"])
         if status.get("status") != "done":
             write_status(t["dir"], {"id": t["id"], "values": t["values"], "status": "pending", "dataset": str(t["dataset"])})
     return trials
+
+
+def _trial_raw(t: dict) -> dict:
+    """The config a trial's folder holds: its raw config with the dataset and run paths resolved."""
+    raw = copy.deepcopy(t["raw"])
+    raw["dataset"] = {"path": str(Path(t["dataset"]).resolve())}
+    raw["out"] = str((t["dir"] / "run").resolve())
+    return raw
+
+
+def _refuse_changed_trials(trials: list[dict]) -> None:
+    """A trial folder left by an earlier run of the sweep must hold the same config: a finished
+    trial would otherwise be skipped and its old results reported under the new config.
+
+    Raises:
+        SweepError: naming each such trial and the fields that differ.
+    """
+    from mosaic.lab.config import config_diff
+
+    changed = []
+    for t in trials:
+        p = t["dir"] / "config.yaml"
+        if not p.is_file():
+            continue
+        diff = config_diff(yaml.safe_load(p.read_text()), _trial_raw(t))
+        if diff:
+            changed.append(f"  {t['id']} ({read_status(t['dir']).get('status', 'unknown')}): {', '.join(diff[:6])}")
+    if changed:
+        out = trials[0]["dir"].parent.parent
+        raise SweepError(
+            f"sweep folder {out} holds trials run with another config:\n" + "\n".join(changed)
+            + f"\nrun the changed sweep into a new folder (--out), or delete those trial folders under {out / 'trials'} to rerun them"
+        )
 
 
 def read_status(tdir: Path) -> dict:

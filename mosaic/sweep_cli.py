@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from mosaic.errors import MosaicError
@@ -70,7 +71,7 @@ def sweep_command(
     if report:
         from mosaic.report import make_report
 
-        console.print(f"report: {make_report(folder)}")
+        console.print(f"report: {make_report(folder, warn=lambda m: console.print(f'[yellow]warning[/] {escape(m)}'))}")
     if len(failed):
         raise typer.Exit(1)
 
@@ -86,7 +87,7 @@ def report_command(
     try:
         if (sweep_dir / "trials").is_dir():
             collect(sweep_dir)
-        page = make_report(sweep_dir)
+        page = make_report(sweep_dir, warn=lambda m: console.print(f"[yellow]warning[/] {escape(m)}"))
     except MosaicError as e:
         _fail(e)
     console.print(f"wrote {page}")

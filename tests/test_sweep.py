@@ -46,6 +46,8 @@ def test_bad_sweeps_name_the_field(tmp_path):
         load_sweep(sweep_file(tmp_path, CFG, zip={"a": [1, 2], "b": [1]}))
     with pytest.raises(SweepError, match="unknown field 'grdi': did you mean 'grid'"):
         load_sweep(sweep_file(tmp_path, CFG, grdi={"a": [1]}))
+    with pytest.raises(SweepError, match=r"report.x 'spec.holdout.rule.nn' is not an axis of the sweep: did you mean 'spec.holdout.rule.n'"):
+        load_sweep(sweep_file(tmp_path, CFG, grid={"spec.holdout.rule.n": [1, 2]}, report={"x": "spec.holdout.rule.nn"}))
     p = sweep_file(tmp_path, CFG)
     d = yaml.safe_load(p.read_text())
     d["config"] = "missing.yaml"
@@ -92,3 +94,11 @@ def test_collect_and_report(tmp_path):
     text = page.read_text()
     assert (out / "report" / "curves.png").stat().st_size > 5000 and "curves.png" in text
     assert "Failed trials" in text and "boom" in text and "<table" in text
+    # a misspelt report.y: warned about, left out, named on the page; the rest is drawn
+    sw = yaml.safe_load((out / "sweep.yaml").read_text())
+    sw["report"] = {"y": ["held_out.jiont", "seen.joint"]}
+    (out / "sweep.yaml").write_text(yaml.safe_dump(sw))
+    warned = []
+    text = make_report(out, warn=warned.append).read_text()
+    assert warned == ["report.y 'held_out.jiont' is not a results column: did you mean 'held_out.joint'?"]
+    assert "held_out.jiont" in text and (out / "report" / "curves.png").is_file()

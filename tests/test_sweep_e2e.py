@@ -69,6 +69,14 @@ def test_local_sweep_end_to_end_and_rerun_is_a_noop(tmp_path):
 
     page = make_report(tmp_path / "sw")
     assert (page.parent / "curves.png").is_file() and "samples.png" in page.read_text()
+    # the same folder with another training config: refused, nothing rewritten, old results kept
+    from mosaic.sweep import SweepError
+
+    changed = load_sweep(make_sweep(tmp_path, steps=3))
+    before = {t["id"]: (t["dir"] / "config.yaml").read_text() for t in trials}
+    with pytest.raises(SweepError, match=r"holds trials run with another config(.|\n)*training\.steps(.|\n)*--out"):
+        run_sweep(changed, tmp_path / "sw", backend="local", workers=2)
+    assert {t["id"]: (t["dir"] / "config.yaml").read_text() for t in trials} == before
 
 
 def test_failed_trial_is_recorded_and_others_finish(tmp_path):
