@@ -94,10 +94,14 @@ def apply_overrides(data: dict, items: list[str] | None, error: ErrorFactory, ex
     return data
 
 
-def _fields_at(model: type, loc: tuple) -> list[str]:
-    """Field names of the pydantic model(s) reached from ``model`` by the location ``loc`` (a
-    validation error's ``loc`` without its last part): model fields, dict values and list items
-    are followed; union tags pydantic inserts (``function-after[...]``, ``str``) are skipped."""
+def _walk(model: type, loc: tuple) -> tuple[list[str], tuple]:
+    """Follow a validation error's location from the pydantic ``model``.
+
+    Returns the field names of the model(s) reached (model fields, dict values and list items are
+    followed) and ``loc`` without the parts pydantic inserts that are not field paths: the tag of a
+    discriminated union (``objects`` in ``holdout.rule.objects.fraction``), and ``str`` /
+    ``function-after[...]`` branch names.
+    """
     import typing
 
     from pydantic import BaseModel
@@ -106,19 +110,32 @@ def _fields_at(model: type, loc: tuple) -> list[str]:
         args = typing.get_args(t)
         return [t] if not args else [t] + [x for a in args for x in unwrap(a)]
 
-    cands = unwrap(model)
+    def is_model(t) -> bool:
+        return isinstance(t, type) and issubclass(t, BaseModel)
+
+    def tag_of(t) -> tuple:
+        f = t.model_fields.get("kind") if is_model(t) else None
+        return typing.get_args(f.annotation) if f is not None and typing.get_origin(f.annotation) is typing.Literal else ()
+
+    cands, kept = unwrap(model), []
     for part in loc:
+        tagged = [t for t in cands if isinstance(part, str) and part in tag_of(t)]
+        if tagged and len({t for t in cands if is_model(t)}) > 1:
+            cands = tagged  # a union branch chosen by its tag: not a field
+            continue
         nxt = []
         for t in cands:
             origin = typing.get_origin(t)
-            if isinstance(t, type) and issubclass(t, BaseModel) and isinstance(part, str) and part in t.model_fields:
+            if is_model(t) and isinstance(part, str) and part in t.model_fields:
                 nxt += unwrap(t.model_fields[part].annotation)
             elif origin is dict and isinstance(part, str):
                 nxt += unwrap(typing.get_args(t)[-1])
             elif origin in (list, tuple) and isinstance(part, int):
                 nxt += [x for a in typing.get_args(t) for x in unwrap(a)]
-        cands = nxt or cands
-    return sorted({f for t in cands if isinstance(t, type) and issubclass(t, BaseModel) for f in t.model_fields})
+        if nxt:
+            cands = nxt
+        kept.append(part)
+    return sorted({f for t in cands if is_model(t) for f in t.model_fields}), tuple(kept)
 
 
 def validation_problems(e, path_of: Callable[[tuple], str] | None = None,
@@ -146,14 +163,28 @@ def validation_problems(e, path_of: Callable[[tuple], str] | None = None,
             problems.extend(own)
             continue
         msg = err["msg"].removeprefix("Value error, ")
+        loc = err["loc"]
+        fields: list[str] = []
+        if model is not None:
+            fields, kept = _walk(model, loc[:-1])
+            loc = kept + loc[-1:]
         if err["type"] == "extra_forbidden":
             name = err["loc"][-1]
-            close = difflib.get_close_matches(str(name), _fields_at(model, err["loc"][:-1]), n=1, cutoff=0.6) if model else []
+            close = difflib.get_close_matches(str(name), fields, n=1, cutoff=0.6)
             msg = (f"unknown field {name!r}: did you mean {close[0]!r}?" if close
                    else f"unknown field {name!r}: remove it or check its spelling")
+        elif err["type"] in ("literal_error", "union_tag_invalid", "enum"):
+            import re
+
+            ctx = err.get("ctx") or {}
+            choices = re.findall(r"'([^']*)'", str(ctx.get("expected_tags") or ctx.get("expected") or ""))
+            got = ctx.get("tag", err.get("input"))
+            what = f"{ctx['discriminator'].strip(chr(39))} " if ctx.get("discriminator") else ""
+            close = difflib.get_close_matches(str(got), choices, n=1, cutoff=0.6)
+            msg = f"{what}{got!r} is not one of {', '.join(choices)}" + (f": did you mean {close[0]!r}?" if close else "")
         elif err["type"] == "missing":
             msg = "required field is missing"
         elif "input" in err and not isinstance(err["input"], (dict, list)):
             msg = f"{msg} (got {err['input']!r})"
-        problems.append((path_of(err["loc"]), msg))
+        problems.append((path_of(loc), msg))
     return list(dict.fromkeys(problems))

@@ -113,6 +113,21 @@ def test_misspelt_fields_get_the_closest_field_of_their_place():
     assert p["wobble"] == "unknown field 'wobble': remove it or check its spelling"
 
 
+def test_misspelt_union_fields_and_choices_get_suggestions():
+    binding = SPECS / "binding.yaml"
+    cases = {  # --set -> (field path without union tags, message)
+        "holdout.rule.fracton=0.3": ("holdout.rule.fracton", "unknown field 'fracton': did you mean 'fraction'?"),
+        "holdout.rule.kind=diagnoal": ("holdout.rule", "kind 'diagnoal' is not one of diagonal, coverage, random, explicit, "
+                                       "objects, none, union, difference: did you mean 'diagonal'?"),
+        "concepts.color1.distribution=geometrik": ("concepts.color1.distribution.kind",
+                                                   "'geometrik' is not one of uniform, geometric, zipf, weights: did you mean 'geometric'?"),
+    }
+    for override, (path, message) in cases.items():
+        with pytest.raises(SpecError) as e:
+            load_spec(binding, [override])
+        assert problems_of(e) == {path: message}, override
+
+
 def test_unused_and_unknown_concepts():
     d = base()
     d["concepts"]["shape"] = {"values": ["circle"]}
