@@ -395,17 +395,37 @@ def apportion(total: int, weights: np.ndarray, cells: np.ndarray | None = None) 
     if cells is None or len(w) > 20_000:
         q[np.lexsort((spread, -remainder))[:rest]] += 1
         return q
-    marg = [np.bincount(cells[:, a], weights=q, minlength=int(cells[:, a].max()) + 1) for a in range(cells.shape[1])]
-    free = np.ones(len(w), bool)
-    for _ in range(rest):
-        top = remainder[free].max()
-        cand = np.nonzero(free & (remainder == top))[0]
-        load = sum(marg[a][cells[cand, a]] for a in range(cells.shape[1]))
-        i = cand[np.lexsort((spread[cand], load))[0]]
-        q[i] += 1
-        free[i] = False
-        for a in range(cells.shape[1]):
-            marg[a][cells[i, a]] += 1
+    import heapq
+
+    k = cells.shape[1]
+    marg = [np.bincount(cells[:, a], weights=q, minlength=int(cells[:, a].max()) + 1).tolist() for a in range(k)]
+    rows = cells.tolist()
+
+    def load(i: int) -> float:
+        return sum(marg[a][rows[i][a]] for a in range(k))
+
+    # Greedy: within the largest remainder left, the cell whose values are least represented so far
+    # (then the spread). Loads only grow, so a heap with lazy re-keying pops the true minimum.
+    order = np.argsort(-remainder, kind="stable")
+    start = 0
+    while rest > 0:
+        top = remainder[order[start]]
+        end = start
+        while end < len(order) and remainder[order[end]] == top:
+            end += 1
+        heap = [(load(int(i)), float(spread[i]), int(i)) for i in order[start:end]]
+        heapq.heapify(heap)
+        while rest > 0 and heap:
+            key, sp, i = heapq.heappop(heap)
+            now = load(i)
+            if now != key:
+                heapq.heappush(heap, (now, sp, i))
+                continue
+            q[i] += 1
+            rest -= 1
+            for a in range(k):
+                marg[a][rows[i][a]] += 1
+        start = end
     return q
 
 

@@ -224,3 +224,39 @@ def test_splits_command_prints_and_draws(tmp_path):
     assert r.exit_code == 2 and "holdout.rule.n" in r.output
     r = CliRunner().invoke(app, ["splits", str(SPECS / "count.yaml")])
     assert r.exit_code == 2 and "no holdout" in r.output
+
+
+def _apportion_reference(total, weights, cells):
+    """The plain O(rest x n) greedy that apportion's heap implements (kept here as the oracle)."""
+    w = np.asarray(weights, dtype=np.float64)
+    w = w / w.sum()
+    exact = total * w
+    q = np.floor(exact).astype(np.int64)
+    rest = total - int(q.sum())
+    remainder = np.round(exact - q, 9)
+    spread = (np.arange(len(w)) * 0.6180339887498949) % 1.0
+    marg = [np.bincount(cells[:, a], weights=q, minlength=int(cells[:, a].max()) + 1) for a in range(cells.shape[1])]
+    free = np.ones(len(w), bool)
+    for _ in range(rest):
+        top = remainder[free].max()
+        cand = np.nonzero(free & (remainder == top))[0]
+        load = sum(marg[a][cells[cand, a]] for a in range(cells.shape[1]))
+        i = cand[np.lexsort((spread[cand], load))[0]]
+        q[i] += 1
+        free[i] = False
+        for a in range(cells.shape[1]):
+            marg[a][cells[i, a]] += 1
+    return q
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 6), st.integers(1, 400), st.sampled_from(["uniform", "skewed", "random"]), st.integers(0, 10**6))
+def test_apportion_matches_the_plain_greedy(n1, n2, total, kind, seed):
+    from mosaic.holdout import apportion
+
+    rng = np.random.default_rng(seed)
+    cells = np.array([(i, j) for i in range(n1) for j in range(n2) if rng.random() < 0.8] or [(0, 0)], dtype=np.int64)
+    w = {"uniform": np.ones(len(cells)), "skewed": 0.8 ** cells[:, 0] * 0.5 ** cells[:, 1],
+         "random": rng.integers(1, 5, len(cells)).astype(float)}[kind]
+    got = apportion(total, w, cells)
+    assert got.sum() == total and (got == _apportion_reference(total, w, cells)).all()
