@@ -363,13 +363,25 @@ def test_config_errors_name_the_field(specs, tmp_path):
     from mosaic.lab.transformer import build_task
 
     cfg = _cfg(specs, tmp_path, "classifier", "tokens", classifier={"concepts": ["colour"]})
-    with pytest.raises(ConfigError, match="classifier.concepts"):
+    with pytest.raises(ConfigError, match="classifier.concepts.*did you mean 'colour' -> 'color'"):
         build_task(cfg, resolve_dataset(cfg.dataset))
     cfg = _cfg(specs, tmp_path, "classifier", "image", model={"patch": 5})
     with pytest.raises(ConfigError, match="must divide"):
         build_task(cfg, resolve_dataset(cfg.dataset))
     with pytest.raises(ConfigError, match="objective"):
         validate_config(TransformerConfig, {"name": "x", "dataset": {"path": "d"}, "objective": "diffusion"})
+
+
+def test_cli_names_the_config_file_of_an_error_found_against_the_dataset(specs, tmp_path):
+    from typer.testing import CliRunner
+
+    from mosaic.cli import app
+
+    cfg = _cfg(specs, tmp_path, "classifier", "tokens", classifier={"concepts": ["colour"]})
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    r = CliRunner().invoke(app, ["train", "transformer", str(path)])
+    assert r.exit_code == 2 and f"invalid config {path}" in " ".join(r.output.split()) and not (tmp_path / "run-classifier-tokens").exists()
 
 
 def test_cli_train_transformer(specs, tmp_path):

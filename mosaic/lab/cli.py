@@ -68,6 +68,10 @@ def _train(config_cls, run, config: Path, set_, out) -> dict | None:
         cfg = load_config(config_cls, config, sets)
         metrics = run(cfg, say=lambda s: console.print(s, highlight=False))
     except MosaicError as e:
+        from mosaic.lab.config import ConfigError
+
+        if isinstance(e, ConfigError) and str(e).startswith("invalid config\n"):  # found against the dataset: name the file
+            e = ConfigError(e.problems, str(config) + (f" (with --set {' '.join(sets)})" if sets else ""))
         _fail(e)
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]: rerun the same command to resume from the last checkpoint")

@@ -229,7 +229,11 @@ class ClassifierTask:
         self.heads = cfg.classifier.concepts or list(spec.concepts)
         unknown = [c for c in self.heads if c not in spec.concepts]
         if unknown:
-            raise ConfigError([("classifier.concepts", f"{unknown} are not concepts of the dataset's spec ({list(spec.concepts)})")])
+            import difflib
+
+            hints = [f"{u!r} -> {m[0]!r}" for u in unknown if (m := difflib.get_close_matches(u, list(spec.concepts), n=1, cutoff=0.6))]
+            raise ConfigError([("classifier.concepts", f"{unknown} are not concepts of the dataset's spec ({list(spec.concepts)})"
+                                + (f": did you mean {', '.join(hints)}?" if hints else ""))])
         self.head_idx = [list(spec.concepts).index(c) for c in self.heads]
         self.tokenizer = tokenizer
         self.train = SplitData(root, "train", spec, kind, tokenizer)
