@@ -594,7 +594,15 @@ def _cross_check(spec: Spec) -> list[tuple[str, str]]:
     for cname, concept in spec.concepts.items():
         p = f"concepts.{cname}"
         if cname not in roles:
-            add(p, f"concept {cname!r} is not used: bind it (e.g. color: {{concept: {cname}}}) or remove it")
+            if concept.angle_bins is not None:
+                example = f"positions: [{{target: A, reference: B, concept: {cname}}}]"
+            elif concept.values is not None and all(isinstance(v, str) and v in RELATIONS for v in concept.values):
+                example = f"relations: [{{subject: A, relation: {{concept: {cname}}}, object: B}}]"
+            elif concept.range is not None:
+                example = f"repeat: {{concept: {cname}}} on an object"
+            else:
+                example = f"color: {{concept: {cname}}} on an object"
+            add(p, f"concept {cname!r} is not used: bind it (e.g. {example}) or remove it")
             continue
         role = roles[cname][0]
         dom = concept.domain

@@ -137,6 +137,15 @@ def test_unused_and_unknown_concepts():
     p = problems_of(e)
     assert "not used" in p["concepts.shape"]
     assert "did you mean 'color'" in p["objects[0].color"]
+    # the hint binds each kind of concept the way it can be bound
+    d = base()
+    d["concepts"]["rel"] = {"values": ["left_of", "above"]}
+    d["concepts"]["n"] = {"range": [1, 3]}
+    with pytest.raises(SpecError) as e:
+        parse_spec(d)
+    p = problems_of(e)
+    assert "relations: [{subject: A, relation: {concept: rel}, object: B}]" in p["concepts.rel"]
+    assert "repeat: {concept: n}" in p["concepts.n"]
 
 
 def test_lookalike_templates_with_distractors_are_rejected():
