@@ -370,6 +370,8 @@ def test_config_errors_name_the_field(specs, tmp_path):
         build_task(cfg, resolve_dataset(cfg.dataset))
     with pytest.raises(ConfigError, match="objective"):
         validate_config(TransformerConfig, {"name": "x", "dataset": {"path": "d"}, "objective": "diffusion"})
+    with pytest.raises(ConfigError, match="a binding: section has no effect with objective: classifier"):
+        validate_config(TransformerConfig, {"name": "x", "dataset": {"path": "d"}, "objective": "classifier", "binding": {"swap_negatives": 2}})
 
 
 def test_cli_names_the_config_file_of_an_error_found_against_the_dataset(specs, tmp_path):

@@ -109,6 +109,15 @@ class TransformerConfig(RunConfig):
     binding: BindingSection = Field(default_factory=BindingSection)
     evaluation: EvaluationSection = Field(default_factory=EvaluationSection)
 
+    @model_validator(mode="after")
+    def _sections_of_the_objective(self):
+        other = {"classifier": "binding", "binding": "classifier"}[self.objective]
+        section = getattr(self, other)
+        if other in self.model_fields_set and section != type(section)():  # a dumped config carries the defaults: fine
+            raise ValueError(f"a {other}: section has no effect with objective: {self.objective}: remove it "
+                             f"(or set objective: {other})")
+        return self
+
 
 # ----------------------------------------------------------------------------------------------
 # models
