@@ -7,6 +7,7 @@ Each caller passes ``error(path, message) -> Exception`` so problems surface as 
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -150,7 +151,7 @@ def validation_problems(e, path_of: Callable[[tuple], str] | None = None,
     an error carries itself (e.g. a validator's own list), used instead of the generic wording.
     Duplicates (one per union branch) are dropped.
     """
-    import difflib
+    from mosaic.vocab import closest
 
     def dotted(loc) -> str:
         return ".".join(str(p) for p in loc if not (isinstance(p, str) and ("[" in p or "function" in p)))
@@ -170,18 +171,16 @@ def validation_problems(e, path_of: Callable[[tuple], str] | None = None,
             loc = kept + loc[-1:]
         if err["type"] == "extra_forbidden":
             name = err["loc"][-1]
-            close = difflib.get_close_matches(str(name), fields, n=1, cutoff=0.6)
-            msg = (f"unknown field {name!r}: did you mean {close[0]!r}?" if close
+            close = closest(name, fields, cutoff=0.6)
+            msg = (f"unknown field {name!r}: did you mean {close!r}?" if close
                    else f"unknown field {name!r}: remove it or check its spelling")
         elif err["type"] in ("literal_error", "union_tag_invalid", "enum"):
-            import re
-
             ctx = err.get("ctx") or {}
             choices = re.findall(r"'([^']*)'", str(ctx.get("expected_tags") or ctx.get("expected") or ""))
             got = ctx.get("tag", err.get("input"))
             what = f"{ctx['discriminator'].strip(chr(39))} " if ctx.get("discriminator") else ""
-            close = difflib.get_close_matches(str(got), choices, n=1, cutoff=0.6)
-            msg = f"{what}{got!r} is not one of {', '.join(choices)}" + (f": did you mean {close[0]!r}?" if close else "")
+            close = closest(got, choices, cutoff=0.6)
+            msg = f"{what}{got!r} is not one of {', '.join(choices)}" + (f": did you mean {close!r}?" if close else "")
         elif err["type"] == "missing":
             msg = "required field is missing"
         elif "input" in err and not isinstance(err["input"], (dict, list)):

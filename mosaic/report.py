@@ -74,14 +74,14 @@ def _sample_sheet(run: Path, out: Path, n: int = 16) -> Path | None:
 
 def missing_columns(ys: list[str], columns) -> list[str]:
     """One warning per ``report.y`` name that is not a results column, with the closest column."""
-    import difflib
+    from mosaic.vocab import closest
 
     cols = [str(c) for c in columns]
     out = []
     for y in ys:
         if y not in cols:
-            close = difflib.get_close_matches(y, cols, n=1, cutoff=0.6)
-            out.append(f"report.y {y!r} is not a results column" + (f": did you mean {close[0]!r}?" if close else
+            close = closest(y, cols, cutoff=0.6)
+            out.append(f"report.y {y!r} is not a results column" + (f": did you mean {close!r}?" if close else
                        f"; columns: {', '.join(c for c in cols if c.startswith(('seen.', 'held_out.', 'test.')))}"))
     return out
 

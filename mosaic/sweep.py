@@ -85,13 +85,13 @@ class SweepSpec(_Base):
         both = set(self.grid) & set(self.zip)
         if both:
             raise ValueError(f"axes {sorted(both)} are in both grid and zip: keep each axis in one")
-        import difflib
+        from mosaic.vocab import closest
 
         for field in ("x", "lines"):
             name = getattr(self.report, field)
             if name is not None and name not in self.axes():
-                close = difflib.get_close_matches(name, self.axes(), n=1, cutoff=0.6)
-                hint = f"did you mean {close[0]!r}? " if close else ""
+                close = closest(name, self.axes(), cutoff=0.6)
+                hint = f"did you mean {close!r}? " if close else ""
                 raise ValueError(f"report.{field} {name!r} is not an axis of the sweep: {hint}axes: {', '.join(self.axes())}")
         return self
 

@@ -107,9 +107,9 @@ def number_word(n: int) -> str:
     return NUMBER_WORDS[n] if 0 <= n < len(NUMBER_WORDS) else str(n)
 
 
-def closest(name: str, options) -> str | None:
-    """The closest option to a misspelt ``name`` (difflib ratio >= 0.5), or None."""
-    m = difflib.get_close_matches(str(name), [str(o) for o in options], n=1, cutoff=0.5)
+def closest(name: str, options, cutoff: float = 0.5) -> str | None:
+    """The closest option to a misspelt ``name`` (difflib ratio >= ``cutoff``), or None."""
+    m = difflib.get_close_matches(str(name), [str(o) for o in options], n=1, cutoff=cutoff)
     return m[0] if m else None
 
 
