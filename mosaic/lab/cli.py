@@ -70,7 +70,7 @@ def _train(config_cls, run, config: Path, set_, out) -> dict | None:
     except MosaicError as e:
         from mosaic.lab.config import ConfigError
 
-        if isinstance(e, ConfigError) and str(e).startswith("invalid config\n"):  # found against the dataset: name the file
+        if isinstance(e, ConfigError) and e.source is None:  # found against the dataset: name the file
             e = ConfigError(e.problems, str(config) + (f" (with --set {' '.join(sets)})" if sets else ""))
         _fail(e)
     except KeyboardInterrupt:

@@ -24,7 +24,7 @@ class ConfigError(MosaicError, ValueError):
     def __init__(self, problems: list[tuple[str, str]] | str, source: str | None = None):
         if isinstance(problems, str):
             problems = [("", problems)]
-        self.problems = problems
+        self.problems, self.source = problems, source
         head = f"invalid config {source}" if source else "invalid config"
         super().__init__(head + "\n" + "\n".join(f"  {p}: {m}" if p else f"  {m}" for p, m in problems))
 

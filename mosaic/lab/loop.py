@@ -91,7 +91,6 @@ class Task:
 # ----------------------------------------------------------------------------------------------
 
 
-
 @contextlib.contextmanager
 def torch_threads_restored():
     """Restore torch's CPU thread count on exit: ``training.threads`` applies to one run only."""
@@ -101,11 +100,13 @@ def torch_threads_restored():
     finally:
         torch.set_num_threads(n)
 
+
 def progress_kwargs() -> dict:
     """tqdm settings: a live bar on a terminal; into a log file (sweep trials, CI), a line every 30 s."""
     import sys
 
     return {"dynamic_ncols": True} if sys.stderr.isatty() else {"mininterval": 30.0, "ncols": 100}
+
 
 def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")

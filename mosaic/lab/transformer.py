@@ -238,13 +238,14 @@ class ClassifierTask:
         self.heads = cfg.classifier.concepts or list(spec.concepts)
         unknown = [c for c in self.heads if c not in spec.concepts]
         if unknown:
-            import difflib
+            from mosaic.vocab import closest
 
-            hints = [f"{u!r} -> {m[0]!r}" for u in unknown if (m := difflib.get_close_matches(u, list(spec.concepts), n=1, cutoff=0.6))]
+            hints = [f"{u!r} -> {m!r}" for u in unknown if (m := closest(u, spec.concepts, cutoff=0.6))]
             raise ConfigError([("classifier.concepts", f"{unknown} are not concepts of the dataset's spec ({list(spec.concepts)})"
                                 + (f": did you mean {', '.join(hints)}?" if hints else ""))])
         self.head_idx = [list(spec.concepts).index(c) for c in self.heads]
         self.tokenizer = tokenizer
+        self._last = None  # (records, predictions) of the last evaluate, for write_pictures
         self.train = SplitData(root, "train", spec, kind, tokenizer)
         self.val = SplitData(root, "val", spec, kind, tokenizer) if "val" in _splits(root) else None
         self.train_data = {"x": self.train.inputs, "y": self.train.targets[:, self.head_idx]}
@@ -281,7 +282,7 @@ class ClassifierTask:
         """After :meth:`evaluate`, with a holdout: ``heatmap.png``, joint accuracy per combination of
         the grid (held-out cells outlined; the same picture ``mosaic evaluate`` draws). Concepts
         without a head count as read correctly. Returns the files written."""
-        if self.spec.holdout is None or getattr(self, "_last", None) is None:
+        if self.spec.holdout is None or self._last is None:
             return []
         from mosaic.evaluation.metrics import plot_cell_heatmap, score
 
