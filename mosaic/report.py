@@ -7,60 +7,10 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import yaml
 
 from mosaic.errors import MosaicError
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _label(col: str) -> str:
-    return {"held_out.joint": "held-out joint accuracy", "seen.joint": "seen joint accuracy"}.get(
-        col, col.replace("held_out.", "held-out ").replace("seen.", "seen ").replace("_", " "))
-
-
-def plot_curves(df, x: str, lines: str | None, ys: list[str], out: Path, title: str = "", x_label: str | None = None) -> Path | None:
-    """Line plot of metrics ``ys`` against axis ``x``, one line per value of ``lines``, mean and
-    standard deviation over the remaining rows (seeds) as error bars. Returns None if nothing to plot."""
-    ys = [y for y in ys if y in df.columns and df[y].notna().any()]
-    if not ys or x not in df.columns:
-        return None
-    plt = _plt()
-    fig, axes = plt.subplots(1, len(ys), figsize=(4.6 * len(ys), 3.6), dpi=120, squeeze=False)
-    groups = sorted(df[lines].dropna().unique(), key=lambda v: (str(type(v)), v)) if lines and lines in df.columns else [None]
-    for ax, y in zip(axes[0], ys):
-        for g in groups:
-            sub = df if g is None else df[df[lines] == g]
-            stats = sub.groupby(x)[y].agg(["mean", "std", "count"]).reset_index().sort_values(x)
-            if stats.empty:
-                continue
-            lab = None if g is None else f"{lines.split('.')[-1]} = {g}"
-            ax.errorbar(stats[x].astype(float) if np.issubdtype(stats[x].dtype, np.number) else stats[x].astype(str),
-                        stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3, label=lab)
-        xs = sorted(df[x].dropna().unique())
-        if len(xs) <= 12 and all(isinstance(v, (int, float, np.integer, np.floating)) for v in xs):
-            ax.set_xticks([float(v) for v in xs], [f"{v:g}" for v in xs])
-        ax.set_xlabel(x_label or x.split(".")[-1])
-        ax.set_ylabel(_label(y))
-        ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-        if groups != [None]:
-            ax.legend(fontsize=8, loc="best", framealpha=0.7)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+from mosaic.plots import plot_curves
 
 
 def _sample_sheet(run: Path, out: Path, n: int = 16) -> Path | None:

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from collections import defaultdict
+from itertools import product
 from pathlib import Path
 
 import numpy as np
 
 from mosaic.errors import MosaicError
+from mosaic.holdout import STATUS_NAMES
+from mosaic.plots import plot_cell_heatmap
 from mosaic.spec import Spec
 
 GROUPS = ("overall", "seen", "held_out")
@@ -50,21 +52,13 @@ def grid_of(spec: Spec) -> tuple[list[str], dict[tuple, str] | None]:
     """The concepts of the per-cell breakdown and, with a holdout, each cell's status.
 
     Returns ``(concepts, status)``: the holdout's grid concepts and ``{combination: "seen" |
-    "held_out" | "excluded"}``; without a holdout the first two concepts and None.
+    "held_out" | "excluded"}`` (every cell, in grid order; :meth:`mosaic.holdout.Grid.status_of`);
+    without a holdout the first two concepts and None.
     """
-    try:  # the holdout module may be absent in older trees
-        from mosaic.holdout import grid_concepts
-    except ImportError:  # pragma: no cover
-        grid_concepts = None
-    if grid_concepts is not None and getattr(spec, "holdout", None) is not None:
-        concepts = list(grid_concepts(spec))
-        status = None
-        g = getattr(spec, "grid", None)
-        if g is not None:
-            names = {0: "seen", 1: "held_out", 2: "excluded"}
-            status = {g.values_of(idx): names.get(int(st), str(st)) for idx, st in np.ndenumerate(g.status)}
-        return concepts, status
-    return list(spec.concepts)[:2], None
+    g = spec.grid
+    if g is None:
+        return list(spec.concepts)[:2], None
+    return list(g.concepts), {combo: STATUS_NAMES[g.status_of(combo)] for combo in product(*g.domains)}
 
 
 def _summary(mask: np.ndarray, T, P, raw, spec: Spec, concepts: list[str]) -> dict:
@@ -219,86 +213,3 @@ def _json_default(o):
     if isinstance(o, np.ndarray):
         return o.tolist()
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-def plot_cell_heatmap(metrics: dict, path: str | Path, spec: Spec, title: str | None = None) -> Path:
-    """Heatmap PNG of joint accuracy per cell of the combination grid.
-
-    Two grid concepts: rows = the first, columns = the second. More: rows = the product of the
-    first half of the grid concepts, columns = the product of the rest (binding: left object type x
-    right object type). One concept: a single row. Held-out cells are outlined in black and marked
-    with a dot before the number; cells without samples are gray.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
-
-    grid = metrics["grid"]
-    gc = grid["concepts"]
-    doms = [grid["domains"][c] for c in gc]
-    half = max(1, math.ceil(len(gc) / 2)) if len(gc) > 1 else 1
-    row_c, col_c = gc[:half], gc[half:]
-    row_d, col_d = doms[:half], doms[half:]
-    import itertools
-
-    rows = list(itertools.product(*row_d)) if row_d else [()]
-    cols = list(itertools.product(*col_d)) if col_d else [()]
-    ri = {r: k for k, r in enumerate(rows)}
-    ci = {c: k for k, c in enumerate(cols)}
-    acc = np.full((len(rows), len(cols)), np.nan)
-    nn = np.zeros((len(rows), len(cols)), int)
-    status = np.full((len(rows), len(cols)), "", dtype=object)
-    for combo, st in grid.get("status") or []:
-        combo = tuple(combo)
-        status[ri[combo[:half]], ci[combo[half:]]] = st
-    for cell in grid["cells"]:
-        combo = tuple(cell["combination"])
-        i, j = ri[combo[:half]], ci[combo[half:]]
-        acc[i, j] = np.nan if cell["joint_accuracy"] is None else cell["joint_accuracy"]
-        nn[i, j] = cell["n"]
-        status[i, j] = cell["status"]
-
-    def lab(t):
-        return "/".join(map(str, t)) if t else ""
-
-    nr, ncol = len(rows), len(cols)
-    cw = 0.55 if ncol <= 12 else 0.32
-    fig, ax = plt.subplots(figsize=(max(5.0, 2.2 + cw * ncol), max(2.6, 1.6 + cw * 0.85 * nr)), dpi=120)
-    cmap = matplotlib.colormaps["RdYlGn"].with_extremes(bad="#d0d0d0")
-    im = ax.imshow(np.ma.masked_invalid(acc), cmap=cmap, vmin=0, vmax=1, aspect="auto")
-    annotate = nr * ncol <= 200
-    for i in range(nr):
-        for j in range(ncol):
-            st = status[i, j]
-            if st == "held_out":
-                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=1.6))
-            if annotate and not np.isnan(acc[i, j]):
-                txt = f"{100 * acc[i, j]:.0f}"
-                ax.text(j, i, ("•" if st == "held_out" else "") + txt, ha="center", va="center", fontsize=7 if ncol <= 12 else 5,
-                        color="black")
-            elif annotate and st == "excluded":
-                ax.text(j, i, "x", ha="center", va="center", fontsize=6, color="#707070")
-    fs = 8 if max(nr, ncol) <= 12 else 5
-    ax.set_yticks(range(nr), [lab(r) for r in rows], fontsize=fs)
-    xl = [lab(c) for c in cols]
-    tilt = ncol * max(map(len, xl)) > 40  # long labels: tilt them
-    ax.set_xticks(range(ncol), xl, rotation=60 if tilt else 0, ha="right" if tilt else "center", fontsize=fs)
-    ax.set_ylabel(" / ".join(row_c) if row_c else "")
-    ax.set_xlabel(" / ".join(col_c) if col_c else "")
-    fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02, label="joint accuracy")
-
-    def pct(g):
-        v = (metrics.get(g) or {}).get("joint_accuracy")
-        return "n/a" if v is None else f"{100 * v:.1f}%"
-
-    head = title or f"{spec.name}: joint accuracy per combination"
-    ax.set_title(f"{head}\nseen {pct('seen')} (n={metrics['seen']['n']}), held-out {pct('held_out')} "
-                 f"(n={metrics['held_out']['n']}); outlined • = held-out, gray = no samples", fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path

@@ -1,41 +1,25 @@
-"""The ``mosaic`` command line (typer + rich)."""
+"""``mosaic validate``, ``mosaic generate`` and ``mosaic preview``: a spec, checked, generated or looked at."""
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from mosaic.cli_common import err_console, fail
+from mosaic.cli.common import SpecArg, console, err_console, fail, load, set_option
 from mosaic.errors import MosaicError
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="mosaic: controlled datasets and a training lab for compositional generalization.")
-console = Console()
-
-SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a spec field: key.path=value (repeatable), e.g. --set splits.train=500")]
-SpecArg = Annotated[Path, typer.Argument(help="Spec YAML file, e.g. experiments/specs/count.yaml")]
+SetOpt = set_option("spec", "splits.train=500")
 
 
-_fail = fail
-
-
-def _load(spec_path: Path, overrides):
-    from mosaic.spec import load_spec
-
-    return load_spec(spec_path, overrides)
-
-
-@app.command()
 def validate(spec: SpecArg, set_: SetOpt = None) -> None:
     """Check a spec and print a summary (concepts, domains, objects, sizes) without generating."""
     try:
-        s = _load(spec, set_)
+        s = load(spec, set_)
         from mosaic.dataset import sample_record
 
         # a dry run of the layout search on a few samples of every split
@@ -45,7 +29,7 @@ def validate(spec: SpecArg, set_: SetOpt = None) -> None:
                 rec, _ = sample_record(s, split, i)
                 n_obj.append(rec["num_objects"])
     except MosaicError as e:
-        _fail(e)
+        fail(e)
     console.print(f"[bold]{s.name}[/]  fingerprint {s.fingerprint()}  seed {s.seed}")
     if s.description:
         console.print(s.description)
@@ -79,7 +63,6 @@ def validate(spec: SpecArg, set_: SetOpt = None) -> None:
     console.print(f"layout dry run: {len(n_obj)} scenes, {min(n_obj)}-{max(n_obj)} objects each  [green]OK[/]")
 
 
-@app.command()
 def generate(
     spec: SpecArg,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory")],
@@ -90,7 +73,7 @@ def generate(
 ) -> None:
     """Generate a dataset: images, metadata.jsonl per split and manifest.json. Resumable."""
     try:
-        s = _load(spec, set_)
+        s = load(spec, set_)
         from mosaic.dataset import generate as gen
 
         t0 = time.perf_counter()
@@ -104,7 +87,7 @@ def generate(
             man = gen(s, out, workers=workers, overwrite=overwrite, masks=masks, on_progress=cb)
         dt = time.perf_counter() - t0
     except MosaicError as e:
-        _fail(e)
+        fail(e)
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]: rerun the same command to resume")
         raise typer.Exit(130)
@@ -112,7 +95,6 @@ def generate(
     console.print(f"[green]done[/] {out}  ({counts}; {dt:.1f} s; fingerprint {man['fingerprint']})")
 
 
-@app.command()
 def preview(
     spec: SpecArg,
     out: Annotated[Path, typer.Option("--out", "-o", help="PNG file to write")] = Path("preview.png"),
@@ -122,7 +104,7 @@ def preview(
 ) -> None:
     """Render the first samples of a split to a contact sheet with captions (writes nothing else)."""
     try:
-        s = _load(spec, set_)
+        s = load(spec, set_)
         from mosaic.dataset import sample_record
         from mosaic.preview import contact_sheet
         from renderers import get_renderer
@@ -133,30 +115,5 @@ def preview(
         images, _ = get_renderer("pillow", supersample=s.image.supersample).render(list(scenes))
         path = contact_sheet(images, [r["caption"] for r in recs], out, title=f"{s.name} · {split} · first {n}")
     except MosaicError as e:
-        _fail(e)
+        fail(e)
     console.print(f"wrote {path}")
-
-
-def _register_subcommands() -> None:
-    """Attach the command groups that live beside their code (evaluation, labs, sweeps)."""
-    import importlib
-
-    for mod in ("mosaic.holdout_cli", "mosaic.evaluation.cli", "mosaic.lab.cli", "mosaic.sweep_cli"):
-        try:
-            module = importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name is None or not mod.startswith(e.name):
-                raise
-            continue
-        module.register(app)
-
-
-_register_subcommands()
-
-
-def main() -> None:  # pragma: no cover
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())

@@ -6,22 +6,16 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from mosaic.cli_common import err_console, fail
+from mosaic.cli.common import console, err_console, fail, set_option
 from mosaic.errors import MosaicError
-
-console = Console()
 
 train_app = typer.Typer(no_args_is_help=True, add_completion=False,
                         help="Train a model on a mosaic dataset (Accelerate; resumable run folders).")
 
-SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a config field: key.path=value (repeatable), e.g. --set training.steps=200")]
+SetOpt = set_option("config", "training.steps=200")
 OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="Run folder (default: the config's `out`, else data/runs/<name>)")]
-
-
-_fail = fail
 
 
 def _pct(x) -> str:
@@ -72,7 +66,7 @@ def _train(config_cls, run, config: Path, set_, out) -> dict | None:
 
         if isinstance(e, ConfigError) and e.source is None:  # found against the dataset: name the file
             e = ConfigError(e.problems, str(config) + (f" (with --set {' '.join(sets)})" if sets else ""))
-        _fail(e)
+        fail(e)
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]: rerun the same command to resume from the last checkpoint")
         raise typer.Exit(130)
@@ -168,15 +162,10 @@ def sample(
                                score=not no_score and cfg.evaluation.enabled, out=out, batch_size=batch_size, device=dev,
                                evaluator=evaluator, check_n=cfg.evaluation.check_n, say=lambda m: console.print(m, highlight=False))
     except MosaicError as e:
-        _fail(e)
+        fail(e)
     console.print(f"wrote {res['n']} images to {res['out']} in {res['seconds']:.1f} s")
     if res["metrics"] is not None:
         print_table(table_from_scores(res["metrics"]))
         _print_check(res["evaluator_check"])
         console.print(f"metrics.json, metrics.csv and the per-cell heatmap are in {res['out']}")
 
-
-def register(app: typer.Typer) -> None:
-    """Attach ``mosaic train`` (group) and ``mosaic sample`` to the main app."""
-    app.add_typer(train_app, name="train")
-    app.command("sample")(sample)

@@ -7,23 +7,16 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mosaic.cli_common import fail
+from mosaic.cli.common import SpecArg, console, fail, set_option
 from mosaic.errors import MosaicError
-
-console = Console()
 
 evaluator_app = typer.Typer(no_args_is_help=True, help="Train a learned evaluator, or check an evaluator's accuracy on fresh ground-truth renders.")
 
-SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a spec field: key.path=value (repeatable)")]
-SpecArg = Annotated[Path, typer.Argument(help="Spec YAML file, e.g. experiments/specs/count.yaml")]
+SetOpt = set_option("spec")
 EvalOpt = Annotated[str, typer.Option("--evaluator", "-e", help="'parser' (the scene parser) or a directory made by `mosaic evaluator train`")]
-
-
-_fail = fail
 
 
 def _progress(label: str) -> Progress:
@@ -79,7 +72,7 @@ def check_command(
             task = progress.add_task(f"{ev.name} on {s.name}", total=n)
             report = check_evaluator(s, ev, n=n, degrade=degrade, on_progress=lambda a, b: progress.update(task, completed=a))
     except MosaicError as e:
-        _fail(e)
+        fail(e)
     print_check(report)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
@@ -126,9 +119,9 @@ def train_command(
 
             ev = train_evaluator(s, out, cfg, on_log=on_log, on_progress=on_progress)
     except MosaicError as e:
-        _fail(e)
+        fail(e)
     except ValueError as e:  # pydantic validation of the options
-        _fail(MosaicError(str(e)))
+        fail(MosaicError(str(e)))
     r = ev.report
     console.print(f"rendered {cfg.n_train} images in {r['render_seconds']:.1f} s, trained in {r['train_seconds']:.1f} s "
                   f"({r['steps_per_second']:.1f} steps/s on {r['device']})")
@@ -155,7 +148,7 @@ def evaluate(
         ev = load_evaluator(s, evaluator)
         m = evaluate_folder(images_dir, s, ev, out=out, check_n=check_n)
     except MosaicError as e:
-        _fail(e)
+        fail(e)
     t = Table(title=f"{m['n']} images of {images_dir} read by {ev.name}")
     t.add_column("concept")
     for g in ("overall", "seen", "held_out"):
@@ -176,8 +169,3 @@ def evaluate(
     if out is not None:
         console.print(f"wrote {out}/metrics.json, metrics.csv, heatmap.png, predictions.jsonl")
 
-
-def register(app: typer.Typer) -> None:
-    """Attach ``mosaic evaluator ...`` and ``mosaic evaluate`` to the main app."""
-    app.add_typer(evaluator_app, name="evaluator")
-    app.command("evaluate")(evaluate)

@@ -1,4 +1,4 @@
-"""``mosaic sweep`` and ``mosaic report``."""
+"""``mosaic sweep`` (run a sweep of trials) and ``mosaic report`` (its HTML page)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from mosaic.cli.common import console, fail, set_option
 from mosaic.errors import MosaicError
 
-console = Console()
+SetOpt = set_option("sweep")
 
 
 def sweep_command(
@@ -21,13 +21,12 @@ def sweep_command(
     backend: Annotated[str, typer.Option("--backend", help="local (process pool) or ray")] = "local",
     workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Trials at a time (local: one GPU each where GPUs exist)")] = 1,
     address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (ray://host:10001 or auto); default: a local Ray instance")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a sweep field: key.path=value (repeatable)")] = None,
+    set_: SetOpt = None,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Write the HTML report at the end")] = True,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate every trial's config and spec and list the trials; run nothing")] = False,
 ) -> None:
     """Run a sweep: every trial (generate, train, sample, evaluate) in its own subprocess and run folder.
     Resumable: finished trials are skipped; failed ones are recorded and do not stop the others."""
-    from mosaic.cli import _fail
     from mosaic.sweep import expand, load_sweep, plan, run_sweep
 
     try:
@@ -56,7 +55,7 @@ def sweep_command(
         trials, df = run_sweep(s, folder, backend=backend, workers=workers, address=address,
                                on_progress=lambda m: console.print(f"  preparing {m}"), on_done=on_done)
     except MosaicError as e:
-        _fail(e)
+        fail(e)
     t = Table(title=f"{s.name}: results ({folder / 'results.csv'})")
     shown = list(dict.fromkeys(list(s.grid) + list(s.zip) + ["seed", "status"] + list(s.report.y) + ["evaluator.joint", "time_s"]))
     cols = [c for c in shown if c in df.columns]
@@ -80,7 +79,6 @@ def report_command(
     sweep_dir: Annotated[Path, typer.Argument(help="Sweep folder (made by `mosaic sweep`)")],
 ) -> None:
     """Write a sweep's report: accuracy curves, per-cell heatmaps and sample grids on an HTML page."""
-    from mosaic.cli import _fail
     from mosaic.report import make_report
     from mosaic.sweep import collect
 
@@ -89,10 +87,6 @@ def report_command(
             collect(sweep_dir)
         page = make_report(sweep_dir, warn=lambda m: console.print(f"[yellow]warning[/] {escape(m)}"))
     except MosaicError as e:
-        _fail(e)
+        fail(e)
     console.print(f"wrote {page}")
 
-
-def register(app: typer.Typer) -> None:
-    app.command("sweep")(sweep_command)
-    app.command("report")(report_command)

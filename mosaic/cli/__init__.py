@@ -1,0 +1,38 @@
+"""The ``mosaic`` command line (typer + rich): ``app``, the console-script entry point.
+
+Every command group lives in its own module and is registered here, explicitly, in the order
+``mosaic --help`` lists them:
+
+- :mod:`mosaic.cli.data` — ``validate``, ``generate``, ``preview``
+- :mod:`mosaic.cli.splits` — ``splits``
+- :mod:`mosaic.cli.evaluate` — ``evaluator check|train``, ``evaluate``
+- :mod:`mosaic.cli.train` — ``train diffusion|transformer``, ``sample``
+- :mod:`mosaic.cli.sweep` — ``sweep``, ``report``
+
+What they share (consoles, the exit-2 failure, option types) is in :mod:`mosaic.cli.common`.
+Command modules import only typer and rich at the top; numpy, torch and the rest of mosaic are
+imported inside the commands, so ``mosaic --help`` starts fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from mosaic.cli import data, evaluate, splits, sweep, train
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="mosaic: controlled datasets and a training lab for compositional generalization.")
+
+app.command("validate")(data.validate)
+app.command("generate")(data.generate)
+app.command("preview")(data.preview)
+app.command("splits")(splits.splits)
+app.add_typer(evaluate.evaluator_app, name="evaluator")
+app.command("evaluate")(evaluate.evaluate)
+app.add_typer(train.train_app, name="train")
+app.command("sample")(train.sample)
+app.command("sweep")(sweep.sweep_command)
+app.command("report")(sweep.report_command)
+
+
+def main() -> None:  # pragma: no cover
+    app()

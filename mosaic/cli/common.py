@@ -1,0 +1,52 @@
+"""What every command group of the CLI shares: the consoles, the clean failure exit, the option
+types and spec loading. Imports nothing heavy (no numpy, torch or spec module at import time)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+#: standard output (tables, progress) and standard error (failures, interruptions)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def fail(e: Exception) -> None:
+    """Print a user-facing error (no traceback) and exit with status 2. The message is printed
+    literally: brackets such as ``{name: [r, g, b]}`` are not read as rich markup.
+
+    Raises:
+        typer.Exit: always, with code 2.
+    """
+    err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def set_option(target: str, example: str | None = None):
+    """The repeatable ``--set key.path=value`` option type that overrides a field of ``target``
+    (a spec, a config, a sweep); ``example`` is shown in the help after ``e.g. --set``."""
+    help_ = f"Override a {target} field: key.path=value (repeatable)" + (f", e.g. --set {example}" if example else "")
+    return Annotated[Optional[list[str]], typer.Option("--set", help=help_)]
+
+
+def spec_argument(help_: str = "Spec YAML file, e.g. experiments/specs/count.yaml"):
+    """The positional spec-file argument type."""
+    return Annotated[Path, typer.Argument(help=help_)]
+
+
+SpecArg = spec_argument()
+
+
+def load(spec_path: Path, overrides: list[str] | None):
+    """Load and validate a spec with ``--set`` overrides applied (:func:`mosaic.spec.load_spec`).
+
+    Raises:
+        mosaic.errors.MosaicError: the file is missing or the spec is invalid.
+    """
+    from mosaic.spec import load_spec
+
+    return load_spec(spec_path, overrides)

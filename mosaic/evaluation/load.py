@@ -1,0 +1,29 @@
+"""Which evaluator: ``"parser"`` (the scene parser) or a directory made by ``mosaic evaluator train``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mosaic.errors import MosaicError
+from mosaic.evaluation.check import Evaluator
+from mosaic.spec import Spec
+
+
+def load_evaluator(spec: Spec, which: str | Path = "parser", device: str = "cpu") -> Evaluator:
+    """The scene parser (``"parser"``) or a trained learned evaluator (a directory).
+
+    Raises:
+        MosaicError: ``which`` is neither ``parser`` nor a trained evaluator directory, or the
+            directory's concepts differ from the spec's.
+    """
+    if str(which) == "parser":
+        from mosaic.evaluation.parser import SceneParser
+
+        return SceneParser(spec)
+    path = Path(which)
+    if path.is_dir():
+        from mosaic.evaluation.learned import LearnedEvaluator
+
+        return LearnedEvaluator.load(path, spec, device=device)
+    raise MosaicError(f"evaluator {str(which)!r} is neither 'parser' nor a directory: give --evaluator parser, or a "
+                      "directory made by `mosaic evaluator train SPEC --out DIR`")

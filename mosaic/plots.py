@@ -1,0 +1,240 @@
+"""Every matplotlib figure mosaic draws, and the one helper that saves them.
+
+- :func:`plot_split_grid` — a spec's combination grid (``mosaic splits --out``): seen cells
+  coloured by their training count, held-out cells marked.
+- :func:`plot_cell_heatmap` — joint accuracy per cell of the combination grid (``heatmap.png``
+  of every scored run and of ``mosaic evaluate --out``).
+- :func:`plot_curves` — metrics against a sweep axis, mean and standard deviation over seeds
+  (``mosaic report``).
+
+matplotlib is imported inside the functions (Agg backend), so importing this module is cheap.
+Contact sheets of images are PIL, not matplotlib: :mod:`mosaic.preview`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from mosaic.errors import MosaicError
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Lay out ``fig`` tightly, write it to ``path`` (format from the suffix, parent folders
+    created) and close it. Returns the path written."""
+    plt = pyplot()
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def object_type_grid(spec, grid):
+    """For an object-level holdout rule (``kind: objects``): ``(slot concepts, their domains,
+    held-out mask bool [len(domain) for each concept])`` — an object type is held out when a
+    held-out cell of the combination grid has it in its first slot. None for other rules."""
+    from mosaic.holdout import HELD_OUT
+
+    rule = spec.holdout.rule
+    if rule.kind != "objects":
+        return None
+    slot = rule.slots[0]
+    doms = [spec.domain(c) for c in slot]
+    axes = [grid.concepts.index(c) for c in slot]
+    held = np.zeros(tuple(len(d) for d in doms), bool)
+    for idx in np.argwhere(grid.status == HELD_OUT):
+        held[tuple(idx[a] for a in axes)] = True
+    return slot, doms, held
+
+
+def plot_split_grid(spec, out: str | Path) -> Path:
+    """Heatmap PNG of the combination grid: seen cells coloured by their training count,
+    held-out cells marked (object-level rules: the grid of object types).
+
+    Raises MosaicError when the spec has no holdout.
+    """
+    from matplotlib.colors import ListedColormap
+
+    from mosaic.holdout import HELD_OUT, SEEN
+    from mosaic.splits import split_cells
+
+    plt = pyplot()
+    g = spec.grid
+    if g is None:
+        raise MosaicError("this spec has no holdout section, so there is no combination grid to draw")
+    ov = object_type_grid(spec, g)
+    if ov is not None:
+        slot, doms, held = ov
+        if held.ndim == 1:
+            held, doms, slot = held[:, None], [doms[0], ["-"]], [slot[0], ""]
+        fig, ax = plt.subplots(figsize=(max(4.5, 1.5 + 0.7 * len(doms[1])), 1.4 + 0.45 * len(doms[0])), dpi=120)
+        ax.imshow(held.astype(float), cmap=ListedColormap(["#4c9be8", "#e8604c"]), vmin=0, vmax=1, aspect="auto")
+        for (i, j), h in np.ndenumerate(held):
+            ax.text(j, i, "H" if h else "seen", ha="center", va="center", fontsize=8, color="white")
+        ax.set_yticks(range(len(doms[0])), [str(v) for v in doms[0]])
+        ax.set_xticks(range(len(doms[1])), [str(v) for v in doms[1]], rotation=45, ha="right")
+        ax.set_ylabel(slot[0])
+        ax.set_xlabel(slot[1])
+        ax.set_title(f"{spec.name}: object types, {int(held.sum())} of {held.size} held out (H)\n"
+                     f"test_ood scenes hold only H types; coverage {g.coverage:.0%}", fontsize=9)
+    else:
+        if len(g.shape) != 2:
+            # project a k-D grid onto its first two concepts: fraction of held-out cells
+            frac = (g.status == HELD_OUT).mean(axis=tuple(range(2, len(g.shape))))
+            counts, labels = frac, "fraction held out"
+        else:
+            counts = np.zeros(g.shape)
+            cells, quotas = split_cells(spec, "train")
+            for c, q in zip(cells, quotas):
+                counts[tuple(c)] = q
+            labels = "training samples per combination"
+        fig, ax = plt.subplots(figsize=(1.6 + 0.5 * g.shape[1], 1.2 + 0.45 * g.shape[0]), dpi=120)
+        shown = np.ma.masked_where(g.status != SEEN, counts) if len(g.shape) == 2 else counts
+        im = ax.imshow(shown, cmap="Blues", vmin=0)
+        if len(g.shape) == 2:
+            held = g.status == HELD_OUT
+            ax.imshow(np.ma.masked_where(~held, np.ones(g.shape)), cmap=ListedColormap(["#e8604c"]), vmin=0, vmax=1)
+            vmax = counts.max() or 1
+            for (i, j), st in np.ndenumerate(g.status):
+                txt = "H" if st == HELD_OUT else ("x" if st != SEEN else f"{int(counts[i, j])}")
+                color = "white" if st == HELD_OUT or counts[i, j] > 0.6 * vmax else "black"
+                ax.text(j, i, txt, ha="center", va="center", fontsize=7, color=color)
+        fig.colorbar(im, ax=ax, fraction=0.04, label=labels)
+        ax.set_yticks(range(g.shape[0]), [str(v) for v in g.domains[0]])
+        ax.set_xticks(range(g.shape[1]), [str(v) for v in g.domains[1]], rotation=45, ha="right")
+        ax.set_ylabel(g.concepts[0])
+        ax.set_xlabel(g.concepts[1])
+        n_held = int((g.status == HELD_OUT).sum())
+        ax.set_title(f"{spec.name}: {spec.holdout.rule.kind} holdout, {n_held} of {g.status.size} held out (H)\n"
+                     f"coverage {g.coverage:.0%}; numbers = training samples", fontsize=9)
+    return save_figure(fig, out)
+
+
+def plot_cell_heatmap(metrics: dict, path: str | Path, spec, title: str | None = None) -> Path:
+    """Heatmap PNG of joint accuracy per cell of the combination grid (``metrics`` as returned by
+    :func:`mosaic.evaluation.metrics.score`).
+
+    Two grid concepts: rows = the first, columns = the second. More: rows = the product of the
+    first half of the grid concepts, columns = the product of the rest (binding: left object type x
+    right object type). One concept: a single row. Held-out cells are outlined in black and marked
+    with a dot before the number; cells without samples are gray.
+    """
+    import itertools
+    import math
+
+    import matplotlib
+    from matplotlib.patches import Rectangle
+
+    plt = pyplot()
+    grid = metrics["grid"]
+    gc = grid["concepts"]
+    doms = [grid["domains"][c] for c in gc]
+    half = max(1, math.ceil(len(gc) / 2)) if len(gc) > 1 else 1
+    row_c, col_c = gc[:half], gc[half:]
+    row_d, col_d = doms[:half], doms[half:]
+    rows = list(itertools.product(*row_d)) if row_d else [()]
+    cols = list(itertools.product(*col_d)) if col_d else [()]
+    ri = {r: k for k, r in enumerate(rows)}
+    ci = {c: k for k, c in enumerate(cols)}
+    acc = np.full((len(rows), len(cols)), np.nan)
+    nn = np.zeros((len(rows), len(cols)), int)
+    status = np.full((len(rows), len(cols)), "", dtype=object)
+    for combo, st in grid.get("status") or []:
+        combo = tuple(combo)
+        status[ri[combo[:half]], ci[combo[half:]]] = st
+    for cell in grid["cells"]:
+        combo = tuple(cell["combination"])
+        i, j = ri[combo[:half]], ci[combo[half:]]
+        acc[i, j] = np.nan if cell["joint_accuracy"] is None else cell["joint_accuracy"]
+        nn[i, j] = cell["n"]
+        status[i, j] = cell["status"]
+
+    def lab(t):
+        return "/".join(map(str, t)) if t else ""
+
+    nr, ncol = len(rows), len(cols)
+    cw = 0.55 if ncol <= 12 else 0.32
+    fig, ax = plt.subplots(figsize=(max(5.0, 2.2 + cw * ncol), max(2.6, 1.6 + cw * 0.85 * nr)), dpi=120)
+    cmap = matplotlib.colormaps["RdYlGn"].with_extremes(bad="#d0d0d0")
+    im = ax.imshow(np.ma.masked_invalid(acc), cmap=cmap, vmin=0, vmax=1, aspect="auto")
+    annotate = nr * ncol <= 200
+    for i in range(nr):
+        for j in range(ncol):
+            st = status[i, j]
+            if st == "held_out":
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=1.6))
+            if annotate and not np.isnan(acc[i, j]):
+                txt = f"{100 * acc[i, j]:.0f}"
+                ax.text(j, i, ("•" if st == "held_out" else "") + txt, ha="center", va="center", fontsize=7 if ncol <= 12 else 5,
+                        color="black")
+            elif annotate and st == "excluded":
+                ax.text(j, i, "x", ha="center", va="center", fontsize=6, color="#707070")
+    fs = 8 if max(nr, ncol) <= 12 else 5
+    ax.set_yticks(range(nr), [lab(r) for r in rows], fontsize=fs)
+    xl = [lab(c) for c in cols]
+    tilt = ncol * max(map(len, xl)) > 40  # long labels: tilt them
+    ax.set_xticks(range(ncol), xl, rotation=60 if tilt else 0, ha="right" if tilt else "center", fontsize=fs)
+    ax.set_ylabel(" / ".join(row_c) if row_c else "")
+    ax.set_xlabel(" / ".join(col_c) if col_c else "")
+    fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02, label="joint accuracy")
+
+    def pct(g):
+        v = (metrics.get(g) or {}).get("joint_accuracy")
+        return "n/a" if v is None else f"{100 * v:.1f}%"
+
+    head = title or f"{spec.name}: joint accuracy per combination"
+    ax.set_title(f"{head}\nseen {pct('seen')} (n={metrics['seen']['n']}), held-out {pct('held_out')} "
+                 f"(n={metrics['held_out']['n']}); outlined • = held-out, gray = no samples", fontsize=8)
+    return save_figure(fig, path)
+
+
+def _metric_label(col: str) -> str:
+    return {"held_out.joint": "held-out joint accuracy", "seen.joint": "seen joint accuracy"}.get(
+        col, col.replace("held_out.", "held-out ").replace("seen.", "seen ").replace("_", " "))
+
+
+def plot_curves(df, x: str, lines: str | None, ys: list[str], out: Path, title: str = "", x_label: str | None = None) -> Path | None:
+    """Line plot of metrics ``ys`` (columns of the results table ``df``, a pandas DataFrame)
+    against axis ``x``, one line per value of ``lines``, mean and standard deviation over the
+    remaining rows (seeds) as error bars; one panel per metric, y from 0 to 1. Returns the path,
+    or None if nothing to plot."""
+    ys = [y for y in ys if y in df.columns and df[y].notna().any()]
+    if not ys or x not in df.columns:
+        return None
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(ys), figsize=(4.6 * len(ys), 3.6), dpi=120, squeeze=False)
+    groups = sorted(df[lines].dropna().unique(), key=lambda v: (str(type(v)), v)) if lines and lines in df.columns else [None]
+    for ax, y in zip(axes[0], ys):
+        for g in groups:
+            sub = df if g is None else df[df[lines] == g]
+            stats = sub.groupby(x)[y].agg(["mean", "std", "count"]).reset_index().sort_values(x)
+            if stats.empty:
+                continue
+            lab = None if g is None else f"{lines.split('.')[-1]} = {g}"
+            ax.errorbar(stats[x].astype(float) if np.issubdtype(stats[x].dtype, np.number) else stats[x].astype(str),
+                        stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3, label=lab)
+        xs = sorted(df[x].dropna().unique())
+        if len(xs) <= 12 and all(isinstance(v, (int, float, np.integer, np.floating)) for v in xs):
+            ax.set_xticks([float(v) for v in xs], [f"{v:g}" for v in xs])
+        ax.set_xlabel(x_label or x.split(".")[-1])
+        ax.set_ylabel(_metric_label(y))
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        if groups != [None]:
+            ax.legend(fontsize=8, loc="best", framealpha=0.7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return save_figure(fig, out)
