@@ -1,31 +1,81 @@
-"""Error types. Every message names the spec field, the offending value and a fix."""
+"""Every error class of mosaic, on one base that carries a list of problems.
+
+A :class:`MosaicError` holds ``problems``, a list of ``(field path, message)`` pairs (the path is
+``""`` when the problem belongs to no field), and an optional ``source`` (the file or dataset the
+problems were found in). The CLI prints any MosaicError without a traceback and exits with status
+2. Every message names the field, the offending value and a fix.
+
+``str()``: a plain error raised with one message is that message. An error class with a
+``heading`` (:class:`SpecError`: ``invalid spec``, :class:`ConfigError`: ``invalid config``)
+starts with ``<heading> <source>`` and lists the problems below it, one per line, indented.
+"""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
+Problem = tuple[str, str]
+
 
 class MosaicError(Exception):
-    """Base class of mosaic's user-facing errors (the CLI prints them without a traceback)."""
+    """Base class of mosaic's user-facing errors.
+
+    Args:
+        problems: one message, or a list of ``(field path, message)`` pairs.
+        source: where the problems were found (a file, a dataset), or None.
+
+    Attributes:
+        problems: ``list[tuple[str, str]]``, every problem found.
+        source: ``str | None``.
+    """
+
+    #: First line of ``str()`` (followed by the source); None: the problems alone.
+    heading: ClassVar[str | None] = None
+
+    def __init__(self, problems: list[Problem] | str = "", source: str | None = None):
+        if isinstance(problems, str):
+            problems = [("", problems)]
+        self.problems: list[Problem] = list(problems)
+        self.source = source
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        if self.heading is None:
+            return "\n".join(f"{path}: {msg}" if path else msg for path, msg in self.problems)
+        head = f"{self.heading} {self.source}" if self.source else self.heading
+        return head + "\n" + "\n".join(f"  {path}: {msg}" if path else f"  {msg}" for path, msg in self.problems)
+
+    def __reduce__(self):  # pickles (worker processes) with its problems, not its rendered text
+        return (type(self), (self.problems, self.source))
 
 
 class SpecError(MosaicError, ValueError):
-    """A spec file that cannot be read or validated.
+    """A spec file that cannot be read or validated (:mod:`mosaic.spec`)."""
 
-    ``problems`` is a list of ``(field path, message)`` pairs; ``str()`` lists them one per line.
-    """
+    heading = "invalid spec"
 
-    def __init__(self, problems: list[tuple[str, str]] | str, source: str | None = None):
-        if isinstance(problems, str):
-            problems = [("", problems)]
-        self.problems = problems
-        self.source = source
-        head = f"invalid spec {source}" if source else "invalid spec"
-        lines = [f"  {path}: {msg}" if path else f"  {msg}" for path, msg in problems]
-        super().__init__(head + "\n" + "\n".join(lines))
+
+class ConfigError(MosaicError, ValueError):
+    """A lab config that cannot be read or validated (:mod:`mosaic.lab.config`)."""
+
+    heading = "invalid config"
 
 
 class LayoutError(MosaicError, RuntimeError):
-    """The bounded layout search could not place a scene's objects."""
+    """The bounded layout search could not place a scene's objects (:mod:`mosaic.sampling`)."""
 
 
 class DatasetError(MosaicError, RuntimeError):
-    """A dataset directory that cannot be written or read as asked."""
+    """A dataset directory that cannot be written or read as asked (:mod:`mosaic.dataset`)."""
+
+
+class TrainingError(MosaicError, RuntimeError):
+    """Training stopped (non-finite loss, a run folder that cannot be resumed, a changed dataset)."""
+
+
+class TokenizationError(MosaicError, ValueError):
+    """A scene or spec that the symbolic form cannot express (:mod:`mosaic.lab.tokens`)."""
+
+
+class SweepError(MosaicError, ValueError):
+    """A sweep file that cannot be read or run (:mod:`mosaic.sweep`)."""

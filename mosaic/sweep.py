@@ -36,17 +36,11 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from mosaic.errors import MosaicError
-
-
-class SweepError(MosaicError, ValueError):
-    """A sweep file that cannot be read or run."""
-
-
-class _Base(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+from mosaic.errors import MosaicError, SweepError
+from mosaic.io import atomic_write
+from mosaic.schema import StrictModel as _Base
 
 
 class ReportSection(_Base):
@@ -280,9 +274,7 @@ def read_status(tdir: Path) -> dict:
 
 def write_status(tdir: Path, status: dict) -> None:
     p = Path(tdir) / "trial.json"
-    tmp = p.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(status, indent=2, default=str))
-    os.replace(tmp, p)
+    atomic_write(p, json.dumps(status, indent=2, default=str))
 
 
 def trial_command(kind: str, tdir: Path) -> list[str]:
@@ -410,9 +402,10 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 def result_row(tdir: Path) -> dict:
     """One results row: the trial's axis values, status, run time, and its metrics (flattened).
 
-    Standard columns (when the run reports them): ``seen.<concept>``, ``held_out.<concept>``,
-    ``seen.joint``, ``held_out.joint`` (accuracy of generated/predicted concepts on seen and
-    held-out combinations) and ``evaluator.joint`` (the evaluator's own accuracy).
+    Standard columns (when the run reports them): ``seen.<metric>`` and ``held_out.<metric>``,
+    the run's seen / held-out table (:func:`mosaic.evaluation.table.table_columns`; e.g.
+    ``seen.<concept>``, ``held_out.joint``), and ``evaluator.joint`` (the evaluator's own joint
+    accuracy, :func:`mosaic.evaluation.table.check_row`).
     """
     st = read_status(tdir)
     row: dict[str, Any] = {"trial": st.get("id", tdir.name), "status": st.get("status"), "time_s": st.get("time_s"),
@@ -421,15 +414,10 @@ def result_row(tdir: Path) -> dict:
     mpath = tdir / "run" / "metrics.json"
     if mpath.is_file():
         m = json.loads(mpath.read_text())
-        table = m.get("table") or {}
-        for split in ("seen", "held_out"):
-            for k, v in (table.get(split) or {}).items():
-                if isinstance(v, (int, float)) and k != "n":
-                    row[f"{split}.{k}"] = v
-        chk = m.get("evaluator_check") or {}
-        joint = chk.get("joint", chk.get("joint_accuracy"))
-        if isinstance(joint, dict):
-            joint = joint.get("accuracy")
+        from mosaic.evaluation.table import check_row, table_columns
+
+        row.update(table_columns(m.get("table")))
+        joint = check_row(m.get("evaluator_check")).get("joint")
         if isinstance(joint, (int, float)):
             row["evaluator.joint"] = joint
         for k, v in _flatten({k: v for k, v in m.items() if k not in ("table", "evaluator_check")}).items():

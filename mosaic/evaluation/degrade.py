@@ -9,13 +9,14 @@ for a 64 px image and scale with the image side (blur in pixels).
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from scipy import ndimage
 
 from mosaic.errors import MosaicError
+from mosaic.schema import StrictModel
 
 
-class Degradation(BaseModel):
+class Degradation(StrictModel):
     """One degradation setting.
 
     Attributes:
@@ -25,7 +26,6 @@ class Degradation(BaseModel):
             offset of up to ``color_shift * 100`` levels.
     """
 
-    model_config = ConfigDict(extra="forbid")
     blur: float = Field(0.0, ge=0, le=5)
     noise: float = Field(0.0, ge=0, le=64)
     color_shift: float = Field(0.0, ge=0, le=0.3)

@@ -12,29 +12,13 @@ import copy
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from mosaic.errors import MosaicError
+from mosaic.errors import ConfigError, TrainingError  # noqa: F401  (re-exported: tests and lab modules import them here)
 from mosaic.overrides import apply_overrides, read_yaml_file, set_in_place, validation_problems
+from mosaic.schema import StrictModel
 
-
-class ConfigError(MosaicError, ValueError):
-    """A lab config that cannot be read or validated; lists ``(field path, message)`` problems."""
-
-    def __init__(self, problems: list[tuple[str, str]] | str, source: str | None = None):
-        if isinstance(problems, str):
-            problems = [("", problems)]
-        self.problems, self.source = problems, source
-        head = f"invalid config {source}" if source else "invalid config"
-        super().__init__(head + "\n" + "\n".join(f"  {p}: {m}" if p else f"  {m}" for p, m in problems))
-
-
-class TrainingError(MosaicError, RuntimeError):
-    """Training stopped (non-finite loss, a run folder that cannot be resumed, a changed dataset)."""
-
-
-class _Base(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+_Base = StrictModel  # the one strict base (mosaic.schema); the family configs subclass it
 
 
 class DatasetSection(_Base):

@@ -39,8 +39,9 @@ from typing import Callable
 import torch
 import yaml
 
-from mosaic.errors import DatasetError
-from mosaic.lab.config import ConfigError, TrainingError, TrainingSection, config_diff
+from mosaic.errors import ConfigError, DatasetError, TrainingError
+from mosaic.io import atomic_write
+from mosaic.lab.config import TrainingSection, config_diff
 from mosaic.lab.data import BatchPlan, manifest_fingerprint, step_seed
 
 LOG_FIELDS = ("step", "loss", "lr", "grad_norm", "images_per_s", "time_s")
@@ -106,12 +107,6 @@ def progress_kwargs() -> dict:
     import sys
 
     return {"dynamic_ncols": True} if sys.stderr.isatty() else {"mininterval": 30.0, "ncols": 100}
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 class RunFolder:
@@ -190,8 +185,8 @@ class RunFolder:
             raise TrainingError(f"{self.root} exists, is not empty and holds no run (config.yaml missing): give an empty or new --out")
         if is_main:
             self.root.mkdir(parents=True, exist_ok=True)
-            _atomic_write(self.config, yaml.safe_dump(config, sort_keys=False))
-            _atomic_write(self.dataset, json.dumps(current, indent=2) + "\n")
+            atomic_write(self.config, yaml.safe_dump(config, sort_keys=False))
+            atomic_write(self.dataset, json.dumps(current, indent=2) + "\n")
             shutil.copyfile(Path(dataset_root) / "manifest.json", self.root / "dataset_manifest.json")
             link = self.root / "dataset"
             if not link.exists() and not link.is_symlink():
@@ -238,10 +233,10 @@ class RunFolder:
             self.append_val(r)
 
     def write_metrics(self, metrics: dict) -> None:
-        _atomic_write(self.metrics, json.dumps(metrics, indent=2, sort_keys=True, default=str) + "\n")
+        atomic_write(self.metrics, json.dumps(metrics, indent=2, sort_keys=True, default=str) + "\n")
 
     def mark_done(self) -> None:
-        _atomic_write(self.done, time.strftime("%Y-%m-%dT%H:%M:%S") + "\n")
+        atomic_write(self.done, time.strftime("%Y-%m-%dT%H:%M:%S") + "\n")
 
 
 # ----------------------------------------------------------------------------------------------
