@@ -9,7 +9,7 @@ Layout of a dataset directory ``OUT``::
     OUT/.mosaic/parts/               per-shard metadata while generating (resume state)
 
 It loads with ``datasets.load_dataset("imagefolder", data_dir=OUT)`` and with
-:class:`MosaicDataset` (torch). Generation is sharded; a shard is a pure function of
+:class:`mosaic.torch_data.MosaicDataset` (torch). Generation is sharded; a shard is a pure function of
 ``(spec, split, shard)``, so any number of workers gives the same bytes and an interrupted run
 resumes by redoing only the shards without a finished part file.
 """
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import platform
 import shutil
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
@@ -31,6 +30,7 @@ import numpy as np
 from PIL import Image
 
 from mosaic.errors import DatasetError, LayoutError
+from mosaic.io import atomic_write, atomic_write_json
 from mosaic.holdout import combination_of, is_held_out, leak_check
 from mosaic.labels import caption, read_labels
 from mosaic.sampling import sample_scene
@@ -45,16 +45,6 @@ DEFAULT_SHARD_SIZE = 128
 # ----------------------------------------------------------------------------------------------
 # small file helpers
 # ----------------------------------------------------------------------------------------------
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-def _atomic_write_json(path: Path, obj) -> None:
-    _atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
-
 
 def png_bytes(array: np.ndarray) -> bytes:
     """PNG encoding of a uint8 ``[H, W, 3]`` (RGB) or ``[H, W]`` (L) array."""
@@ -162,7 +152,7 @@ def render_shard(spec_data: dict, out: str, split: str, shard: int, start: int, 
             rec["mask_file_name"] = f"masks/{index:06d}.png"
         lines.append(json.dumps(rec, sort_keys=True))
     part = root / ".mosaic" / "parts" / f"{split}-{shard:06d}.jsonl"
-    _atomic_write_bytes(part, ("\n".join(lines) + "\n").encode() if lines else b"")
+    atomic_write(part, ("\n".join(lines) + "\n").encode() if lines else b"")
     return stop - start
 
 
@@ -249,7 +239,7 @@ def generate(
         (out / split / "images").mkdir(parents=True, exist_ok=True)
         if masks:
             (out / split / "masks").mkdir(parents=True, exist_ok=True)
-    _atomic_write_json(out / MANIFEST, _manifest(spec, masks, renderer, "incomplete"))
+    atomic_write_json(out / MANIFEST, _manifest(spec, masks, renderer, "incomplete"))
 
     tasks, done = [], 0
     for split, n in sizes.items():
@@ -300,24 +290,15 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow") -> di
         recs = [json.loads(ln) for ln in lines]
         if [r["index"] for r in recs] != list(range(n)):
             raise DatasetError(f"split {split!r}: shard records are out of order or duplicated; rerun with --overwrite")
-        _atomic_write_bytes(out / split / "metadata.jsonl", ("\n".join(lines) + "\n").encode() if lines else b"")
+        atomic_write(out / split / "metadata.jsonl", ("\n".join(lines) + "\n").encode() if lines else b"")
         man["splits"][split] = {"count": n}
         by_split[split] = recs
     man["leak_check"] = leak_check(spec, by_split)
     if not man["leak_check"]["passed"]:
         man["status"] = "failed_leak_check"
-        _atomic_write_json(out / MANIFEST, man)
+        atomic_write_json(out / MANIFEST, man)
         failed = [k for k, c in man["leak_check"]["checks"].items() if not c["passed"]]
         raise DatasetError(f"the generated dataset at {out} failed its leak check ({', '.join(failed)}); see manifest.json")
     man["status"] = "complete"
-    _atomic_write_json(out / MANIFEST, man)
+    atomic_write_json(out / MANIFEST, man)
     return man
-
-
-def __getattr__(name):  # MosaicDataset needs torch: import it only when asked for
-    if name == "MosaicDataset":
-        from mosaic.torch_data import MosaicDataset
-
-        return MosaicDataset
-    raise AttributeError(name)
-

@@ -1,11 +1,12 @@
-"""Held-out combinations: combination grids, holdout rules as set algebra, split plans, leak check.
+"""Held-out combinations: combination grids, holdout rules as set algebra, leak check.
 
 A holdout names two or more concepts; the product of their domains is the **combination grid**.
 A rule marks cells **held out** (only in ``test_ood``); the rest are **seen** (``train``, ``val``,
 ``test_id``). Object-level rules (binding) also mark **excluded** cells: scenes that mix seen and
-held-out objects belong to no split.
+held-out objects belong to no split. Which split shows which cell, and how often, is
+:mod:`mosaic.splits`.
 
-Rules (``kind``):
+Rules (``kind`` in a spec's ``holdout.rule``):
 
 - ``diagonal`` — MOSAIC's scheme (Jeong et al. 2026, ``data.py held_out_pairs``): cell (i, j) is
   held out iff ``(i - j - offset) mod n_i < n``, i indexing the first concept (n_i values). For
@@ -22,51 +23,362 @@ Rules (``kind``):
   ``objects``) of object types is held out; a cell is seen when all its objects are seen types,
   held out when all are held-out types, excluded otherwise.
 - ``none``; ``union`` (``rules: [...]``) and ``difference`` (``rules: [a, b]``, a minus b).
+
+Design (after Spriteworld's factor distributions, ``contains()``): a rule's meaning is a
+:class:`CellSet`, a small class with one membership method, ``contains(combination) -> bool``;
+sets compose by set algebra (``a | b``, ``a & b``, ``a - b``, ``~a``: :class:`Union`,
+:class:`Intersection`, :class:`Difference`, :class:`Complement`). A rule's pydantic config (a
+:class:`RuleConfig` subclass with a ``kind``) validates its fields against the grid and builds its
+set (:meth:`RuleConfig.build`); every RuleConfig subclass joins the ``holdout.rule`` union by
+itself. Adding a rule is writing one CellSet and one RuleConfig: nothing else changes.
+A :class:`Grid` evaluates the sets once; :meth:`Grid.status_of` is the one way to ask whether a
+combination is seen, held out or excluded.
 """
 
 from __future__ import annotations
 
-import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Literal, Union
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Union as TypingUnion
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from mosaic.schema import StrictModel
 
 if TYPE_CHECKING:  # pragma: no cover
     from mosaic.spec import Spec
 
 Value = str | int | float
+Combination = tuple  # one value per grid concept, in grid order
+
+SEEN, HELD_OUT, EXCLUDED = 0, 1, 2
+STATUS_NAMES = {SEEN: "seen", HELD_OUT: "held_out", EXCLUDED: "excluded"}
 
 
-class _Base(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# ----------------------------------------------------------------------------------------------
+# cell sets: a rule's meaning, one membership method, composed by set algebra
+# ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Axes:
+    """The axes of a combination grid: its concepts and each concept's values (in order)."""
+
+    concepts: tuple[str, ...]
+    domains: tuple[tuple[Value, ...], ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(d) for d in self.domains)
+
+    def index_of(self, combination) -> tuple[int, ...] | None:
+        """Value indices of a combination; None when it is not a cell of the grid (wrong length,
+        a value outside its concept's domain). Values compare with ``==`` (``3 == 3.0``)."""
+        if combination is None or len(combination) != len(self.domains):
+            return None
+        try:
+            return tuple(d.index(v) for d, v in zip(self.domains, combination))
+        except ValueError:
+            return None
+
+    def values_of(self, idx) -> Combination:
+        """The combination at value indices ``idx``."""
+        return tuple(self.domains[a][int(i)] for a, i in enumerate(idx))
 
 
-class DiagonalRule(_Base):
+class CellSet:
+    """A set of cells (combinations) of one grid. Subclasses implement :meth:`contains` only.
+
+    ``a | b``, ``a & b``, ``a - b`` and ``~a`` compose sets; :meth:`mask` evaluates a set over
+    the whole grid.
+    """
+
+    axes: Axes
+
+    def contains(self, combination: Combination) -> bool:
+        """Whether ``combination`` (one value per grid concept, a cell of the grid) is in the set."""
+        raise NotImplementedError
+
+    def mask(self) -> np.ndarray:
+        """bool array of the grid's shape: ``contains`` of every cell."""
+        out = np.zeros(self.axes.shape, bool)
+        for idx in np.ndindex(*self.axes.shape):
+            out[idx] = self.contains(self.axes.values_of(idx))
+        return out
+
+    def __or__(self, other: CellSet) -> CellSet:
+        return Union([self, other])
+
+    def __and__(self, other: CellSet) -> CellSet:
+        return Intersection([self, other])
+
+    def __sub__(self, other: CellSet) -> CellSet:
+        return Difference(self, other)
+
+    def __invert__(self) -> CellSet:
+        return Complement(self)
+
+
+class _IndexSet(CellSet):
+    """A set defined on value indices: subclasses implement ``contains_index`` (``contains`` maps
+    values to indices; ``mask`` skips that mapping)."""
+
+    def __init__(self, axes: Axes):
+        self.axes = axes
+
+    def contains(self, combination: Combination) -> bool:
+        idx = self.axes.index_of(combination)
+        return idx is not None and bool(self.contains_index(idx))
+
+    def contains_index(self, idx: tuple[int, ...]) -> bool:
+        """Membership of the cell at value indices ``idx`` (what a subclass implements)."""
+        raise NotImplementedError
+
+    def mask(self) -> np.ndarray:
+        out = np.zeros(self.axes.shape, bool)
+        for idx in np.ndindex(*self.axes.shape):
+            out[idx] = self.contains_index(idx)
+        return out
+
+
+class Empty(_IndexSet):
+    """No cell (``kind: none``)."""
+
+    def contains_index(self, idx) -> bool:
+        return False
+
+
+class Diagonal(_IndexSet):
+    """Cell (i, j) of a 2-D grid iff ``(i - j - offset) mod n_i < n`` (MOSAIC's held-out pairs)."""
+
+    def __init__(self, axes: Axes, n: int, offset: int = 0):
+        super().__init__(axes)
+        self.n, self.offset = n, offset
+
+    def contains_index(self, idx) -> bool:
+        i, j = idx
+        return (i - j - self.offset) % self.axes.shape[0] < self.n
+
+
+class Uncovered(_IndexSet):
+    """Cell (i, j) of a 2-D grid iff j is outside the cyclic band of ``k`` values starting at
+    ``i + offset`` (the complement of the (n, k) coverage band)."""
+
+    def __init__(self, axes: Axes, k: int, offset: int = 0):
+        super().__init__(axes)
+        self.k, self.offset = k, offset
+
+    def contains_index(self, idx) -> bool:
+        i, j = idx
+        return not (j - i - self.offset) % self.axes.shape[1] < self.k
+
+
+class Cells(_IndexSet):
+    """An explicit set of cells, given as a bool mask of the grid's shape."""
+
+    def __init__(self, axes: Axes, member: np.ndarray):
+        super().__init__(axes)
+        self.member = np.asarray(member, bool)
+
+    def contains_index(self, idx) -> bool:
+        return bool(self.member[idx])
+
+
+class ObjectTypes(_IndexSet):
+    """Cells whose objects are held-out object types: all of them (``every=True``) or at least
+    one (``every=False``).
+
+    Args:
+        slot_axes: per object, the grid axes of its attributes (e.g. ``[[0, 1], [2, 3]]``).
+        held_types: bool array over object types (the attribute domains of one slot).
+    """
+
+    def __init__(self, axes: Axes, slot_axes: list[list[int]], held_types: np.ndarray, every: bool):
+        super().__init__(axes)
+        self.slot_axes, self.held_types, self.every = slot_axes, held_types, every
+
+    def contains_index(self, idx) -> bool:
+        flags = (bool(self.held_types[tuple(idx[a] for a in s)]) for s in self.slot_axes)
+        return all(flags) if self.every else any(flags)
+
+
+class Union(CellSet):
+    """Cells in any of ``parts``."""
+
+    def __init__(self, parts: list[CellSet]):
+        self.parts, self.axes = list(parts), parts[0].axes
+
+    def contains(self, combination) -> bool:
+        return any(p.contains(combination) for p in self.parts)
+
+    def mask(self) -> np.ndarray:
+        return np.logical_or.reduce([p.mask() for p in self.parts])
+
+
+class Intersection(CellSet):
+    """Cells in every one of ``parts``."""
+
+    def __init__(self, parts: list[CellSet]):
+        self.parts, self.axes = list(parts), parts[0].axes
+
+    def contains(self, combination) -> bool:
+        return all(p.contains(combination) for p in self.parts)
+
+    def mask(self) -> np.ndarray:
+        return np.logical_and.reduce([p.mask() for p in self.parts])
+
+
+class Difference(CellSet):
+    """Cells in ``a`` and not in ``b``."""
+
+    def __init__(self, a: CellSet, b: CellSet):
+        self.a, self.b, self.axes = a, b, a.axes
+
+    def contains(self, combination) -> bool:
+        return self.a.contains(combination) and not self.b.contains(combination)
+
+    def mask(self) -> np.ndarray:
+        return self.a.mask() & ~self.b.mask()
+
+
+class Complement(CellSet):
+    """Cells of the grid not in ``a``."""
+
+    def __init__(self, a: CellSet):
+        self.a, self.axes = a, a.axes
+
+    def contains(self, combination) -> bool:
+        return self.axes.index_of(combination) is not None and not self.a.contains(combination)
+
+    def mask(self) -> np.ndarray:
+        return ~self.a.mask()
+
+
+@dataclass
+class Partition:
+    """What a rule marks: ``held_out`` cells and ``excluded`` ones (object-level rules); the
+    rest are seen. ``excluded`` never overlaps ``held_out`` once the grid is built."""
+
+    held_out: CellSet
+    excluded: CellSet
+
+
+@dataclass
+class RuleContext:
+    """What a rule is built against: the grid's axes, the spec's seed, and the problem list that
+    :meth:`RuleConfig.build` appends ``(field path, message)`` to."""
+
+    axes: Axes
+    seed: int
+    problems: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.axes.shape
+
+    @property
+    def concepts(self) -> list[str]:
+        return list(self.axes.concepts)
+
+    def problem(self, path: str, message: str) -> None:
+        self.problems.append((path, message))
+
+    def nothing(self) -> Partition:
+        return Partition(Empty(self.axes), Empty(self.axes))
+
+
+# ----------------------------------------------------------------------------------------------
+# rule configs: the ``holdout.rule`` section, one class per kind
+# ----------------------------------------------------------------------------------------------
+
+RULES: list[type[RuleConfig]] = []
+
+
+class RuleConfig(StrictModel):
+    """A rule's config (``kind`` plus its fields). Subclasses define ``kind: Literal[...]`` and
+    :meth:`build`; defining the class registers it in the ``holdout.rule`` union."""
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        RULES.append(cls)
+
+    def build(self, ctx: RuleContext, path: str) -> Partition:
+        """The rule's cells on ``ctx.axes``. A field that does not fit the grid appends
+        ``(field path, message)`` to ``ctx.problems`` (the spec validator raises them) and the rule
+        marks nothing."""
+        raise NotImplementedError
+
+    def _two_concepts(self, ctx: RuleContext, path: str) -> bool:
+        if len(ctx.shape) != 2:
+            ctx.problem(f"{path}.kind", f"a {self.kind} rule needs exactly 2 concepts, the holdout has {len(ctx.shape)}: use random, explicit or objects")
+            return False
+        return True
+
+
+def _held(cells: CellSet) -> Partition:
+    return Partition(cells, Empty(cells.axes))
+
+
+class DiagonalRule(RuleConfig):
     kind: Literal["diagonal"]
     n: int = Field(ge=0, description="number of held-out diagonals (MOSAIC's N)")
     offset: int = 0
 
+    def build(self, ctx, path):
+        if not self._two_concepts(ctx, path):
+            return ctx.nothing()
+        n_i = ctx.shape[0]
+        if self.n >= n_i:
+            ctx.problem(f"{path}.n", f"n = {self.n} >= the grid's side {n_i} ({ctx.concepts[0]} has {n_i} values): it would hold out every combination; use n <= {n_i - 1}")
+            return ctx.nothing()
+        return _held(Diagonal(ctx.axes, self.n, self.offset))
 
-class CoverageRule(_Base):
+
+class CoverageRule(RuleConfig):
     kind: Literal["coverage"]
     k: int = Field(description="seen values of the second concept per value of the first")
     offset: int = 0
 
+    def build(self, ctx, path):
+        if not self._two_concepts(ctx, path):
+            return ctx.nothing()
+        n_j = ctx.shape[1]
+        if not 1 <= self.k <= n_j:
+            ctx.problem(f"{path}.k", f"coverage k = {self.k} is out of range: {ctx.concepts[1]} has {n_j} values, use 1 <= k <= {n_j}")
+            return ctx.nothing()
+        return _held(Uncovered(ctx.axes, self.k, self.offset))
 
-class RandomRule(_Base):
+
+class RandomRule(RuleConfig):
     kind: Literal["random"]
     fraction: float = Field(ge=0, lt=1, description="fraction of the grid's cells held out")
     seed: int | None = Field(None, description="defaults to the spec's seed")
 
+    def build(self, ctx, path):
+        status = _random_holdout(ctx.shape, self.fraction, ctx.seed if self.seed is None else self.seed, f"{path}.fraction", ctx.problems)
+        return _held(Cells(ctx.axes, status == HELD_OUT))
 
-class ExplicitRule(_Base):
+
+class ExplicitRule(RuleConfig):
     kind: Literal["explicit"]
     combinations: list[list[Value]] = Field(min_length=1)
 
+    def build(self, ctx, path):
+        member = np.zeros(ctx.shape, bool)
+        for n, combo in enumerate(self.combinations):
+            if len(combo) != len(ctx.shape):
+                ctx.problem(f"{path}.combinations[{n}]", f"{combo} has {len(combo)} values; the grid {ctx.concepts} needs {len(ctx.shape)}")
+                continue
+            idx = ctx.axes.index_of(combo)
+            if idx is None:
+                bad = [f"{ctx.concepts[a]}={v!r}" for a, v in enumerate(combo) if v not in ctx.axes.domains[a]]
+                ctx.problem(f"{path}.combinations[{n}]", f"{', '.join(bad)} not in the concept's values")
+                continue
+            member[idx] = True
+        return _held(Cells(ctx.axes, member))
 
-class ObjectsRule(_Base):
+
+class ObjectsRule(RuleConfig):
     kind: Literal["objects"]
     slots: list[list[str]] = Field(min_length=1, description="concepts of each object, e.g. [[color1, shape1], [color2, shape2]]")
     fraction: float | None = Field(None, gt=0, lt=1, description="fraction of object types held out")
@@ -79,30 +391,87 @@ class ObjectsRule(_Base):
             raise ValueError("give exactly one of fraction, objects")
         return self
 
+    def build(self, ctx, path):
+        slots, concepts, domains = self.slots, ctx.concepts, ctx.axes.domains
+        width = len(slots[0])
+        axes = []
+        for n, slot in enumerate(slots):
+            if len(slot) != width:
+                ctx.problem(f"{path}.slots[{n}]", f"every slot needs the same number of concepts ({width}), got {slot}")
+                return ctx.nothing()
+            for c in slot:
+                if c not in concepts:
+                    ctx.problem(f"{path}.slots[{n}]", f"concept {c!r} is not in holdout.concepts {concepts}: add it there")
+                    return ctx.nothing()
+            axes.append([concepts.index(c) for c in slot])
+        if sorted(a for s in axes for a in s) != list(range(len(concepts))):
+            ctx.problem(f"{path}.slots", f"the slots must use every concept of holdout.concepts exactly once, got {slots}")
+            return ctx.nothing()
+        obj_domains = [list(domains[a]) for a in axes[0]]
+        for n, s in enumerate(axes[1:], start=1):
+            if [list(domains[a]) for a in s] != obj_domains:
+                ctx.problem(f"{path}.slots[{n}]", f"slot {slots[n]} has other values than slot {slots[0]}: objects of every slot must share one set of types")
+                return ctx.nothing()
+        held_types = self._held_types(ctx, path, obj_domains)
+        if not held_types.any():
+            ctx.problem(f"{path}", f"no object type is held out (fraction {self.fraction} of {held_types.size} types rounds to 0): raise the fraction")
+        every = ObjectTypes(ctx.axes, axes, held_types, every=True)
+        return Partition(every, ObjectTypes(ctx.axes, axes, held_types, every=False) - every)
 
-class NoneRule(_Base):
+    def _held_types(self, ctx, path, obj_domains) -> np.ndarray:
+        """bool ``[n values of each attribute]``: the held-out object types."""
+        obj_shape = tuple(len(d) for d in obj_domains)
+        held_types = np.zeros(obj_shape, bool)
+        seed = ctx.seed if self.seed is None else self.seed
+        if self.objects is not None:
+            for n, o in enumerate(self.objects):
+                try:
+                    held_types[tuple(obj_domains[a].index(v) for a, v in enumerate(o))] = True
+                except (ValueError, IndexError):
+                    ctx.problem(f"{path}.objects[{n}]", f"{o} is not an object type of {self.slots[0]} (values {obj_domains})")
+        elif len(obj_shape) >= 2:
+            held_types = _random_holdout(obj_shape, self.fraction, seed, f"{path}.fraction", ctx.problems) == HELD_OUT
+        else:
+            n_types = int(np.prod(obj_shape))
+            rng = np.random.default_rng(np.random.SeedSequence(entropy=seed, spawn_key=(7_000_002,)))
+            held_types.flat[rng.permutation(n_types)[:int(round(self.fraction * n_types))]] = True
+        return held_types
+
+
+class NoneRule(RuleConfig):
     kind: Literal["none"]
 
+    def build(self, ctx, path):
+        return ctx.nothing()
 
-class UnionRule(_Base):
+
+class UnionRule(RuleConfig):
     kind: Literal["union"]
     rules: list["HoldoutRule"] = Field(min_length=1)
 
+    def build(self, ctx, path):
+        parts = [r.build(ctx, f"{path}.rules[{n}]") for n, r in enumerate(self.rules)]
+        held = Union([p.held_out for p in parts])
+        return Partition(held, Union([p.excluded for p in parts]) - held)
 
-class DifferenceRule(_Base):
+
+class DifferenceRule(RuleConfig):
     kind: Literal["difference"]
     rules: list["HoldoutRule"] = Field(min_length=2, max_length=2)
 
-
-HoldoutRule = Annotated[
-    Union[DiagonalRule, CoverageRule, RandomRule, ExplicitRule, ObjectsRule, NoneRule, UnionRule, DifferenceRule],
-    Field(discriminator="kind"),
-]
-UnionRule.model_rebuild()
-DifferenceRule.model_rebuild()
+    def build(self, ctx, path):
+        a, b = (r.build(ctx, f"{path}.rules[{n}]") for n, r in enumerate(self.rules))
+        held = a.held_out - b.held_out
+        return Partition(held, (a.excluded | b.excluded) - held)
 
 
-class Holdout(_Base):
+#: The ``holdout.rule`` section: one of the registered :class:`RuleConfig` kinds.
+HoldoutRule = Annotated[TypingUnion[tuple(RULES)], Field(discriminator="kind")]
+for _rule in RULES:
+    _rule.model_rebuild()
+
+
+class Holdout(StrictModel):
     """``holdout:`` section of a spec: the grid's ``concepts`` (2+) and a ``rule``."""
 
     concepts: list[str] = Field(min_length=2)
@@ -113,9 +482,6 @@ class Holdout(_Base):
 # grids
 # ----------------------------------------------------------------------------------------------
 
-SEEN, HELD_OUT, EXCLUDED = 0, 1, 2
-
-
 @dataclass
 class Grid:
     """A combination grid and the class of every cell.
@@ -124,6 +490,7 @@ class Grid:
         concepts: the grid's concepts (axes, in order).
         domains: each concept's values.
         status: int8 array of shape ``[len(d) for d in domains]``: 0 seen, 1 held out, 2 excluded.
+        problems: ``(field path, message)`` pairs found while building it.
     """
 
     concepts: list[str]
@@ -135,7 +502,30 @@ class Grid:
     def shape(self) -> tuple[int, ...]:
         return tuple(len(d) for d in self.domains)
 
-    def cells(self, cls: int) -> list[tuple[Value, ...]]:
+    @property
+    def axes(self) -> Axes:
+        return Axes(tuple(self.concepts), tuple(tuple(d) for d in self.domains))
+
+    def status_of(self, combination) -> int | None:
+        """The one membership question: ``SEEN``, ``HELD_OUT`` or ``EXCLUDED`` for a combination
+        (one value per grid concept, in grid order; a mapping concept -> value is read in grid
+        order), None when it is not a cell of the grid (a missing value, one outside its concept's
+        domain, a wrong length)."""
+        if isinstance(combination, Mapping):
+            combination = self.combination(combination)
+        if combination is None or len(combination) != len(self.domains):
+            return None
+        try:
+            return int(self.status[self.index_of(combination)])
+        except ValueError:
+            return None
+
+    def combination(self, values: Mapping) -> Combination:
+        """The combination (grid values, in grid order) of a sample's concept values (None for a
+        missing concept)."""
+        return tuple(values.get(c) for c in self.concepts)
+
+    def cells(self, cls: int) -> list[Combination]:
         """The combinations of one class (``SEEN``, ``HELD_OUT``, ``EXCLUDED``), in grid order."""
         return [self.values_of(idx) for idx in zip(*np.nonzero(self.status == cls))]
 
@@ -143,20 +533,27 @@ class Grid:
         """``[n, len(concepts)]`` int64 index tuples of one class, in grid order."""
         return np.argwhere(self.status == cls)
 
-    def values_of(self, idx) -> tuple[Value, ...]:
+    def count(self, cls: int) -> int:
+        """How many cells are of one class."""
+        return int(np.sum(self.status == cls))
+
+    def values_of(self, idx) -> Combination:
         return tuple(self.domains[a][int(i)] for a, i in enumerate(idx))
 
     def index_of(self, combination) -> tuple[int, ...]:
+        """Value indices of a combination. Raises ValueError for a value outside its domain."""
         return tuple(self.domains[a].index(v) for a, v in enumerate(combination))
-
-    def status_of(self, combination) -> int:
-        return int(self.status[self.index_of(combination)])
 
     @property
     def coverage(self) -> float:
         """Fraction of the grid's (non-excluded) cells that training sees."""
-        usable = int(np.sum(self.status != EXCLUDED))
-        return float(np.sum(self.status == SEEN)) / usable if usable else 0.0
+        usable = self.status.size - self.count(EXCLUDED)
+        return float(self.count(SEEN)) / usable if usable else 0.0
+
+    @property
+    def connected(self) -> bool:
+        """Whether the seen cells connect every value of every concept (see :func:`_connected`)."""
+        return bool(_connected(self.index_cells(SEEN), self.shape))
 
 
 def _connected(seen_idx: np.ndarray, shape: tuple[int, ...]) -> bool:
@@ -215,123 +612,20 @@ def _random_holdout(shape, fraction: float, seed: int, path: str, problems) -> n
     return status
 
 
-def _apply(rule, shape: tuple[int, ...], grid_concepts: list[str], domains, seed: int, path: str, problems) -> tuple[np.ndarray, np.ndarray]:
-    """(held-out mask, excluded mask), bool arrays of ``shape``."""
-    held = np.zeros(shape, bool)
-    excl = np.zeros(shape, bool)
-    kind = rule.kind
-    if kind == "none":
-        return held, excl
-    if kind in ("diagonal", "coverage"):
-        if len(shape) != 2:
-            problems.append((f"{path}.kind", f"a {kind} rule needs exactly 2 concepts, the holdout has {len(shape)}: use random, explicit or objects"))
-            return held, excl
-        n_i, n_j = shape
-        i = np.arange(n_i)[:, None]
-        j = np.arange(n_j)[None, :]
-        if kind == "diagonal":
-            if rule.n >= n_i:
-                problems.append((f"{path}.n", f"n = {rule.n} >= the grid's side {n_i} ({grid_concepts[0]} has {n_i} values): it would hold out every combination; use n <= {n_i - 1}"))
-                return held, excl
-            held = ((i - j - rule.offset) % n_i) < rule.n
-        else:
-            if not 1 <= rule.k <= n_j:
-                problems.append((f"{path}.k", f"coverage k = {rule.k} is out of range: {grid_concepts[1]} has {n_j} values, use 1 <= k <= {n_j}"))
-                return held, excl
-            held = ~(((j - i - rule.offset) % n_j) < rule.k)
-        return held, excl
-    if kind == "random":
-        status = _random_holdout(shape, rule.fraction, seed if rule.seed is None else rule.seed, f"{path}.fraction", problems)
-        return status == HELD_OUT, excl
-    if kind == "explicit":
-        for n, combo in enumerate(rule.combinations):
-            if len(combo) != len(shape):
-                problems.append((f"{path}.combinations[{n}]", f"{combo} has {len(combo)} values; the grid {grid_concepts} needs {len(shape)}"))
-                continue
-            try:
-                held[tuple(domains[a].index(v) for a, v in enumerate(combo))] = True
-            except ValueError:
-                bad = [f"{grid_concepts[a]}={v!r}" for a, v in enumerate(combo) if v not in domains[a]]
-                problems.append((f"{path}.combinations[{n}]", f"{', '.join(bad)} not in the concept's values"))
-        return held, excl
-    if kind == "objects":
-        return _objects(rule, shape, grid_concepts, domains, seed, path, problems)
-    if kind in ("union", "difference"):
-        parts = [_apply(r, shape, grid_concepts, domains, seed, f"{path}.rules[{n}]", problems) for n, r in enumerate(rule.rules)]
-        if kind == "union":
-            held = np.logical_or.reduce([p[0] for p in parts])
-        else:
-            held = parts[0][0] & ~parts[1][0]
-        excl = np.logical_or.reduce([p[1] for p in parts]) & ~held
-        return held, excl
-    raise AssertionError(kind)
-
-
-def _objects(rule: ObjectsRule, shape, grid_concepts, domains, seed, path, problems):
-    held = np.zeros(shape, bool)
-    excl = np.zeros(shape, bool)
-    slots = rule.slots
-    width = len(slots[0])
-    axes = []
-    for n, slot in enumerate(slots):
-        if len(slot) != width:
-            problems.append((f"{path}.slots[{n}]", f"every slot needs the same number of concepts ({width}), got {slot}"))
-            return held, excl
-        for c in slot:
-            if c not in grid_concepts:
-                problems.append((f"{path}.slots[{n}]", f"concept {c!r} is not in holdout.concepts {grid_concepts}: add it there"))
-                return held, excl
-        axes.append([grid_concepts.index(c) for c in slot])
-    flat = [a for s in axes for a in s]
-    if sorted(flat) != list(range(len(grid_concepts))):
-        problems.append((f"{path}.slots", f"the slots must use every concept of holdout.concepts exactly once, got {slots}"))
-        return held, excl
-    obj_domains = [domains[a] for a in axes[0]]
-    for n, s in enumerate(axes[1:], start=1):
-        if [domains[a] for a in s] != obj_domains:
-            problems.append((f"{path}.slots[{n}]", f"slot {slots[n]} has other values than slot {slots[0]}: objects of every slot must share one set of types"))
-            return held, excl
-    obj_shape = tuple(len(d) for d in obj_domains)
-    n_types = int(np.prod(obj_shape))
-    held_types = np.zeros(obj_shape, bool)
-    if rule.objects is not None:
-        for n, o in enumerate(rule.objects):
-            try:
-                held_types[tuple(obj_domains[a].index(v) for a, v in enumerate(o))] = True
-            except (ValueError, IndexError):
-                problems.append((f"{path}.objects[{n}]", f"{o} is not an object type of {slots[0]} (values {obj_domains})"))
-    else:
-        if len(obj_shape) >= 2:
-            status = _random_holdout(obj_shape, rule.fraction, seed if rule.seed is None else rule.seed, f"{path}.fraction", problems)
-            held_types = status == HELD_OUT
-        else:
-            rng = np.random.default_rng(np.random.SeedSequence(entropy=seed if rule.seed is None else rule.seed, spawn_key=(7_000_002,)))
-            k = int(round(rule.fraction * n_types))
-            held_types.flat[rng.permutation(n_types)[:k]] = True
-    if not held_types.any():
-        problems.append((f"{path}", f"no object type is held out (fraction {rule.fraction} of {n_types} types rounds to 0): raise the fraction"))
-    for idx in itertools.product(*[range(s) for s in shape]):
-        flags = [bool(held_types[tuple(idx[a] for a in s)]) for s in axes]
-        if all(flags):
-            held[idx] = True
-        elif any(flags):
-            excl[idx] = True
-    return held, excl
-
-
 def build_grid(spec: "Spec") -> Grid | None:
     """The combination grid of a spec's holdout (None without one). Problems are collected in
     ``grid.problems`` as ``(field path, message)`` (the spec validator raises them)."""
     h = spec.holdout
     if h is None:
         return None
-    problems: list[tuple[str, str]] = []
     domains = [spec.concepts[c].domain for c in h.concepts]
-    shape = tuple(len(d) for d in domains)
-    held, excl = _apply(h.rule, shape, list(h.concepts), domains, spec.seed, "holdout.rule", problems)
-    status = np.zeros(shape, np.int8)
+    ctx = RuleContext(Axes(tuple(h.concepts), tuple(tuple(d) for d in domains)), spec.seed)
+    part = h.rule.build(ctx, "holdout.rule")
+    held, excl = part.held_out.mask(), part.excluded.mask()
+    status = np.zeros(ctx.shape, np.int8)
     status[excl] = EXCLUDED
     status[held] = HELD_OUT
+    problems = ctx.problems
     grid = Grid(list(h.concepts), domains, status, problems)
     if not problems:
         for axis, i in _every_value_seen(status):
@@ -355,126 +649,12 @@ def held_out_cells(spec: "Spec") -> set[tuple]:
 
 def combination_of(spec: "Spec", values: dict) -> tuple | None:
     """The combination (grid values) of a sample's concept values; None without a holdout."""
-    if spec.holdout is None:
-        return None
-    return tuple(values.get(c) for c in spec.holdout.concepts)
+    return spec.grid.combination(values) if spec.grid is not None else None
 
 
 def is_held_out(spec: "Spec", values: dict) -> bool:
-    """Whether a sample's concept values form a held-out combination."""
-    combo = combination_of(spec, values)
-    if combo is None or any(v is None for v in combo):
-        return False
-    try:
-        return spec.grid.status_of(combo) == HELD_OUT
-    except ValueError:
-        return False
-
-
-# ----------------------------------------------------------------------------------------------
-# split plans: which combination each sample of a split shows
-# ----------------------------------------------------------------------------------------------
-
-def apportion(total: int, weights: np.ndarray, cells: np.ndarray | None = None) -> np.ndarray:
-    """Integer quotas summing to ``total``, proportional to ``weights`` (largest remainder).
-
-    Leftover samples go to the largest remainders; among equal remainders, when ``cells``
-    (``[n, k]`` value indices) is given, to the cell whose values are least represented so far,
-    so a split's marginals stay as even as the grid allows; otherwise by a golden-ratio sequence
-    over the item order.
-    """
-    w = np.asarray(weights, dtype=np.float64)
-    w = w / w.sum()
-    exact = total * w
-    q = np.floor(exact).astype(np.int64)
-    rest = total - int(q.sum())
-    if not rest:
-        return q
-    remainder = np.round(exact - q, 9)
-    spread = (np.arange(len(w)) * 0.6180339887498949) % 1.0
-    if cells is None or len(w) > 20_000:
-        q[np.lexsort((spread, -remainder))[:rest]] += 1
-        return q
-    import heapq
-
-    k = cells.shape[1]
-    marg = [np.bincount(cells[:, a], weights=q, minlength=int(cells[:, a].max()) + 1).tolist() for a in range(k)]
-    rows = cells.tolist()
-
-    def load(i: int) -> float:
-        return sum(marg[a][rows[i][a]] for a in range(k))
-
-    # Greedy: within the largest remainder left, the cell whose values are least represented so far
-    # (then the spread). Loads only grow, so a heap with lazy re-keying pops the true minimum.
-    order = np.argsort(-remainder, kind="stable")
-    start = 0
-    while rest > 0:
-        top = remainder[order[start]]
-        end = start
-        while end < len(order) and remainder[order[end]] == top:
-            end += 1
-        heap = [(load(int(i)), float(spread[i]), int(i)) for i in order[start:end]]
-        heapq.heapify(heap)
-        while rest > 0 and heap:
-            key, sp, i = heapq.heappop(heap)
-            now = load(i)
-            if now != key:
-                heapq.heappush(heap, (now, sp, i))
-                continue
-            q[i] += 1
-            rest -= 1
-            for a in range(k):
-                marg[a][rows[i][a]] += 1
-        start = end
-    return q
-
-
-def cell_weights(spec: "Spec", cells: np.ndarray, balanced: bool) -> np.ndarray:
-    """Sampling weight of each cell (``[n, k]`` index array): the product of the grid concepts'
-    marginal probabilities (concept imbalance), or uniform when ``balanced``."""
-    if balanced:
-        return np.ones(len(cells))
-    w = np.ones(len(cells))
-    for a, c in enumerate(spec.holdout.concepts):
-        w = w * spec.concepts[c].probabilities()[cells[:, a]]
-    return w
-
-
-def split_cells(spec: "Spec", split: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(cells [n, k] int64 index tuples, quotas [n] int64)`` of a dataset split.
-
-    ``train``/``val`` follow the concepts' distributions over seen cells; ``test_id`` (seen) and
-    ``test_ood`` (held-out) are balanced unless ``splits.balanced_tests`` is false. With
-    ``splits.per: combination`` a split's count is per cell (the total grows with the cells);
-    with ``per: total`` it is the split's total (MOSAIC's 10/9, 10/7, 2, 5 rescaling follows).
-    """
-    g = spec.grid
-    cells = g.index_cells(HELD_OUT if split == "test_ood" else SEEN)
-    count = getattr(spec.splits, split)
-    balanced = split in ("test_id", "test_ood") and spec.splits.balanced_tests
-    w = cell_weights(spec, cells, balanced)
-    total = count * len(cells) if spec.splits.per == "combination" else count
-    return cells, apportion(total, w, cells) if len(cells) else np.zeros(0, np.int64)
-
-
-_PLANS: dict[tuple[str, str], np.ndarray] = {}
-
-
-def combination_for(spec: "Spec", split: str, index: int) -> tuple[Value, ...]:
-    """The combination sample ``index`` of ``split`` shows: quotas are exact, and a seeded
-    permutation spreads the cells over the indices."""
-    key = (spec.fingerprint(), split)
-    if key not in _PLANS:
-        from mosaic.sampling import SPLIT_IDS
-
-        cells, quotas = split_cells(spec, split)
-        table = np.repeat(np.arange(len(cells)), quotas)
-        perm = np.random.default_rng(np.random.SeedSequence(entropy=spec.seed, spawn_key=(1000 + SPLIT_IDS[split],))).permutation(len(table))
-        _PLANS[key] = cells[table[perm]]
-    plan = _PLANS[key]
-    if index >= len(plan):
-        raise IndexError(f"split {split!r} has {len(plan)} samples, asked for index {index}")
-    return spec.grid.values_of(plan[index])
+    """Whether a sample's concept values form a held-out combination (:meth:`Grid.status_of`)."""
+    return spec.grid is not None and spec.grid.status_of(values) == HELD_OUT
 
 
 # ----------------------------------------------------------------------------------------------
@@ -511,14 +691,9 @@ def leak_check(spec: "Spec", records_by_split: dict[str, list[dict]]) -> dict:
             cnt: dict[str, int] = {}
             bad = []
             for r in recs:
-                combo = tuple(r["concepts"].get(c) for c in g.concepts)
+                combo = g.combination(r["concepts"])
                 cnt[_key(combo)] = cnt.get(_key(combo), 0) + 1
-                try:
-                    st = g.status_of(combo)
-                except ValueError:
-                    st = -1
-                want = HELD_OUT if split == "test_ood" else SEEN
-                if st != want:
+                if g.status_of(combo) != (HELD_OUT if split == "test_ood" else SEEN):
                     bad.append({"index": r["index"], "combination": list(combo)})
             counts[split] = cnt
             if bad:
@@ -530,10 +705,10 @@ def leak_check(spec: "Spec", records_by_split: dict[str, list[dict]]) -> dict:
         report.update({
             "concepts": g.concepts,
             "coverage": g.coverage,
-            "connected": bool(_connected(g.index_cells(SEEN), g.shape)),
+            "connected": g.connected,
             "seen": [list(c) for c in g.cells(SEEN)],
             "held_out": [list(c) for c in g.cells(HELD_OUT)],
-            "excluded_count": int(np.sum(g.status == EXCLUDED)),
+            "excluded_count": g.count(EXCLUDED),
             "counts": counts,
         })
     report["passed"] = all(c["passed"] for c in checks.values())

@@ -22,7 +22,7 @@ def atomic_write(path: str | Path, data: str | bytes) -> Path:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     if isinstance(data, str):
-        tmp.write_text(data)
+        tmp.write_text(data, encoding="utf-8")
     else:
         tmp.write_bytes(data)
     os.replace(tmp, path)

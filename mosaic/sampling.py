@@ -15,12 +15,7 @@ import numpy as np
 from mosaic.errors import LayoutError
 from mosaic.scene import COORD_DECIMALS, Scene, SceneObject, angle_deg, relation
 from mosaic.spec import Rule, Spec, interchangeable
-
-#: Stable ids of the splits in the per-sample seed. Never renumber: it would change every dataset.
-SPLIT_IDS = {
-    "train": 0, "val": 1, "test": 2, "test_id": 3, "test_ood": 4,
-    "preview": 10, "evaluator_train": 11, "evaluator_check": 12, "preview_all": 13,
-}
+from mosaic.splits import SPLIT_IDS, combination_for, marginal_quotas, value_for  # noqa: F401  (marginal_quotas: re-exported)
 
 
 def rng_for(spec: Spec, split: str, index: int) -> np.random.Generator:
@@ -39,8 +34,8 @@ def sample_values(spec: Spec, split: str, index: int, rng: np.random.Generator) 
     """The concept values of sample ``index`` of ``split``.
 
     Dataset splits use exact quotas: with a holdout the grid concepts come from the split's
-    per-combination quotas (:func:`mosaic.holdout.combination_for`), and every other concept from
-    its own per-value quotas (:func:`value_for`), so a split's marginal counts match the
+    per-combination quotas (:func:`mosaic.splits.combination_for`), and every other concept from
+    its own per-value quotas (:func:`mosaic.splits.value_for`), so a split's marginal counts match the
     distribution exactly (as MOSAIC's hard-coded skew lists did) and every value with a non-zero
     quota occurs. ``train`` and ``val`` follow each concept's distribution (concept imbalance);
     test splits are uniform unless ``splits.balanced_tests`` is false. Other splits (previews,
@@ -51,40 +46,8 @@ def sample_values(spec: Spec, split: str, index: int, rng: np.random.Generator) 
         return {name: c.domain[int(rng.integers(len(c.domain)))] for name, c in spec.concepts.items()}
     fixed = {}
     if spec.holdout is not None:
-        from mosaic.holdout import combination_for
-
         fixed = dict(zip(spec.holdout.concepts, combination_for(spec, split, index)))
     return {name: fixed[name] if name in fixed else value_for(spec, split, name, index) for name in spec.concepts}
-
-
-def marginal_quotas(spec: Spec, split: str, concept: str) -> np.ndarray:
-    """Per-value sample counts ``[len(domain)]`` int64 of a concept in a dataset split."""
-    from mosaic.holdout import apportion
-
-    n = spec.split_sizes()[split]
-    c = spec.concepts[concept]
-    balanced = split in ("test", "test_id", "test_ood") and spec.splits.balanced_tests
-    p = np.ones(len(c.domain)) if balanced else c.probabilities()
-    return apportion(n, p)
-
-
-_VALUE_PLANS: dict[tuple[str, str, str], np.ndarray] = {}
-
-
-def value_for(spec: Spec, split: str, concept: str, index: int):
-    """A concept's value at ``index`` of a split: its exact quotas, spread by a seeded permutation
-    (independent per concept, so concepts are independent across samples)."""
-    key = (spec.fingerprint(), split, concept)
-    if key not in _VALUE_PLANS:
-        q = marginal_quotas(spec, split, concept)
-        table = np.repeat(np.arange(len(q)), q)
-        k = list(spec.concepts).index(concept)
-        perm = np.random.default_rng(np.random.SeedSequence(entropy=spec.seed, spawn_key=(2000 + SPLIT_IDS[split], k))).permutation(len(table))
-        _VALUE_PLANS[key] = table[perm]
-    plan = _VALUE_PLANS[key]
-    if not 0 <= index < len(plan):
-        raise IndexError(f"split {split!r} has {len(plan)} samples, asked for index {index}")
-    return spec.concepts[concept].domain[int(plan[index])]
 
 
 def _pick(rule: Rule, values: dict, rng: np.random.Generator):

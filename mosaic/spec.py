@@ -23,20 +23,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_serializer, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_serializer, model_validator
 
 from mosaic.errors import SpecError
-from mosaic.holdout import Holdout
+from mosaic.holdout import HELD_OUT, SEEN, Grid, Holdout, build_grid
 from mosaic.overrides import apply_overrides as _apply_overrides
 from mosaic.overrides import read_yaml_file, validation_problems
+from mosaic.schema import StrictModel
+from mosaic.splits import marginal_quotas, split_cells
 from mosaic.vocab import COLORS, RELATIONS, SHAPES, SIZES, delta_e, unknown_name_message
 
 Value = str | int | float
 ROLES = ("color", "shape", "size", "count", "position", "relation")
-
-
-class _Base(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -44,7 +42,7 @@ class _Base(BaseModel):
 # ----------------------------------------------------------------------------------------------
 
 
-class Distribution(_Base):
+class Distribution(StrictModel):
     """Sampling distribution over a concept's values, in domain order.
 
     ``uniform``; ``geometric`` (weight of the k-th value = ``ratio**k``; MOSAIC's skew is
@@ -100,7 +98,7 @@ class Distribution(_Base):
 # ----------------------------------------------------------------------------------------------
 
 
-class AngleBins(_Base):
+class AngleBins(StrictModel):
     """MOSAIC-style position classes: ``n`` angle bins of ``width`` degrees separated by ``gap``.
 
     Bin k covers ``[start + k*(width+gap), start + k*(width+gap) + width)`` degrees. MOSAIC uses
@@ -143,7 +141,7 @@ class AngleBins(_Base):
         return None
 
 
-class Concept(_Base):
+class Concept(StrictModel):
     """A factor of variation that labels scenes.
 
     Give the domain as exactly one of ``values`` (a list of names or integers), ``range``
@@ -195,7 +193,7 @@ class Concept(_Base):
 # ----------------------------------------------------------------------------------------------
 
 
-class Rule(_Base):
+class Rule(StrictModel):
     """How an object attribute is chosen: a fixed ``value``, bound to a ``concept``, drawn uniformly
     from a ``choice`` list, or drawn uniformly from a numeric ``range``.
 
@@ -240,7 +238,7 @@ class Rule(_Base):
         return {k: v for k, v in handler(self).items() if v is not None}
 
 
-class ObjectTemplate(_Base):
+class ObjectTemplate(StrictModel):
     """One object (or a group of ``repeat`` identical-rule objects) of every scene.
 
     Attributes are :class:`Rule` s. ``repeat`` is an integer, ``{concept: C}`` (counting: the
@@ -256,7 +254,7 @@ class ObjectTemplate(_Base):
     repeat: Rule = Field(default_factory=lambda: Rule(value=1))
 
 
-class Relation(_Base):
+class Relation(StrictModel):
     """A pairwise spatial relation ``subject <relation> object``.
 
     ``relation`` is one of left_of / right_of / above / below, or ``{concept: C}``. The relation
@@ -270,7 +268,7 @@ class Relation(_Base):
     margin: float = Field(0.05, ge=0, le=0.5)
 
 
-class Position(_Base):
+class Position(StrictModel):
     """A MOSAIC position class: the angle of ``target`` around ``reference`` is binned by the
     ``angle_bins`` of ``concept``. ``distance`` bounds the centre-to-centre distance (fraction of
     the image side); its minimum defaults to the two radii plus ``layout.min_gap``.
@@ -289,7 +287,7 @@ class Position(_Base):
         return v
 
 
-class ImageSpec(_Base):
+class ImageSpec(StrictModel):
     """Square image: ``size`` pixels a side, ``background`` colour (name or [r, g, b]),
     ``supersample`` factor for anti-aliasing (draw at size*supersample, box-reduce)."""
 
@@ -305,7 +303,7 @@ class ImageSpec(_Base):
         return v
 
 
-class LayoutSpec(_Base):
+class LayoutSpec(StrictModel):
     """Bounded layout search: ``min_gap`` between object disks and the frame (fraction of the
     side), ``max_tries`` proposals per object, ``max_restarts`` whole-scene restarts."""
 
@@ -314,7 +312,7 @@ class LayoutSpec(_Base):
     max_restarts: int = Field(50, ge=1, le=10_000)
 
 
-class Splits(_Base):
+class Splits(StrictModel):
     """Samples per split.
 
     Without a holdout the splits are ``train``/``val``/``test``; with one, ``train``/``val``
@@ -337,7 +335,7 @@ class Splits(_Base):
         return [k for k in ("train", "val", "test", "test_id", "test_ood") if getattr(self, k) is not None]
 
 
-class Spec(_Base):
+class Spec(StrictModel):
     """A complete, cross-checked dataset spec. Build it with :func:`load_spec` or
     :func:`parse_spec`; both raise :class:`~mosaic.errors.SpecError` listing every problem."""
 
@@ -429,7 +427,7 @@ class Spec(_Base):
         return self.concepts[concept].domain
 
     @property
-    def grid(self):
+    def grid(self) -> Grid | None:
         """The holdout's :class:`mosaic.holdout.Grid` (None without a holdout)."""
         return self._grid
 
@@ -439,9 +437,7 @@ class Spec(_Base):
         for name in self.splits.names():
             n = getattr(self.splits, name)
             if self.holdout is not None and self.splits.per == "combination" and name != "test":
-                from mosaic.holdout import HELD_OUT, SEEN
-
-                n *= int((self._grid.status == (HELD_OUT if name == "test_ood" else SEEN)).sum())
+                n *= self._grid.count(HELD_OUT if name == "test_ood" else SEEN)
             out[name] = int(n)
         return out
 
@@ -650,8 +646,6 @@ def _cross_check(spec: Spec) -> list[tuple[str, str]]:
 
 def _check_quotas(spec: Spec, add):
     """Every value of every concept outside the grid must get training samples."""
-    from mosaic.sampling import marginal_quotas
-
     if not spec.splits.train:
         return
     grid = set(spec.holdout.concepts) if spec.holdout is not None else set()
@@ -684,8 +678,6 @@ def _check_splits(spec: Spec, add):
 
 
 def _check_holdout(spec: Spec, add):
-    from mosaic.holdout import HELD_OUT, build_grid, split_cells
-
     h = spec.holdout
     ok = True
     for n, c in enumerate(h.concepts):
@@ -703,7 +695,7 @@ def _check_holdout(spec: Spec, add):
     if grid.problems:
         return
     spec._grid = grid
-    n_held = int((grid.status == HELD_OUT).sum())
+    n_held = grid.count(HELD_OUT)
     if n_held == 0 and spec.splits.test_ood:
         add("splits.test_ood", f"the holdout rule holds out no combination, so test_ood = {spec.splits.test_ood} cannot be filled: set it to 0")
     cells, quotas = split_cells(spec, "train")
@@ -869,8 +861,6 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> Spec:
     path = Path(path)
     manifest = path / "manifest.json" if path.is_dir() else path
     if manifest.name == "manifest.json" and manifest.is_file():
-        import json
-
         data = json.loads(manifest.read_text()).get("spec")
         if not isinstance(data, dict):
             raise SpecError(f"{manifest} holds no spec: is it a mosaic dataset manifest?", str(manifest))

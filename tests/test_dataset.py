@@ -87,7 +87,7 @@ def test_manifest_and_metadata(tmp_path, count_spec):
 
 def test_loads_with_torch_and_huggingface(tmp_path, count_spec):
     import torch
-    from mosaic.dataset import MosaicDataset
+    from mosaic.torch_data import MosaicDataset
 
     out = tmp_path / "ds"
     generate(count_spec, out, masks=True)
@@ -110,7 +110,7 @@ def test_loads_with_torch_and_huggingface(tmp_path, count_spec):
 
 
 def test_incomplete_dataset_is_not_loaded(tmp_path, count_spec):
-    from mosaic.dataset import MosaicDataset
+    from mosaic.torch_data import MosaicDataset
 
     out = tmp_path / "ds"
     generate(count_spec, out)

@@ -57,7 +57,7 @@ def test_mosaic_attribute_diagonal_is_same_colour_first():
 
 def test_mosaic_training_totals_stay_fixed_per_total():
     # 10,000 per-pair budget spread over 100 - 10N seen pairs: MOSAIC's 10/9, 10/7, 2, 5 rescaling
-    from mosaic.holdout import split_cells
+    from mosaic.splits import split_cells
 
     spec = load_spec(SPECS / "count_composition.yaml")
     for n, per_pair in ((1, 10000 / 90), (3, 10000 / 70), (5, 200), (8, 500)):
@@ -252,7 +252,7 @@ def _apportion_reference(total, weights, cells):
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 6), st.integers(1, 6), st.integers(1, 400), st.sampled_from(["uniform", "skewed", "random"]), st.integers(0, 10**6))
 def test_apportion_matches_the_plain_greedy(n1, n2, total, kind, seed):
-    from mosaic.holdout import apportion
+    from mosaic.splits import apportion
 
     rng = np.random.default_rng(seed)
     cells = np.array([(i, j) for i in range(n1) for j in range(n2) if rng.random() < 0.8] or [(0, 0)], dtype=np.int64)
