@@ -50,9 +50,11 @@ def _print_check(check: dict | None) -> None:
         console.print(line)
 
 
-def _train(config_cls, run, config: Path, set_, out) -> dict | None:
-    """Load a lab config (``--set``, ``--out`` applied) and run it; print failures and the
-    already-done notice. Returns the run's metrics, or None on a non-main process."""
+def _train(config_cls, run, config: Path, set_, out, unit: str, inside: str = "", after: str = "") -> dict | None:
+    """Load a lab config (``--set``, ``--out`` applied) and run it; print failures, the
+    already-done notice and the training line (steps, time, ``unit``/s, processes, device, then
+    ``inside`` formatted with the train metrics, final loss, then ``after`` formatted with the
+    run's metrics). Returns the run's metrics, or None on a non-main process."""
     try:
         from mosaic.lab.config import load_config
 
@@ -74,53 +76,45 @@ def _train(config_cls, run, config: Path, set_, out) -> dict | None:
         return None
     if metrics.get("already_done"):
         console.print(f"[green]already done[/]: {metrics['run']} (delete its DONE file or use another --out to train again)")
+    tr = metrics["train"]
+    console.print(f"trained {tr['steps']} steps in {tr['train_time_s']:.0f} s ({tr['images_per_s']:.0f} {unit}/s, "
+                  f"{tr['processes']} process(es), {tr['device']}{inside.format(**tr)}); final loss {tr['final_loss']:.4f}"
+                  + after.format(**metrics))
     return metrics
 
 
+DiffusionConfigArg = Annotated[Path, typer.Argument(help="Diffusion config YAML, e.g. experiments/train/quickstart_cpu.yaml")]
+TransformerConfigArg = Annotated[Path, typer.Argument(help="Transformer config YAML, e.g. experiments/train/classifier_coverage_tokens.yaml")]
+
+
 @train_app.command("diffusion")
-def diffusion(
-    config: Annotated[Path, typer.Argument(help="Diffusion config YAML, e.g. experiments/train/quickstart_cpu.yaml")],
-    set_: SetOpt = None,
-    out: OutOpt = None,
-) -> None:
+def diffusion(config: DiffusionConfigArg, set_: SetOpt = None, out: OutOpt = None) -> None:
     """Train a conditional diffusion model (UNet or DiT) end to end: generate the dataset if the
     config names a spec, train (resuming an interrupted run), sample the test splits and score
     them with the evaluator. Prints the seen vs held-out accuracy table. A finished run is a no-op."""
     from mosaic.lab.diffusion import DiffusionConfig, run_diffusion
 
-    metrics = _train(DiffusionConfig, run_diffusion, config, set_, out)
-    if metrics is None:
-        return
-    tr = metrics["train"]
-    console.print(f"trained {tr['steps']} steps in {tr['train_time_s']:.0f} s ({tr['images_per_s']:.0f} images/s, "
-                  f"{tr['processes']} process(es), {tr['device']}, precision {tr['mixed_precision']}); final loss {tr['final_loss']:.4f}")
-    if metrics.get("table"):
-        print_table(metrics["table"])
-    _print_check(metrics.get("evaluator_check"))
-    console.print(f"[green]done[/] {metrics['run']} in {metrics.get('time_s', 0):.0f} s (metrics.json, samples in {metrics['samples']['out']})")
+    metrics = _train(DiffusionConfig, run_diffusion, config, set_, out, "images", inside=", precision {mixed_precision}")
+    if metrics is not None:
+        if metrics.get("table"):
+            print_table(metrics["table"])
+        _print_check(metrics.get("evaluator_check"))
+        console.print(f"[green]done[/] {metrics['run']} in {metrics.get('time_s', 0):.0f} s (metrics.json, samples in {metrics['samples']['out']})")
 
 
 @train_app.command("transformer")
-def transformer(
-    config: Annotated[Path, typer.Argument(help="Transformer config YAML, e.g. experiments/train/classifier_coverage_tokens.yaml")],
-    set_: SetOpt = None,
-    out: OutOpt = None,
-) -> None:
+def transformer(config: TransformerConfigArg, set_: SetOpt = None, out: OutOpt = None) -> None:
     """Train a ViT or token encoder from scratch (multi-head concept classifier, or binding dual
     encoder) end to end: generate the dataset if the config names a spec, train (resuming an
     interrupted run), evaluate on the test splits (seen vs held-out accuracy, binding accuracy,
     linear factorization) and print the tables. A finished run is a no-op."""
     from mosaic.lab.transformer import TransformerConfig, report_tables, run_transformer
 
-    metrics = _train(TransformerConfig, run_transformer, config, set_, out)
-    if metrics is None:
-        return
-    tr = metrics["train"]
-    console.print(f"trained {tr['steps']} steps in {tr['train_time_s']:.0f} s ({tr['images_per_s']:.0f} scenes/s, "
-                  f"{tr['processes']} process(es), {tr['device']}); final loss {tr['final_loss']:.4f}; evaluated the {metrics['checkpoint']} weights")
-    for t in report_tables(metrics):
-        console.print(t)
-    console.print(f"[green]done[/] {metrics['run']} in {metrics.get('time_s', 0):.0f} s (metrics.json)")
+    metrics = _train(TransformerConfig, run_transformer, config, set_, out, "scenes", after="; evaluated the {checkpoint} weights")
+    if metrics is not None:
+        for t in report_tables(metrics):
+            console.print(t)
+        console.print(f"[green]done[/] {metrics['run']} in {metrics.get('time_s', 0):.0f} s (metrics.json)")
 
 
 def sample(
