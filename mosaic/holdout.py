@@ -29,8 +29,10 @@ Design (after Spriteworld's factor distributions, ``contains()``): a rule's mean
 sets compose by set algebra (``a | b``, ``a & b``, ``a - b``, ``~a``: :class:`Union`,
 :class:`Intersection`, :class:`Difference`, :class:`Complement`). A rule's pydantic config (a
 :class:`RuleConfig` subclass with a ``kind``) validates its fields against the grid and builds its
-set (:meth:`RuleConfig.build`); every RuleConfig subclass joins the ``holdout.rule`` union by
-itself. Adding a rule is writing one CellSet and one RuleConfig: nothing else changes.
+set (:meth:`RuleConfig.build`); every RuleConfig subclass defined in this module (above
+:data:`HoldoutRule`) joins the ``holdout.rule`` union by itself. Adding a rule is writing one
+CellSet and one RuleConfig here (and its README entry): the union, the grid, the leak check and
+``mosaic splits`` need no change.
 A :class:`Grid` evaluates the sets once; :meth:`Grid.status_of` is the one way to ask whether a
 combination is seen, held out or excluded.
 """
@@ -202,30 +204,31 @@ class ObjectTypes(_IndexSet):
         return all(flags) if self.every else any(flags)
 
 
-class Union(CellSet):
+class _Parts(CellSet):
+    """Cells in any (``any_of``) or in every one of ``parts``."""
+
+    any_of: ClassVar[bool]
+
+    def __init__(self, parts: list[CellSet]):
+        self.parts, self.axes = list(parts), parts[0].axes
+
+    def contains(self, combination) -> bool:
+        return (any if self.any_of else all)(p.contains(combination) for p in self.parts)
+
+    def mask(self) -> np.ndarray:
+        return (np.logical_or if self.any_of else np.logical_and).reduce([p.mask() for p in self.parts])
+
+
+class Union(_Parts):
     """Cells in any of ``parts``."""
 
-    def __init__(self, parts: list[CellSet]):
-        self.parts, self.axes = list(parts), parts[0].axes
-
-    def contains(self, combination) -> bool:
-        return any(p.contains(combination) for p in self.parts)
-
-    def mask(self) -> np.ndarray:
-        return np.logical_or.reduce([p.mask() for p in self.parts])
+    any_of = True
 
 
-class Intersection(CellSet):
+class Intersection(_Parts):
     """Cells in every one of ``parts``."""
 
-    def __init__(self, parts: list[CellSet]):
-        self.parts, self.axes = list(parts), parts[0].axes
-
-    def contains(self, combination) -> bool:
-        return all(p.contains(combination) for p in self.parts)
-
-    def mask(self) -> np.ndarray:
-        return np.logical_and.reduce([p.mask() for p in self.parts])
+    any_of = False
 
 
 class Difference(CellSet):
@@ -296,7 +299,8 @@ RULES: list[type[RuleConfig]] = []
 
 class RuleConfig(StrictModel):
     """A rule's config (``kind`` plus its fields). Subclasses define ``kind: Literal[...]`` and
-    :meth:`build`; defining the class registers it in the ``holdout.rule`` union."""
+    :meth:`build`; defining one in this module, above :data:`HoldoutRule`, registers it in the
+    ``holdout.rule`` union (:data:`RULES`, in definition order)."""
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
