@@ -1,0 +1,630 @@
+"""Sharded Parquet datasets: writing, reading, verifying, and converting to and from imagefolder.
+
+Layout of a Parquet dataset directory ``OUT``::
+
+    OUT/manifest.json                                  as for imagefolder, plus ``storage: parquet``,
+                                                       the shard plan and, once complete, every shard's
+                                                       name, rows, bytes and sha256
+    OUT/README.md                                      dataset card (``datasets.load_dataset(OUT)``)
+    OUT/data/<split>-NNNNN-of-MMMMM.parquet            the shards (HF Hub layout)
+    OUT/.mosaic/shards/<split>-NNNNN.json              resume state: one file per finished shard
+
+Each row is one sample: ``image`` (and ``mask``) in the HF ``Image`` struct ``{bytes: PNG, path}``
+plus the record of :func:`mosaic.hf.hf_record`; the schema carries the HF features in its
+``huggingface`` metadata, so ``datasets`` decodes the images and the ``ClassLabel`` columns, and
+plain ``pyarrow.parquet`` reads it too.
+
+Shards hold about ``shard_bytes`` (256 MB by default): a split's rows per shard are planned from
+the encoded size of its first samples (deterministic: the same spec plans the same shards), and each
+shard is written in row groups of at most :data:`ROW_GROUP_ROWS` rows. Row groups are rendered by
+worker processes and written by the main process in index order, so any number of workers gives the
+same bytes. A shard is written to a hidden temporary file and renamed when complete; a rerun after a
+kill redoes only the shards without a finished-shard record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections import deque
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mosaic.errors import DatasetError
+from mosaic.hf import arrow_schema, feature_tree, hf_record, present_splits, write_card
+from mosaic.io import atomic_write_json
+from mosaic.spec import Spec
+
+FORMAT = "mosaic-dataset/2"
+DEFAULT_SHARD_BYTES = 256 * 2**20
+ROW_GROUP_ROWS = 1024
+ESTIMATE_SAMPLES = 32
+STORAGES = ("imagefolder", "parquet")
+_IMAGE_COLS = ("image", "mask")
+
+
+def shard_name(split: str, k: int, n: int) -> str:
+    """File name of shard ``k`` of ``n`` of a split (HF's ``<split>-00000-of-00004.parquet``)."""
+    return f"{split}-{k:05d}-of-{n:05d}.parquet"
+
+
+def storage_of(manifest: dict) -> str:
+    """``imagefolder`` or ``parquet`` (manifests of mosaic-dataset/1 are imagefolder)."""
+    return manifest.get("storage", "imagefolder")
+
+
+def check_format(fmt: str) -> str:
+    """Return ``fmt`` when it is a storage form; raise DatasetError naming the choices otherwise."""
+    if fmt not in STORAGES:
+        raise DatasetError([("--format", f"unknown format {fmt!r}: use one of {', '.join(STORAGES)}")])
+    return fmt
+
+
+# ----------------------------------------------------------------------------------------------
+# rows
+# ----------------------------------------------------------------------------------------------
+
+def _schema(spec: Spec, masks: bool) -> pa.Schema:
+    return arrow_schema(feature_tree(spec, masks))
+
+
+def row_of(spec: Spec, rec: dict, image_png: bytes, mask_png: bytes | None) -> dict:
+    """The Parquet row of a generator record and its PNG bytes."""
+    row = hf_record(spec, rec)
+    fn = row.pop("file_name")
+    mfn = row.pop("mask_file_name", None)
+    row["image"] = {"bytes": image_png, "path": fn}
+    if mask_png is not None:
+        row["mask"] = {"bytes": mask_png, "path": mfn or fn.replace("images/", "masks/")}
+    return row
+
+
+def render_rows(spec_data: dict, split: str, start: int, stop: int, masks: bool, renderer: str = "pillow") -> pa.Table:
+    """Samples ``start..stop-1`` of ``split`` as a Parquet-ready table (a pure function of its
+    arguments; run in worker processes)."""
+    from mosaic.dataset import _spec_from, png_bytes, sample_record
+    from renderers import get_renderer
+
+    spec = _spec_from(spec_data)
+    rend = get_renderer(renderer, supersample=spec.image.supersample)
+    rows = []
+    for index in range(start, stop):
+        rec, scene = sample_record(spec, split, index)
+        image, mask = rend.render_one(scene)
+        rows.append(row_of(spec, rec, png_bytes(image), png_bytes(mask) if masks else None))
+    return pa.Table.from_pylist(rows, schema=_schema(spec, masks))
+
+
+def _row_bytes(row: dict) -> int:
+    n = sum(len(row[c]["bytes"]) for c in _IMAGE_COLS if c in row)
+    rest = {k: v for k, v in row.items() if k not in _IMAGE_COLS}
+    return n + len(json.dumps(rest))
+
+
+def plan_rows_per_shard(rows: list[dict], shard_bytes: int) -> int:
+    """Rows per shard so a shard holds about ``shard_bytes``, from a split's first rows."""
+    if not rows:
+        return 1
+    per_row = max(1, sum(_row_bytes(r) for r in rows) // len(rows))
+    return max(1, int(shard_bytes) // per_row)
+
+
+def _estimate(spec: Spec, split: str, n: int, masks: bool, renderer: str, shard_bytes: int) -> int:
+    t = render_rows(spec.to_dict(), split, 0, min(n, ESTIMATE_SAMPLES), masks, renderer)
+    return plan_rows_per_shard(t.to_pylist(), shard_bytes)
+
+
+# ----------------------------------------------------------------------------------------------
+# the shard writer
+# ----------------------------------------------------------------------------------------------
+
+def _writer_with(path: Path, schema: pa.Schema) -> pq.ParquetWriter:
+    # PNG bytes are already compressed: store them as they are; zstd for the metadata columns.
+    # No statistics on the images (their min/max would copy whole PNGs into the footer).
+    leaves = _leaf_paths(schema)
+    compression = {p: ("NONE" if p.split(".")[0] in _IMAGE_COLS and p.endswith(".bytes") else "ZSTD") for p in leaves}
+    return pq.ParquetWriter(path, schema, compression=compression, use_dictionary=["split"], write_statistics=["index"])
+
+
+def _leaf_paths(schema: pa.Schema) -> list[str]:
+    out = []
+
+    def walk(prefix: str, t: pa.DataType):
+        if pa.types.is_struct(t):
+            for f in t:
+                walk(f"{prefix}.{f.name}", f.type)
+        elif pa.types.is_list(t):
+            walk(f"{prefix}.list.element", t.value_type)
+        else:
+            out.append(prefix)
+
+    for f in schema:
+        walk(f.name, f.type)
+    return out
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class _Local:
+    """In-process or process-pool execution of row-group tasks."""
+
+    def __init__(self, workers: int):
+        self.pool = None
+        if workers > 1:
+            from concurrent.futures import ProcessPoolExecutor
+            from multiprocessing import get_context
+
+            self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
+        self.window = max(2, 2 * workers)
+
+    def submit(self, fn, *args):
+        if self.pool is None:
+            return _Done(fn(*args))
+        return self.pool.submit(fn, *args)
+
+    @staticmethod
+    def result(fut):
+        return fut.result()
+
+    def close(self, cancel: bool = False):
+        if self.pool is not None:
+            self.pool.shutdown(wait=not cancel, cancel_futures=cancel)
+
+
+class _Done:
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
+def _shard_record_path(out: Path, split: str, k: int) -> Path:
+    return out / ".mosaic" / "shards" / f"{split}-{k:05d}.json"
+
+
+def _shard_done(out: Path, split: str, k: int, name: str, rows: int) -> dict | None:
+    p = _shard_record_path(out, split, k)
+    if not p.is_file():
+        return None
+    try:
+        info = json.loads(p.read_text())
+    except json.JSONDecodeError:
+        return None
+    f = out / "data" / name
+    if info.get("name") != name or info.get("rows") != rows or not f.is_file() or f.stat().st_size != info.get("bytes"):
+        return None
+    return info
+
+
+def write_shards(
+    spec: Spec,
+    out: Path,
+    plan: dict[str, int],
+    masks: bool,
+    make_table: Callable[..., pa.Table],
+    task_args: Callable[[str, int, int], tuple],
+    executor,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> None:
+    """Write every unfinished shard of ``plan`` (split -> rows per shard), row group by row group.
+
+    ``make_table(*task_args(split, start, stop))`` gives the rows ``start..stop-1`` of a split as a
+    table; ``executor`` runs it (``submit``/``result``/``window``). Tables are written in index order
+    whatever order they finish in.
+    """
+
+    sizes = spec.split_sizes()
+    schema = _schema(spec, masks)
+    total = sum(sizes.values())
+    done = 0
+    jobs = []  # (split, k, n_shards, name, start, stop)
+    for split, n in sizes.items():
+        if n == 0:
+            continue
+        rps = plan[split]
+        n_shards = -(-n // rps)
+        for k in range(n_shards):
+            start, stop = k * rps, min(n, (k + 1) * rps)
+            name = shard_name(split, k, n_shards)
+            if _shard_done(out, split, k, name, stop - start):
+                done += stop - start
+            else:
+                jobs.append((split, k, name, start, stop))
+    if on_progress:
+        on_progress(done, total)
+    groups = deque()  # (job, group_start, group_stop) in write order
+    for job in jobs:
+        split, k, name, start, stop = job
+        rg = min(ROW_GROUP_ROWS, stop - start)
+        for a in range(start, stop, rg):
+            groups.append((job, a, min(stop, a + rg)))
+    pending: deque = deque()
+    writer = None
+    current = None
+    try:
+        while groups or pending:
+            while groups and len(pending) < executor.window:
+                job, a, b = groups.popleft()
+                pending.append((job, a, b, executor.submit(make_table, *task_args(job[0], a, b))))
+            job, a, b, fut = pending.popleft()
+            table = executor.result(fut)
+            split, k, name, start, stop = job
+            tmp = out / "data" / f".{name}.tmp"
+            if current is not job:
+                if writer is not None:
+                    raise AssertionError("shard writer left open")  # pragma: no cover
+                writer = _writer_with(tmp, schema)
+                current = job
+            writer.write_table(table, row_group_size=len(table))
+            done += len(table)
+            if b == stop:
+                writer.close()
+                writer = None
+                final = out / "data" / name
+                tmp.replace(final)
+                info = {"name": name, "split": split, "shard": k, "rows": stop - start, "bytes": final.stat().st_size, "sha256": _sha256(final)}
+                atomic_write_json(_shard_record_path(out, split, k), info)
+                current = None
+            if on_progress:
+                on_progress(done, total)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def _clear_partial(out: Path) -> None:
+    for p in (out / "data").glob(".*.tmp"):
+        p.unlink()
+
+
+# ----------------------------------------------------------------------------------------------
+# generate
+# ----------------------------------------------------------------------------------------------
+
+def _base_manifest(spec: Spec, masks: bool, renderer: str, status: str, plan: dict, shard_bytes: int) -> dict:
+    from mosaic.dataset import _manifest
+
+    man = _manifest(spec, masks, renderer, status)
+    man.update({
+        "format": FORMAT,
+        "storage": "parquet",
+        "parquet": {"shard_bytes": int(shard_bytes), "rows_per_shard": plan, "row_group_rows": ROW_GROUP_ROWS},
+    })
+    return man
+
+
+def generate_parquet(
+    spec: Spec,
+    out: str | Path,
+    workers: int = 1,
+    overwrite: bool = False,
+    masks: bool = False,
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
+    renderer: str = "pillow",
+    on_progress: Callable[[int, int], None] | None = None,
+    executor=None,
+) -> dict:
+    """Generate the dataset of ``spec`` into ``out`` as Parquet shards; resume an interrupted run.
+
+    Args:
+        workers: processes rendering row groups (1 = in this process). The bytes do not depend on it.
+        overwrite: replace an existing mosaic dataset at ``out``.
+        masks: also store instance masks (``mask`` column, PNG).
+        shard_bytes: target shard size in bytes (default 256 MiB).
+        on_progress: called as ``on_progress(done, total)`` after each row group.
+        executor: an object with ``submit(fn, *args)``, ``result(future)``, ``window`` and
+            ``close()`` (e.g. the Ray backend); default: a local process pool of ``workers``.
+    Returns:
+        The final manifest (``status: complete``, ``shards`` listed per split).
+    Raises:
+        DatasetError: ``out`` holds another spec's dataset, foreign files, or the other storage form;
+            the leak check failed.
+        LayoutError: the layout search failed (checked on a few samples before anything is written).
+    """
+    from mosaic.dataset import MANIFEST, _check_out_dir, sample_record
+
+    out = Path(out)
+    if shard_bytes < 1:
+        raise DatasetError([("--shard-bytes", f"shard size {shard_bytes} must be positive, e.g. 268435456 (256 MiB)")])
+    sizes = spec.split_sizes()
+    for split, n in sizes.items():
+        for i in range(min(n, 4)):
+            sample_record(spec, split, i)
+    existing = _check_out_dir(out, spec, masks, overwrite)
+    if existing is not None and storage_of(existing) != "parquet":
+        raise DatasetError(f"{out} holds an imagefolder dataset of this spec: generate with --format imagefolder, "
+                           f"convert it with `mosaic export {out} --format parquet`, or --overwrite")
+    if existing is not None and existing.get("status") == "complete":
+        if on_progress:
+            on_progress(sum(sizes.values()), sum(sizes.values()))
+        return existing
+    if existing is not None and existing.get("parquet", {}).get("shard_bytes") == int(shard_bytes):
+        plan = {s: int(r) for s, r in existing["parquet"]["rows_per_shard"].items()}
+    else:
+        if existing is not None:  # another shard size: the finished shards do not fit the new plan
+            shutil.rmtree(out)
+        plan = {s: _estimate(spec, s, n, masks, renderer, shard_bytes) for s, n in sizes.items() if n > 0}
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    (out / ".mosaic" / "shards").mkdir(parents=True, exist_ok=True)
+    _clear_partial(out)
+    atomic_write_json(out / MANIFEST, _base_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes))
+    spec_data = spec.to_dict()
+    own = executor is None
+    executor = executor or _Local(workers)
+    try:
+        write_shards(spec, out, plan, masks, render_rows, lambda s, a, b: (spec_data, s, a, b, masks, renderer), executor, on_progress)
+    except BaseException as e:
+        if own:
+            executor.close(cancel=True)
+            own = False
+        if isinstance(e, (KeyboardInterrupt, DatasetError)) or type(e).__name__ == "LayoutError":
+            raise
+        raise DatasetError(f"generation stopped: {e}. Rerun the same command to resume.") from e
+    finally:
+        if own:
+            executor.close()
+    return finalize_parquet(spec, out, masks, renderer, plan, shard_bytes)
+
+
+def finalize_parquet(spec: Spec, out: Path, masks: bool, renderer: str, plan: dict, shard_bytes: int) -> dict:
+    """Check every shard, run the leak check streaming over the shards, write manifest and card."""
+    from mosaic.dataset import MANIFEST
+    from mosaic.tally import Tally
+
+    man = _base_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes)
+    shards: dict[str, list] = {}
+    for split, n in spec.split_sizes().items():
+        shards[split] = []
+        if n == 0:
+            continue
+        n_shards = -(-n // plan[split])
+        for k in range(n_shards):
+            name = shard_name(split, k, n_shards)
+            info = _shard_done(out, split, k, name, min(n, (k + 1) * plan[split]) - k * plan[split])
+            if info is None:
+                raise DatasetError(f"shard data/{name} is missing or incomplete: rerun the same command to resume")
+            shards[split].append({x: info[x] for x in ("name", "rows", "bytes", "sha256")})
+    man["shards"] = shards
+    tally = Tally(spec)
+    for split in spec.split_sizes():
+        tally.begin(split)
+        expect = 0
+        for rec in iter_records(out, split, columns=["index", "concepts"], manifest=man):
+            if rec["index"] != expect:
+                raise DatasetError(f"split {split!r}: shard rows are out of order at index {expect}; rerun with --overwrite")
+            tally.add(split, rec["index"], rec["concepts"])
+            expect += 1
+    man["leak_check"] = tally.report()
+    if not man["leak_check"]["passed"]:
+        man["status"] = "failed_leak_check"
+        atomic_write_json(out / MANIFEST, man)
+        failed = [k for k, c in man["leak_check"]["checks"].items() if not c["passed"]]
+        raise DatasetError(f"the generated dataset at {out} failed its leak check ({', '.join(failed)}); see manifest.json")
+    man["status"] = "complete"
+    atomic_write_json(out / MANIFEST, man)
+    write_card(out, spec, man, "parquet")
+    return man
+
+
+# ----------------------------------------------------------------------------------------------
+# reading and verifying
+# ----------------------------------------------------------------------------------------------
+
+def shard_paths(out: str | Path, split: str, manifest: dict | None = None) -> list[Path]:
+    """The shard files of a split, in index order (from the manifest)."""
+    from mosaic.dataset import read_manifest
+
+    man = manifest or read_manifest(out)
+    return [Path(out) / "data" / s["name"] for s in man.get("shards", {}).get(split, [])]
+
+
+def verify_parquet(out: str | Path, manifest: dict | None = None, deep: bool = False) -> None:
+    """Check that every shard of a Parquet dataset is present and whole.
+
+    Checks each shard listed in the manifest: the file exists, has the recorded size, its footer
+    reads and holds the recorded rows; with ``deep`` also its sha256.
+
+    Raises:
+        DatasetError: listing every missing or damaged shard by name (``data/<name>``).
+    """
+    from mosaic.dataset import read_manifest
+
+    out = Path(out)
+    man = manifest or read_manifest(out)
+    problems = []
+    for split, lst in man.get("shards", {}).items():
+        for s in lst:
+            p = out / "data" / s["name"]
+            where = f"data/{s['name']}"
+            if not p.is_file():
+                problems.append((where, "shard is missing"))
+                continue
+            size = p.stat().st_size
+            if size != s["bytes"]:
+                problems.append((where, f"shard is damaged: {size} bytes, the manifest records {s['bytes']}"))
+                continue
+            try:
+                rows = pq.ParquetFile(p).metadata.num_rows
+            except Exception as e:  # noqa: BLE001 - any unreadable footer is damage
+                problems.append((where, f"shard is damaged: {e}"))
+                continue
+            if rows != s["rows"]:
+                problems.append((where, f"shard is damaged: {rows} rows, the manifest records {s['rows']}"))
+            elif deep and _sha256(p) != s["sha256"]:
+                problems.append((where, "shard is damaged: its sha256 differs from the manifest's"))
+    if problems:
+        problems.append(("", f"regenerate the dataset (`mosaic generate ... --format parquet --out {out} --overwrite`) or restore the shards"))
+        raise DatasetError(problems, source=str(out))
+
+
+def iter_records(out: str | Path, split: str, columns: list[str] | None = None, manifest: dict | None = None,
+                 batch_rows: int = 1024) -> Iterator[dict]:
+    """The rows of one split of a Parquet dataset, in index order, as dicts (``columns``: a subset).
+
+    Memory: one batch of ``batch_rows`` rows at a time. Images are ``{"bytes", "path"}`` dicts.
+    Raises DatasetError naming a missing or damaged shard.
+    """
+    for p in shard_paths(out, split, manifest):
+        try:
+            f = pq.ParquetFile(p)
+            for batch in f.iter_batches(batch_size=batch_rows, columns=columns):
+                yield from batch.to_pylist()
+        except FileNotFoundError:
+            raise DatasetError(f"shard data/{p.name} of {out} is missing: regenerate the dataset or restore the shard") from None
+        except (OSError, pa.ArrowException) as e:
+            raise DatasetError(f"shard data/{p.name} of {out} is damaged ({e}): regenerate the dataset or restore the shard") from None
+
+
+# ----------------------------------------------------------------------------------------------
+# export: imagefolder <-> parquet
+# ----------------------------------------------------------------------------------------------
+
+def _imagefolder_rows(spec: Spec, src: Path, split: str, masks: bool) -> Iterator[dict]:
+    path = src / split / "metadata.jsonl"
+    if not path.is_file():
+        raise DatasetError(f"no split {split!r} in {src}: {path} is missing")
+    with path.open() as f:
+        for line in f:
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            image = (src / split / rec["file_name"]).read_bytes()
+            mask = (src / split / rec["mask_file_name"]).read_bytes() if masks else None
+            yield row_of(spec, rec, image, mask)
+
+
+def export(src: str | Path, format: str, dst: str | Path | None = None, shard_bytes: int = DEFAULT_SHARD_BYTES,
+           overwrite: bool = False, on_progress: Callable[[int, int], None] | None = None) -> dict:
+    """Convert a complete dataset between imagefolder and Parquet; images are copied as the same
+    PNG bytes and labels as the same values.
+
+    Args:
+        src: a complete mosaic dataset (either form).
+        format: ``parquet`` or ``imagefolder`` (the form to write).
+        dst: output directory (default: ``<src>-<format>``); must be new or empty unless ``overwrite``.
+    Returns:
+        The manifest of ``dst``.
+    Raises:
+        DatasetError: unknown format, ``src`` incomplete or already in that form, ``dst`` not empty.
+    """
+    from mosaic.dataset import MANIFEST, read_manifest, spec_of
+
+    check_format(format)
+    src = Path(src)
+    man = read_manifest(src)
+    if man.get("status") != "complete":
+        raise DatasetError(f"{src} is incomplete (status {man.get('status')!r}): finish it with `mosaic generate` first")
+    have = storage_of(man)
+    if have == format:
+        raise DatasetError([("--format", f"{src} is already {format}: choose the other form ({'imagefolder' if format == 'parquet' else 'parquet'})")])
+    dst = Path(dst) if dst is not None else src.with_name(f"{src.name}-{format}")
+    if dst.exists():
+        if not dst.is_dir() or (any(dst.iterdir()) and not (overwrite and (dst / MANIFEST).is_file())):
+            raise DatasetError(f"--out {dst} exists and is not empty: give a new directory (or --overwrite to replace a mosaic dataset)")
+        shutil.rmtree(dst)
+    if have == "parquet":
+        verify_parquet(src, man)
+    spec = spec_of(src)
+    masks = bool(man.get("masks"))
+    renderer = man.get("renderer", {}).get("name", "pillow")
+    if format == "parquet":
+        plan = {}
+        for split, v in man["splits"].items():
+            if v["count"]:
+                from itertools import islice
+
+                plan[split] = plan_rows_per_shard(list(islice(_imagefolder_rows(spec, src, split, masks), ESTIMATE_SAMPLES)), shard_bytes)
+        (dst / "data").mkdir(parents=True)
+        (dst / ".mosaic" / "shards").mkdir(parents=True)
+        atomic_write_json(dst / MANIFEST, _base_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes))
+        spec_data = spec.to_dict()
+        write_shards(spec, dst, plan, masks, _table_of_imagefolder_cached(),
+                     lambda s, a, b: (spec_data, str(src), s, a, b, masks), _Local(1), on_progress)
+        return finalize_parquet(spec, dst, masks, renderer, plan, shard_bytes)
+    return _parquet_to_imagefolder(spec, src, dst, man, masks, renderer, on_progress)
+
+
+def _table_of_imagefolder_cached():
+    """A row-group maker over imagefolder splits that reads each split's metadata once, in order (export writes
+    row groups in order, so a running reader per split avoids re-reading the file per group)."""
+    state: dict = {}
+
+    def make(spec_data, src, split, start, stop, masks):
+        from mosaic.dataset import _spec_from
+
+        spec = _spec_from(spec_data)
+        key = (src, split)
+        if key not in state or state[key][1] != start:
+            it = _imagefolder_rows(spec, Path(src), split, masks)
+            from itertools import islice
+
+            for _ in islice(it, start):
+                pass
+            state[key] = [it, start]
+        it = state[key][0]
+        rows = [next(it) for _ in range(stop - start)]
+        state[key][1] = stop
+        return pa.Table.from_pylist(rows, schema=_schema(spec, masks))
+
+    return make
+
+
+def _parquet_to_imagefolder(spec: Spec, src: Path, dst: Path, man: dict, masks: bool, renderer: str, on_progress) -> dict:
+    from mosaic.dataset import MANIFEST, _manifest
+    from mosaic.tally import Tally
+
+    total = sum(v["count"] for v in man["splits"].values())
+    done = 0
+    dst.mkdir(parents=True)
+    out_man = _manifest(spec, masks, renderer, "incomplete")
+    out_man.update({"format": FORMAT, "storage": "imagefolder"})
+    atomic_write_json(dst / MANIFEST, out_man)
+    tally = Tally(spec)
+    for split, v in man["splits"].items():
+        tally.begin(split)
+        (dst / split / "images").mkdir(parents=True)
+        if masks:
+            (dst / split / "masks").mkdir(parents=True)
+        tmp = dst / split / ".metadata.jsonl.tmp"
+        with tmp.open("w") as f:
+            for row in iter_records(src, split, manifest=man):
+                image = row.pop("image")
+                mask = row.pop("mask", None)
+                fn = image["path"] or f"images/{row['index']:06d}.png"
+                (dst / split / fn).write_bytes(image["bytes"])
+                rec = {"file_name": fn, **row}
+                if mask is not None:
+                    mfn = mask["path"] or f"masks/{row['index']:06d}.png"
+                    (dst / split / mfn).write_bytes(mask["bytes"])
+                    rec["mask_file_name"] = mfn
+                f.write(json.dumps(rec, sort_keys=True) + "\n")
+                tally.add(split, row["index"], row["concepts"])
+                done += 1
+                if on_progress and done % 1024 == 0:
+                    on_progress(done, total)
+        tmp.replace(dst / split / "metadata.jsonl")
+    out_man["splits"] = {s: {"count": v["count"]} for s, v in man["splits"].items()}
+    out_man["leak_check"] = tally.report()
+    out_man["status"] = "complete" if out_man["leak_check"]["passed"] else "failed_leak_check"
+    atomic_write_json(dst / MANIFEST, out_man)
+    write_card(dst, spec, out_man, "imagefolder")
+    if on_progress:
+        on_progress(total, total)
+    return out_man
+
+
+__all__ = [
+    "DEFAULT_SHARD_BYTES", "FORMAT", "STORAGES", "check_format", "export", "finalize_parquet", "generate_parquet",
+    "iter_records", "present_splits", "shard_name", "shard_paths", "storage_of", "verify_parquet",
+]

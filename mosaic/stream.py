@@ -1,0 +1,182 @@
+"""Data on the fly: a torch ``IterableDataset`` that samples and renders a spec's split inside the
+DataLoader workers, so training volume is not bounded by disk.
+
+Sample ``i`` of a split is exactly sample ``i`` of the dataset ``mosaic generate`` writes from the
+same spec (the same :func:`mosaic.dataset.sample_record` and renderer), so a stream is a generated
+dataset that was never written: deterministic per ``(seed, split, index)``, with the split's exact
+quotas, and never a held-out combination outside ``test_ood``. For more samples than the spec's
+split holds, raise the split's size (``--set splits.train=1000000``): the quota plan grows with it.
+
+Sharding: with ``W`` DataLoader workers on each of ``R`` ranks (``torch.distributed``, or
+``rank``/``world_size`` given), position ``p`` of the epoch's index order goes to worker
+``p mod (R*W)``, so the ranks and workers together yield every index once and no index twice.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mosaic.errors import DatasetError
+from mosaic.hf import labels_of, mosaic_split
+from mosaic.spec import Spec
+
+
+def _spec_of(spec) -> Spec:
+    if isinstance(spec, Spec):
+        return spec
+    if isinstance(spec, dict):
+        from mosaic.spec import parse_spec
+
+        return parse_spec(spec)
+    p = Path(spec)
+    if p.is_dir() or p.name == "manifest.json":
+        from mosaic.dataset import spec_of
+
+        return spec_of(p if p.is_dir() else p.parent)
+    from mosaic.spec import load_spec
+
+    return load_spec(p)
+
+
+def _dist() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+class StreamingDataset(torch.utils.data.IterableDataset):
+    """One split of a spec, sampled and rendered on the fly.
+
+    Each item is a dict, as :class:`mosaic.torch_data.MosaicDataset` gives:
+        ``image``: uint8 tensor ``[3, H, W]``;
+        ``targets``: int64 tensor ``[C]``, each concept's value index in its domain (order of
+        ``self.concepts``; -1 where the scene shows no value; decode with ``self.decode``);
+        ``index``: int, the sample's index in the split; ``caption``: str; ``held_out``: bool;
+        ``mask``: uint8 ``[H, W]`` instance mask when ``masks``.
+
+    Args:
+        spec: a :class:`~mosaic.spec.Spec`, a spec YAML path, a spec dict, or a generated dataset
+            (its directory or manifest) standing for its spec.
+        split: ``train``, ``val`` (or ``validation``), ``test``, ``test_id`` or ``test_ood``.
+        shuffle: visit the split's indices in a seeded permutation per epoch (:meth:`set_epoch`);
+            the quota plans already spread combinations over the indices, so plain order is
+            already mixed.
+        rank, world_size: this process's place among data-parallel ranks (default: from
+            ``torch.distributed`` when initialised, else 0 of 1).
+        start, stop: a range of the split's indices (default: all of it).
+        masks: also render instance masks.
+        renderer: renderer backend name.
+    Raises:
+        DatasetError: a split the spec does not have (the message lists the splits it has), or an
+            empty range.
+    """
+
+    def __init__(self, spec, split: str = "train", *, shuffle: bool = False, rank: int | None = None,
+                 world_size: int | None = None, start: int = 0, stop: int | None = None, masks: bool = False,
+                 renderer: str = "pillow"):
+        super().__init__()
+        spec = _spec_of(spec)
+        sizes = spec.split_sizes()
+        name = mosaic_split(split)
+        if name not in sizes:
+            have = ", ".join(f"{s} ({n})" for s, n in sizes.items())
+            raise DatasetError([("split", f"spec {spec.name!r} has no split {split!r}; its splits: {have}"
+                                 + (" (val is also called validation)" if "val" in sizes else ""))])
+        n = sizes[name]
+        stop = n if stop is None else stop
+        if not 0 <= start <= stop <= n:
+            raise DatasetError([("stop", f"range {start}..{stop} is outside split {name!r} (0..{n})")])
+        dr, dw = _dist()
+        self.rank = dr if rank is None else int(rank)
+        self.world_size = dw if world_size is None else int(world_size)
+        if not 0 <= self.rank < self.world_size:
+            raise DatasetError([("rank", f"rank {self.rank} is not in 0..{self.world_size - 1}")])
+        self.spec_data = spec.to_dict()
+        self.seed = spec.seed
+        self.split = name
+        self.start, self.stop = int(start), int(stop)
+        self.shuffle = bool(shuffle)
+        self.epoch = 0
+        self.masks = bool(masks)
+        self.renderer_name = renderer
+        self.concepts = list(spec.concepts)
+        self.domains = {c: spec.domain(c) for c in self.concepts}
+        self.image_size = spec.image.size
+        self._spec = spec
+        self._renderer = None
+
+    # -- pickling into DataLoader workers: the spec travels as data and is parsed once there
+    def __getstate__(self):
+        d = dict(self.__dict__)
+        d["_spec"] = None
+        d["_renderer"] = None
+        return d
+
+    @property
+    def spec(self) -> Spec:
+        if self._spec is None:
+            from mosaic.dataset import _spec_from
+
+            self._spec = _spec_from(self.spec_data)
+        return self._spec
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch's permutation (with ``shuffle``); call on every rank before iterating."""
+        self.epoch = int(epoch)
+
+    def order(self) -> np.ndarray:
+        """The epoch's index order over ``start..stop-1`` (int64)."""
+        idx = np.arange(self.start, self.stop, dtype=np.int64)
+        if self.shuffle:
+            rng = np.random.default_rng(np.random.SeedSequence(entropy=self.seed, spawn_key=(3000, self.epoch)))
+            idx = idx[rng.permutation(len(idx))]
+        return idx
+
+    def shard(self, worker: int = 0, num_workers: int = 1) -> np.ndarray:
+        """The indices one DataLoader worker of this rank yields, in order."""
+        slots = self.world_size * num_workers
+        return self.order()[self.rank * num_workers + worker :: slots]
+
+    def __len__(self) -> int:
+        """Items this rank yields per epoch (all its workers together)."""
+        n = self.stop - self.start
+        return len(range(self.rank, n, self.world_size))
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        for i in self.shard(worker, num_workers):
+            yield self[int(i)]
+
+    def __getitem__(self, index: int) -> dict:
+        """Sample ``index`` of the split (any index, whatever this rank's shard)."""
+        from mosaic.dataset import sample_record
+
+        if self._renderer is None:
+            from renderers import get_renderer
+
+            self._renderer = get_renderer(self.renderer_name, supersample=self.spec.image.supersample)
+        rec, scene = sample_record(self.spec, self.split, index)
+        if rec["held_out"] != (self.split == "test_ood") and self.spec.holdout is not None:
+            raise DatasetError(f"sample {self.split}/{index} shows combination {rec['combination']} "
+                               f"({'held out' if rec['held_out'] else 'seen'}) in split {self.split}: this is a bug in mosaic, please report it")
+        image, mask = self._renderer.render_one(scene)
+        lab = labels_of(self.spec, rec["concepts"])
+        item = {
+            "image": torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1))),
+            "targets": torch.tensor([lab[c] for c in self.concepts], dtype=torch.long),
+            "index": int(index),
+            "caption": rec["caption"],
+            "held_out": bool(rec["held_out"]),
+        }
+        if self.masks:
+            item["mask"] = torch.from_numpy(np.ascontiguousarray(mask))
+        return item
+
+    def decode(self, targets) -> dict:
+        """Concept -> value of a ``targets`` vector (``[C]``; -1 gives None)."""
+        t = [int(x) for x in (targets.tolist() if hasattr(targets, "tolist") else targets)]
+        return {c: (self.domains[c][k] if k >= 0 else None) for c, k in zip(self.concepts, t)}

@@ -1,0 +1,113 @@
+"""Streaming counts of a generated dataset: the leak check and the manifest's counts in memory
+independent of the dataset's size.
+
+:class:`Tally` sees the records one at a time (``add(split, index, concepts)``) and keeps only
+per-split per-cell counts, the values seen per concept in ``train`` and the first violations, so
+checking a 1M-image dataset holds a few thousand integers, not a million scene graphs. Its
+:meth:`Tally.report` is the same JSON-ready report as :func:`mosaic.holdout.leak_check` (which
+needs every record in memory); ``tests/test_tally.py`` checks that the two agree.
+"""
+
+from __future__ import annotations
+
+from mosaic.spec import Spec
+
+MAX_VIOLATIONS = 20  # per split, as in mosaic.holdout.leak_check
+
+
+def _key(combo) -> str:
+    return "|".join(map(str, combo))
+
+
+class Tally:
+    """Per-split counts of one dataset, filled record by record.
+
+    Args:
+        spec: the dataset's spec.
+    Attributes:
+        counts: ``{split: {"v1|v2": n}}`` samples per combination cell (with a holdout).
+        totals: ``{split: n}`` records seen per split.
+        values: ``{concept: {value: n}}`` in ``train``.
+    """
+
+    def __init__(self, spec: Spec):
+        from mosaic.holdout import HELD_OUT, SEEN
+
+        self.spec = spec
+        self.grid = spec.grid
+        self._held, self._seen = HELD_OUT, SEEN
+        self.counts: dict[str, dict[str, int]] = {}
+        self.totals: dict[str, int] = {}
+        self.values: dict[str, dict] = {c: {} for c in spec.concepts}
+        self.violations: dict[str, list] = {}
+        self._status: dict[tuple, int] = {}
+
+    def _status_of(self, combo: tuple) -> int | None:
+        if combo not in self._status:
+            self._status[combo] = self.grid.status_of(combo)
+        return self._status[combo]
+
+    def begin(self, split: str) -> None:
+        """Register a split (so an empty one is reported with zero counts)."""
+        self.totals.setdefault(split, 0)
+
+    def add(self, split: str, index: int, concepts: dict) -> None:
+        """Count one record (``concepts``: concept -> value, as read back from the scene)."""
+        self.totals[split] = self.totals.get(split, 0) + 1
+        if split == "train":
+            for c, seen in self.values.items():
+                v = concepts.get(c)
+                seen[v] = seen.get(v, 0) + 1
+        g = self.grid
+        if g is None:
+            return
+        combo = tuple(concepts.get(c) for c in g.concepts)
+        cnt = self.counts.setdefault(split, {})
+        k = _key(combo)
+        cnt[k] = cnt.get(k, 0) + 1
+        want = self._held if split == "test_ood" else self._seen
+        if self._status_of(combo) != want:
+            bad = self.violations.setdefault(split, [])
+            if len(bad) < MAX_VIOLATIONS:
+                bad.append({"index": int(index), "combination": list(combo)})
+
+    def add_records(self, split: str, records) -> None:
+        """Count an iterable of records (dicts with ``index`` and ``concepts``)."""
+        self.begin(split)
+        for r in records:
+            self.add(split, r["index"], r["concepts"])
+
+    def report(self) -> dict:
+        """The leak-check report (same keys and values as :func:`mosaic.holdout.leak_check`):
+        ``passed``; ``checks`` (``every_value_in_train``, and with a holdout
+        ``splits_respect_holdout``, ``every_seen_combination_in_train``); with a holdout also
+        ``concepts``, ``coverage``, ``connected``, ``seen``, ``held_out``, ``excluded_count`` and
+        ``counts`` (per split, per cell)."""
+        from mosaic.holdout import EXCLUDED
+
+        spec, g = self.spec, self.grid
+        checks: dict[str, dict] = {}
+        if self.totals.get("train"):
+            missing = {c: lost for c, k in spec.concepts.items() if (lost := [v for v in k.domain if v not in self.values[c]])}
+            checks["every_value_in_train"] = {"passed": not missing, "missing": missing}
+        else:
+            checks["every_value_in_train"] = {"passed": True, "skipped": "no train split"}
+        report: dict = {"checks": checks}
+        if g is not None:
+            counts = {s: dict(self.counts.get(s, {})) for s in self.totals}
+            leaks = {s: v for s, v in self.violations.items() if v}
+            checks["splits_respect_holdout"] = {"passed": not leaks, "violations": leaks}
+            seen_in_train = set(counts.get("train", {}))
+            unseen = [list(c) for c in g.cells(self._seen) if _key(c) not in seen_in_train]
+            checks["every_seen_combination_in_train"] = {"passed": not unseen, "missing": unseen[:50]}
+            report.update({
+                "concepts": g.concepts,
+                "coverage": g.coverage,
+                "connected": g.connected,
+                "seen": [list(c) for c in g.cells(self._seen)],
+                "held_out": [list(c) for c in g.cells(self._held)],
+                "excluded_count": g.count(EXCLUDED),
+                "counts": counts,
+            })
+        report["passed"] = all(c["passed"] for c in checks.values())
+        return report

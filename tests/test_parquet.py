@@ -1,0 +1,154 @@
+"""Sharded Parquet: determinism across workers, resume after a kill, damaged shards, loading with
+datasets and pyarrow, and export between imagefolder and Parquet with identical images and labels."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import mosaic.parquet as mp
+from mosaic.dataset import generate, read_manifest, read_metadata
+from mosaic.errors import DatasetError
+from mosaic.hf import hf_record
+from mosaic.parquet import export, generate_parquet, iter_records, verify_parquet
+from mosaic.spec import parse_spec
+from tests.conftest import SPECS, tiny
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def cc_spec():
+    return parse_spec(tiny(SPECS / "count_composition.yaml", train=100, val=6, test_id=8, test_ood=8))
+
+
+@pytest.fixture
+def small_groups(monkeypatch):
+    monkeypatch.setattr(mp, "ROW_GROUP_ROWS", 7)
+
+
+def test_one_and_two_workers_give_identical_shards(tmp_path, cc_spec, small_groups):
+    a = generate_parquet(cc_spec, tmp_path / "w1", workers=1, shard_bytes=40_000, masks=True)
+    b = generate_parquet(cc_spec, tmp_path / "w2", workers=2, shard_bytes=40_000, masks=True)
+    assert a == b and len(a["shards"]["train"]) > 2
+    ta, tb = tree(tmp_path / "w1"), tree(tmp_path / "w2")
+    assert ta == tb
+    f = pq.ParquetFile(tmp_path / "w1" / "data" / a["shards"]["train"][0]["name"])
+    assert f.metadata.num_row_groups > 1 and f.metadata.num_rows == a["shards"]["train"][0]["rows"]
+    assert sum(s["rows"] for s in a["shards"]["train"]) == 100
+    assert a["leak_check"]["passed"] and a["status"] == "complete" and a["storage"] == "parquet"
+
+
+def test_killed_run_resumes_to_the_same_bytes(tmp_path, cc_spec, small_groups):
+    ref = tmp_path / "ref"
+    generate_parquet(cc_spec, ref, shard_bytes=40_000)
+    out = tmp_path / "out"
+    calls = []
+
+    def kill(done, total):
+        calls.append(done)
+        if len(calls) == 6:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        generate_parquet(cc_spec, out, shard_bytes=40_000, on_progress=kill)
+    assert read_manifest(out)["status"] == "incomplete"
+    finished = sorted(p.name for p in (out / ".mosaic" / "shards").glob("*.json"))
+    assert finished and len(finished) < len(read_manifest(ref)["shards"]["train"])
+    assert not (out / "README.md").exists()
+    # a finished shard damaged on disk is redone, not trusted
+    victim = out / "data" / json.loads((out / ".mosaic" / "shards" / finished[0]).read_text())["name"]
+    victim.write_bytes(victim.read_bytes()[:100])
+    generate_parquet(cc_spec, out, shard_bytes=40_000)
+    assert tree(ref) == tree(out)
+
+
+def test_loads_with_datasets_and_pyarrow(tmp_path, cc_spec):
+    datasets = pytest.importorskip("datasets")
+    out = tmp_path / "pq"
+    man = generate_parquet(cc_spec, out, masks=True)
+    hf = datasets.load_dataset(str(out))
+    assert set(hf) == {"train", "validation", "test_id", "test_ood"}
+    feats = hf["train"].features
+    assert feats["labels"]["color"].names == cc_spec.domain("color")
+    assert feats["labels"]["count"].names == [str(v) for v in cc_spec.domain("count")]
+    assert all(hf["test_ood"]["held_out"]) and not any(hf["validation"]["held_out"])
+    row = hf["test_ood"][2]
+    assert {c: cc_spec.domain(c)[k] for c, k in row["labels"].items()} == row["concepts"]
+    assert row["image"].size == (32, 32) and row["mask"].mode == "L"
+    t = pq.read_table(out / "data" / man["shards"]["test_ood"][0]["name"])
+    assert t.num_rows == 8 and t.column("held_out").to_pylist() == [True] * 8
+    assert b"huggingface" in t.schema.metadata
+
+
+def test_imagefolder_and_parquet_hold_identical_images_and_labels(tmp_path, cc_spec):
+    img = tmp_path / "img"
+    generate(cc_spec, img, masks=True)
+    pqd = tmp_path / "pq"
+    generate_parquet(cc_spec, pqd, masks=True, shard_bytes=30_000)
+    for split in ("train", "val", "test_id", "test_ood"):
+        recs = read_metadata(img, split)
+        rows = list(iter_records(pqd, split))
+        assert len(rows) == len(recs)
+        for rec, row in zip(recs, rows):
+            assert row.pop("image")["bytes"] == (img / split / rec["file_name"]).read_bytes()
+            assert row.pop("mask")["bytes"] == (img / split / rec["mask_file_name"]).read_bytes()
+            want = hf_record(cc_spec, rec)
+            want.pop("file_name"), want.pop("mask_file_name")
+            assert row == want
+    # the manifests agree on everything but the storage form
+    a, b = read_manifest(img), read_manifest(pqd)
+    assert a["leak_check"] == b["leak_check"] and a["splits"] == b["splits"]
+
+
+def test_export_round_trip(tmp_path, cc_spec):
+    img = tmp_path / "img"
+    generate(cc_spec, img)
+    pqd = tmp_path / "pq"
+    generate_parquet(cc_spec, pqd, shard_bytes=30_000)
+    exp = export(img, "parquet", tmp_path / "exp", shard_bytes=30_000)
+    assert {k: v for k, v in tree(tmp_path / "exp").items()} == tree(pqd)  # same shards, card, manifest
+    back = export(pqd, "imagefolder", tmp_path / "back")
+    assert back["status"] == "complete" and back["storage"] == "imagefolder"
+    for split in ("train", "test_ood"):
+        a, b = read_metadata(img, split), read_metadata(tmp_path / "back", split)
+        assert [hf_record(cc_spec, r) for r in a] == b
+        for r in a:
+            assert (img / split / r["file_name"]).read_bytes() == (tmp_path / "back" / split / r["file_name"]).read_bytes()
+    datasets = pytest.importorskip("datasets")
+    hf = datasets.load_dataset(str(tmp_path / "back"))
+    assert set(hf) == {"train", "validation", "test_id", "test_ood"}
+    assert hf["train"].features["labels"]["count"].names == [str(v) for v in cc_spec.domain("count")]
+    assert hf["test_ood"]["labels"] == [r["labels"] for r in read_metadata(tmp_path / "back", "test_ood")]
+    assert exp["leak_check"] == back["leak_check"]
+
+
+def test_bad_input(tmp_path, cc_spec):
+    with pytest.raises(DatasetError, match="unknown format 'zip'"):
+        export(tmp_path, "zip")
+    pqd = tmp_path / "pq"
+    man = generate_parquet(cc_spec, pqd, shard_bytes=30_000)
+    with pytest.raises(DatasetError, match="already parquet"):
+        export(pqd, "parquet")
+    names = [s["name"] for s in man["shards"]["train"]]
+    (pqd / "data" / names[1]).unlink()
+    p = pqd / "data" / names[2]
+    p.write_bytes(p.read_bytes()[:-10] + b"0123456789")
+    with pytest.raises(DatasetError) as e:
+        verify_parquet(pqd)
+    msg = str(e.value)
+    assert f"data/{names[1]}: shard is missing" in msg and f"data/{names[2]}" in msg and names[0] not in msg
+    with pytest.raises(DatasetError, match=names[1]):
+        list(iter_records(pqd, "train"))
+    with pytest.raises(DatasetError, match="imagefolder"):
+        generate_parquet(cc_spec, _imagefolder(tmp_path, cc_spec))
+
+
+def _imagefolder(tmp_path, spec):
+    out = tmp_path / "img"
+    generate(spec, out)
+    return out
