@@ -1,4 +1,4 @@
-"""The training lab: one Accelerate training loop shared by every model family.
+"""The training lab: one run driver and one Accelerate training loop shared by every model family.
 
 - :mod:`mosaic.lab.config` — pydantic sections shared by lab configs (dataset, training, EMA) and
   YAML loading with ``--set key.path=value`` overrides.
@@ -6,12 +6,18 @@
   memory as uint8, and the deterministic per-step batch plan.
 - :mod:`mosaic.lab.loop` — the generic loop (:class:`~mosaic.lab.loop.Task` interface, run
   folders, checkpoints with exact resume, EMA, logs, NaN stop, checkpoint selection on ``val``).
-- :mod:`mosaic.lab.conditioning` — factorized, caption and per-combination (baseline) conditions.
+- :mod:`mosaic.lab.run` — the one run driver (done-check, accelerator, dataset, seeding, task, run
+  folder, training, results, ``metrics.json``, ``DONE``); a family plugs in with a
+  :class:`~mosaic.lab.run.Family`.
 - :mod:`mosaic.lab.diffusion` — conditional pixel-space diffusion (UNet / DiT backbones from
-  diffusers), sampling with classifier-free guidance, scoring with the evaluator.
+  diffusers), its conditioners (factorized, caption, per-combination baseline), sampling with
+  classifier-free guidance, scoring with the evaluator.
 - :mod:`mosaic.lab.transformer` — ViTs and token encoders from scratch: multi-head concept
-  classifiers (coverage study) and dual encoders (binding study), with :mod:`mosaic.lab.tokens`
-  (the scene graph's token form), :mod:`mosaic.lab.encoders`, :mod:`mosaic.lab.binding` (swap
-  negatives, multi-positive loss, ranking metric) and :mod:`mosaic.lab.factorization` (R²).
-- :mod:`mosaic.lab.cli` — ``mosaic train diffusion``, ``mosaic train transformer`` and ``mosaic sample``.
+  classifiers (coverage study) and dual encoders (binding study), with the scene graph's token
+  form, the encoders, binding's swap negatives / loss / ranking metric and the factorization R².
+
+The seen / held-out table every family reports is :mod:`mosaic.evaluation.table`. The commands
+(``mosaic train ...``, ``mosaic sample``) are in :mod:`mosaic.cli`. ``mosaic.lab.conditioning``,
+``mosaic.lab.tokens``, ``mosaic.lab.encoders``, ``mosaic.lab.binding`` and
+``mosaic.lab.factorization`` are the old names of modules now inside the family packages.
 """

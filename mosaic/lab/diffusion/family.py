@@ -1,0 +1,76 @@
+"""The diffusion family's plug-in to the run driver (:mod:`mosaic.lab.run`): build the task, keep
+the caption vocabulary, and after training sample the test splits and score them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mosaic.lab.diffusion.config import DiffusionConfig
+from mosaic.lab.diffusion.model import count_params
+from mosaic.lab.diffusion.sampling import sample_and_score
+from mosaic.lab.diffusion.task import DiffusionTask
+from mosaic.lab.loop import RunFolder
+from mosaic.lab.run import Family, RunContext, pick_checkpoint
+from mosaic.lab.run import run as run_with
+
+
+class DiffusionFamily(Family):
+    """Conditional pixel-space diffusion (see :mod:`mosaic.lab.diffusion`)."""
+
+    def build_task(self, cfg: DiffusionConfig, root: Path, run: RunFolder) -> DiffusionTask:
+        return DiffusionTask(cfg, root, run)
+
+    def opened(self, cfg: DiffusionConfig, task: DiffusionTask, ctx: RunContext) -> None:
+        if ctx.accelerator.is_main_process:
+            task.keep_vocab(ctx.run)
+
+    def describe(self, cfg: DiffusionConfig, task: DiffusionTask, status: str, ctx: RunContext) -> str:
+        return (f"{super().describe(cfg, task, status, ctx)}\n{cfg.model.backbone} with {cfg.model.conditioning} conditioning: "
+                f"{count_params(task.model) / 1e6:.2f} M parameters ({count_params(task.model.conditioner) / 1e6:.3f} M in the "
+                f"conditioner); {len(task.train_data['image'])} training images of {task.image_size} px")
+
+    def results(self, cfg: DiffusionConfig, task: DiffusionTask, ctx: RunContext) -> dict:
+        """``generate_s``, ``samples`` (path, images, seconds, checkpoint, splits) and, when scored,
+        ``scores`` (the evaluator's score dict), ``table`` (:func:`mosaic.evaluation.table.table_from_scores`)
+        and ``evaluator_check``."""
+        from mosaic.evaluation.table import table_from_scores
+        from mosaic.lab.data import evaluation_splits
+        from mosaic.lab.loop import resolve_precision
+
+        run, accelerator, say = ctx.run, ctx.accelerator, ctx.say
+        ev, s = cfg.evaluation, cfg.sampling
+        splits = ev.splits or evaluation_splits(ctx.root)
+        checkpoint = pick_checkpoint(run, s.checkpoint)
+        if checkpoint != s.checkpoint:
+            say("no best checkpoint was selected (no validation metric); sampling the final weights")
+        res = sample_and_score(task, run, splits, n_per_combination=s.n_per_combination, guidance=s.guidance, steps=s.steps,
+                               sampler=s.sampler, checkpoint=checkpoint, score=ev.enabled, device=accelerator.device,
+                               check_n=ev.check_n, say=say,
+                               autocast=resolve_precision(cfg.training) if accelerator.device.type == "cuda" else "no")
+        out = {"generate_s": ctx.generate_s,
+               "samples": {"out": res["out"], "images": res["n"], "seconds": res["seconds"], "checkpoint": checkpoint, "splits": splits}}
+        if res["metrics"] is not None:
+            out["scores"] = res["metrics"]
+            out["table"] = table_from_scores(res["metrics"])
+            if res["evaluator_check"] is not None:
+                out["evaluator_check"] = res["evaluator_check"]
+        return out
+
+
+def run_diffusion(cfg: DiffusionConfig, say=print, on_generate=None) -> dict:
+    """Generate the dataset if needed, train (or resume), sample the test splits and score them.
+
+    Re-running a finished run (``RUN/DONE``) returns its ``metrics.json`` without doing anything;
+    an interrupted one resumes from its latest checkpoint. Works under ``torchrun`` /
+    ``accelerate launch``: every process trains, the main one samples and scores.
+
+    Returns:
+        The run's metrics (also in ``RUN/metrics.json``): ``run``, ``name``, ``dataset``, ``train`` (see
+        :func:`mosaic.lab.loop.train`), ``params``, ``generate_s``, ``samples`` (path, images, seconds),
+        ``scores`` (the evaluator's score dict), ``table`` (the seen / held-out table,
+        :mod:`mosaic.evaluation.table`), ``evaluator_check``, ``time_s``; ``already_done`` when
+        nothing was left to do.
+    Raises:
+        ConfigError, DatasetError, SpecError, TrainingError (all MosaicError).
+    """
+    return run_with(cfg, DiffusionFamily(), say, on_generate)

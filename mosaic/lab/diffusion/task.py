@@ -1,0 +1,201 @@
+"""The diffusion objective as a :class:`~mosaic.lab.loop.Task`: DDPM loss with condition dropout
+(optionally Min-SNR weighted), validation on ``val`` (loss, and evaluator accuracy of generated
+images), weight export and loading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mosaic.errors import TrainingError
+from mosaic.lab.data import to_float
+from mosaic.lab.diffusion.config import DiffusionConfig
+from mosaic.lab.diffusion.model import DiffusionModel, build_backbone, check_model_fits
+from mosaic.lab.diffusion.sampling import generate, load_evaluator, sample_seeds
+from mosaic.lab.loop import RunFolder, Task
+
+
+class DiffusionTask(Task):
+    """The diffusion objective on a mosaic dataset (see the module docstring).
+
+    Args:
+        cfg: the run's config.
+        dataset_root: a complete dataset directory.
+        run: the run folder (the caption vocabulary is kept there), or None.
+        train: load the train split into memory (False for sampling only).
+    Raises:
+        ConfigError: a model that does not fit the image size.
+        DatasetError: missing splits.
+    """
+
+    def __init__(self, cfg: DiffusionConfig, dataset_root: Path, run: RunFolder | None = None, train: bool = True):
+        from diffusers import DDPMScheduler
+
+        from mosaic.dataset import read_metadata, spec_of
+
+        self.cfg, self.root, self.run = cfg, Path(dataset_root), run
+        self.spec = spec_of(self.root)
+        self.image_size = self.spec.image.size
+        self.concepts = list(self.spec.concepts)
+        check_model_fits(cfg.model, self.image_size)
+        m = cfg.model
+        self.noise = DDPMScheduler(num_train_timesteps=m.schedule.num_train_timesteps, beta_schedule=m.schedule.beta_schedule,
+                                   prediction_type=m.schedule.prediction_type, clip_sample=True, clip_sample_range=1.0)
+        self.conditioner = self._conditioner()
+        self.model = DiffusionModel(build_backbone(m, self.image_size), self.conditioner, m.backbone)
+        self.train_data = {}
+        if train:
+            from mosaic.torch_data import MosaicDataset
+
+            ds = MosaicDataset(self.root, "train")
+            self.train_data = {"image": ds.images, "cond": self.conditioner.encode(ds.records)}
+        splits = self.spec.split_sizes()
+        self.val_records = read_metadata(self.root, "val") if splits.get("val") else []
+        self._val_images = None
+        self._evaluator = None
+        self._device = "cpu"
+        self.selection = ("val/joint_accuracy", "max") if cfg.evaluation.select == "joint_accuracy" else ("val/loss", "min")
+
+    # -- conditioning ------------------------------------------------------------------------------
+    def _conditioner(self):
+        from mosaic.lab.diffusion.conditioning import CaptionConditioner, CombinationConditioner, FactorizedConditioner, build_vocab
+
+        m = self.cfg.model
+        domains = {c: self.spec.domain(c) for c in self.concepts}
+        if m.conditioning == "factorized":
+            return FactorizedConditioner(domains, m.cond_dim)
+        if m.conditioning == "combination":
+            return CombinationConditioner(domains, m.cond_dim)
+        vocab_file = self.run.root / "vocab.json" if self.run is not None else None
+        if vocab_file is not None and vocab_file.is_file():
+            vocab = json.loads(vocab_file.read_text())
+        else:
+            from mosaic.dataset import read_metadata
+
+            vocab = build_vocab(r["caption"] for s in self.spec.split_sizes() for r in read_metadata(self.root, s))
+        self.vocab = vocab
+        t = m.text
+        return CaptionConditioner(vocab, m.cond_dim, layers=t.layers, heads=t.heads, max_len=t.max_len, dropout=t.dropout)
+
+    def keep_vocab(self, run: RunFolder) -> None:
+        """Write the caption vocabulary to ``RUN/vocab.json`` (caption conditioning; call once the
+        run folder is open), so that sampling the run later reads the words it was trained with."""
+        if self.cfg.model.conditioning != "caption" or not run.root.is_dir() or (run.root / "vocab.json").is_file():
+            return
+        from mosaic.io import atomic_write
+
+        atomic_write(run.root / "vocab.json", json.dumps(self.vocab) + "\n")
+
+    def encode(self, records: list[dict]) -> torch.Tensor:
+        """Encoded conditions int64 ``[N, ...]`` of records (``concepts``, ``caption``)."""
+        return self.conditioner.encode(records)
+
+    # -- training -----------------------------------------------------------------------------------
+    def loss(self, model, batch, generator):
+        """DDPM loss of one micro-batch: MSE between the prediction and the noise (or velocity)
+        at uniform timesteps, with per-sample condition dropout (optionally Min-SNR weighted)."""
+        x0 = to_float(batch["image"])
+        b = x0.shape[0]
+        dev = x0.device
+        noise = torch.randn(x0.shape, generator=generator, device=dev)
+        t = torch.randint(0, self.noise.config.num_train_timesteps, (b,), generator=generator, device=dev)
+        drop = torch.rand(b, generator=generator, device=dev) < self.cfg.model.cond_dropout
+        xt = self.noise.add_noise(x0, noise, t)
+        target = noise if self.noise.config.prediction_type == "epsilon" else self.noise.get_velocity(x0, noise, t)
+        pred = model(xt, t, batch["cond"], drop)
+        gamma = self.cfg.model.schedule.snr_gamma
+        if gamma is None:
+            return F.mse_loss(pred.float(), target)
+        # Min-SNR-gamma (Hang et al. 2023): weight min(SNR, gamma) / SNR for epsilon, / (SNR + 1) for v
+        from diffusers.training_utils import compute_snr
+
+        snr = compute_snr(self.noise, t)
+        w = snr.clamp(max=gamma) / (snr if self.noise.config.prediction_type == "epsilon" else snr + 1)
+        per_sample = F.mse_loss(pred.float(), target, reduction="none").mean(dim=(1, 2, 3))
+        return (per_sample * w).mean()
+
+    def evaluator(self):
+        if self._evaluator is None:
+            self._evaluator = load_evaluator(self.spec, self.cfg.evaluation.evaluator, device=self._device)
+        return self._evaluator
+
+    def validate(self, model, accelerator) -> dict[str, float]:
+        """``val/loss`` (fixed noise and evenly spaced timesteps over up to 256 val images) and,
+        with the evaluator, ``val/joint_accuracy`` and ``val/acc/<concept>`` of images generated
+        for the first ``evaluation.val_samples`` val records (seen combinations only)."""
+        from accelerate.utils import gather_object
+
+        if not self.val_records:
+            return {}
+        dev = accelerator.device
+        self._device = str(dev)
+        out = {}
+        if self._val_images is None:
+            from mosaic.torch_data import MosaicDataset
+
+            ds = MosaicDataset(self.root, "val")
+            n = min(256, len(ds))
+            self._val_images = (ds.images[:n], self.encode(ds.records[:n]))
+        imgs, cond = self._val_images
+        g = torch.Generator().manual_seed(1234)
+        total, count = 0.0, 0
+        T = self.noise.config.num_train_timesteps
+        for s in range(0, len(imgs), 64):
+            x0 = to_float(imgs[s:s + 64]).to(dev)
+            b = len(x0)
+            noise = torch.randn(x0.shape, generator=g).to(dev)
+            t = (torch.arange(s, s + b) * T // max(len(imgs), 1)).clamp(max=T - 1).to(dev)
+            xt = self.noise.add_noise(x0, noise, t)
+            target = noise if self.noise.config.prediction_type == "epsilon" else self.noise.get_velocity(x0, noise, t)
+            pred = model(xt, t, cond[s:s + 64].to(dev))
+            total += F.mse_loss(pred.float(), target, reduction="sum").item() / x0[0].numel()
+            count += b
+        out["val/loss"] = total / count
+        ev = self.cfg.evaluation
+        if ev.enabled and ev.val_samples:
+            recs = self.val_records[: ev.val_samples]
+            seeds = sample_seeds(self.cfg.sampling.seed, "val", len(recs))
+            with accelerator.split_between_processes(list(range(len(recs)))) as mine:
+                images = generate(model, self.noise.config, self.encode([recs[i] for i in mine]), [seeds[i] for i in mine],
+                                  image_size=self.image_size, guidance=self.cfg.sampling.guidance, steps=ev.val_steps,
+                                  sampler=self.cfg.sampling.sampler, batch_size=self.cfg.sampling.batch_size, device=dev,
+                                  autocast=accelerator.mixed_precision)
+                preds = self.evaluator().predict(images) if len(images) else []
+                mine_preds = list(zip(mine, preds))
+            got = dict(gather_object(mine_preds)) if accelerator.num_processes > 1 else dict(mine_preds)
+            preds = [got[i] for i in range(len(recs))]
+            ok = {c: [p.get(c) == r["concepts"].get(c) for p, r in zip(preds, recs)] for c in self.concepts}
+            for c in self.concepts:
+                out[f"val/acc/{c}"] = float(np.mean(ok[c]))
+            out["val/joint_accuracy"] = float(np.mean([all(ok[c][i] for c in self.concepts) for i in range(len(recs))]))
+        return out
+
+    def export(self, model, out_dir: Path) -> None:
+        """``out_dir/backbone`` (diffusers ``save_pretrained``) and ``out_dir/conditioner.safetensors``."""
+        from safetensors.torch import save_file
+
+        out_dir.mkdir(parents=True, exist_ok=True)
+        model.backbone.save_pretrained(out_dir / "backbone")
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.conditioner.state_dict().items()}, str(out_dir / "conditioner.safetensors"))
+
+    def load_weights(self, weights_dir: Path) -> None:
+        """Load weights written by :meth:`export` into ``self.model``.
+
+        Raises:
+            TrainingError: the folder is missing or holds other shapes.
+        """
+        from safetensors.torch import load_file
+
+        bb = weights_dir / "backbone" / "diffusion_pytorch_model.safetensors"
+        cf = weights_dir / "conditioner.safetensors"
+        if not bb.is_file() or not cf.is_file():
+            raise TrainingError(f"no exported weights in {weights_dir} (expected backbone/ and conditioner.safetensors)")
+        try:
+            self.model.backbone.load_state_dict(load_file(str(bb)))
+            self.model.conditioner.load_state_dict(load_file(str(cf)))
+        except RuntimeError as e:
+            raise TrainingError(f"weights in {weights_dir} do not fit the run's model config: {str(e).splitlines()[0]}") from None

@@ -1,0 +1,137 @@
+"""The one run driver of the lab: a config in, a finished run folder out, for every model family.
+
+:func:`run` does, in this order: the done-check (a finished run with the same config returns its
+``metrics.json``), the ``Accelerator``, the dataset (resolved or generated on the main process
+first, then one process per node), **seeding** (``torch.manual_seed(training.seed)``, once, right
+before the task is built, so the initial weights follow ``training.seed``; a resumed run then
+loads its checkpoint), the task (config errors found against the dataset leave the run folder
+untouched), the run folder (:meth:`mosaic.lab.loop.RunFolder.open`), training
+(:func:`mosaic.lab.loop.train`), the family's results (main process), ``metrics.json`` and
+``DONE``.
+
+A model family plugs in with a :class:`Family`: how to build its task, what to say about it, and
+what to measure after training. The diffusion lab (:mod:`mosaic.lab.diffusion`) and the
+transformer lab (:mod:`mosaic.lab.transformer`) are the two families.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from mosaic.lab.config import RunConfig
+from mosaic.lab.loop import RunFolder, Task
+
+
+@dataclass
+class RunContext:
+    """What a family's hooks get besides the config and the task."""
+
+    run: RunFolder
+    root: Path
+    accelerator: object
+    say: Callable[[str], None]
+    generate_s: float
+
+
+class Family:
+    """A model family's plug-in to :func:`run` (override :meth:`build_task` and :meth:`results`)."""
+
+    def build_task(self, cfg: RunConfig, root: Path, run: RunFolder) -> Task:
+        """The task of ``cfg`` on the dataset at ``root``, built with torch seeded. ``run`` is not
+        open yet: nothing may be written into it. Raise ConfigError for a config that does not fit
+        the dataset."""
+        raise NotImplementedError
+
+    def opened(self, cfg: RunConfig, task: Task, ctx: RunContext) -> None:
+        """Called once the run folder is open (every process), before training."""
+
+    def describe(self, cfg: RunConfig, task: Task, status: str, ctx: RunContext) -> str:
+        """The line said before training (``status``: ``new`` or ``resume``)."""
+        return f"run {ctx.run.root} ({status}), dataset {ctx.root}"
+
+    def results(self, cfg: RunConfig, task: Task, ctx: RunContext) -> dict:
+        """The family's keys of ``metrics.json`` after training (main process only)."""
+        raise NotImplementedError
+
+    def finish(self, metrics: dict) -> dict:
+        """The complete metrics as written to ``metrics.json`` and returned (default: as they are)."""
+        return metrics
+
+
+def finished_metrics(run: RunFolder, config: dict | None = None) -> dict | None:
+    """A finished run's metrics with ``already_done``, or None. With ``config``, only when the
+    run's config is the same (``out`` aside)."""
+    if not (run.is_done() and run.metrics.is_file()):
+        return None
+    if config is not None:
+        from mosaic.lab.config import config_diff
+
+        if [d for d in config_diff(run.read_config(), config) if d != "out"]:
+            return None
+    return {**json.loads(run.metrics.read_text()), "already_done": True}
+
+
+def pick_checkpoint(run: RunFolder, wanted: str) -> str:
+    """``wanted`` (``best`` or ``final``), or ``final`` when no best weights were selected."""
+    return wanted if wanted == "final" or run.best.is_dir() else "final"
+
+
+def run(cfg: RunConfig, family: Family, say: Callable[[str], None] = print, on_generate=None) -> dict:
+    """Run ``cfg`` end to end with ``family`` (see the module docstring); ``training.threads``
+    applies to this run only.
+
+    Returns:
+        The run's metrics (also in ``RUN/metrics.json``): ``run``, ``name``, ``dataset``
+        (fingerprint record), ``params``, ``train`` (:func:`mosaic.lab.loop.train`'s summary),
+        the family's keys and ``time_s``; ``already_done`` when nothing was left to do; on a
+        non-main process of a multi-process run only ``train``.
+    Raises:
+        ConfigError, DatasetError, SpecError, TrainingError (all MosaicError).
+    """
+    from mosaic.lab.loop import torch_threads_restored
+
+    with torch_threads_restored():
+        return _run(cfg, family, say, on_generate)
+
+
+def _run(cfg: RunConfig, family: Family, say, on_generate) -> dict:
+    from mosaic.lab.data import manifest_fingerprint, resolve_dataset
+    from mosaic.lab.loop import make_accelerator, train
+
+    t_start = time.perf_counter()
+    run_folder = RunFolder(cfg.run_dir())
+    config = cfg.model_dump(mode="json")
+    done = finished_metrics(run_folder, config)  # cheap path: a finished run with the same config is a no-op
+    if done is not None:
+        return done
+    accelerator = make_accelerator(cfg.training, run_folder.root)
+    t0 = time.perf_counter()
+    # the main process generates first; then one process per node (a node without the shared file system makes its own copy)
+    with accelerator.main_process_first(), accelerator.local_main_process_first():
+        root = resolve_dataset(cfg.dataset, generate=True, on_progress=on_generate if accelerator.is_main_process else None)
+    ctx = RunContext(run_folder, root, accelerator, say, time.perf_counter() - t0)
+    torch.manual_seed(cfg.training.seed)  # the one seeding point: the initial weights follow training.seed
+    task = family.build_task(cfg, root, run_folder)  # before the run folder is touched: config errors leave nothing behind
+    with accelerator.main_process_first():
+        status = run_folder.open(config, root, accelerator.is_main_process)
+    if status == "done" and run_folder.metrics.is_file():
+        return finished_metrics(run_folder)
+    family.opened(cfg, task, ctx)
+    say(family.describe(cfg, task, status, ctx))
+    summary = train(task, cfg.training, run_folder, accelerator, on_log=say)
+    if not accelerator.is_main_process:
+        return {"train": summary}
+    metrics = {"run": str(run_folder.root), "name": cfg.name, "dataset": manifest_fingerprint(root),
+               "params": sum(p.numel() for p in task.model.parameters()), "train": summary}
+    metrics.update(family.results(cfg, task, ctx))
+    metrics["time_s"] = time.perf_counter() - t_start
+    metrics = family.finish(metrics)
+    run_folder.write_metrics(metrics)
+    run_folder.mark_done()
+    return metrics
