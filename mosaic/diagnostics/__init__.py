@@ -1,0 +1,26 @@
+"""Representation diagnostics from the literature, as pure functions on numpy / torch arrays.
+
+Each explains *why* a model does or does not generalize to held-out combinations, from its
+representations (definitions, hyper-parameters and pitfalls: ``shared/reference/diagnostics.md``;
+each module's docstring cites its source code):
+
+- ``probes`` (:mod:`.probes`): per-concept linear probes and slot-wise binding probes on frozen
+  embeddings, trained on seen combinations only, scored on ``test_id`` and ``test_ood``.
+- ``layers`` (:func:`.probes.layer_curve`): the same probes on every layer; seen and held-out
+  accuracy per layer, the best layer against the last.
+- ``factorization`` (:mod:`.factorization`): whitened R², k95, |cos| of concept means,
+  per-concept probe-span R², the probe-subspace analysis, least-squares and held-out R².
+- ``rank`` (:mod:`.rank`): rank axes for ordinal concepts (two-extremes and fitted), Spearman ρ
+  and Kendall τ-b of the projection, seen vs held-out.
+- ``diffusion-classifier`` (:mod:`.diffusion_classifier`): a conditional diffusion model as a
+  zero-shot classifier over every combination of the grid.
+
+A diagnostic that does not apply raises :class:`NotApplicableError`; training a probe on
+held-out combinations raises :class:`LeakageError` (both :class:`mosaic.errors.MosaicError`).
+"""
+
+from mosaic.diagnostics.errors import DiagnosticError, LeakageError, NotApplicableError
+
+DIAGNOSTICS = ("probes", "layers", "factorization", "rank", "diffusion-classifier")
+
+__all__ = ["DIAGNOSTICS", "DiagnosticError", "LeakageError", "NotApplicableError"]
