@@ -55,7 +55,7 @@ def object_type_grid(spec, grid):
     doms = [spec.domain(c) for c in slot]
     axes = [grid.concepts.index(c) for c in slot]
     held = np.zeros(tuple(len(d) for d in doms), bool)
-    for idx in np.argwhere(grid.status == HELD_OUT):
+    for idx in grid.index_cells(HELD_OUT):
         held[tuple(idx[a] for a in axes)] = True
     return slot, doms, held
 
@@ -117,7 +117,7 @@ def plot_split_grid(spec, out: str | Path) -> Path:
         ax.set_xticks(range(g.shape[1]), [str(v) for v in g.domains[1]], rotation=45, ha="right")
         ax.set_ylabel(g.concepts[0])
         ax.set_xlabel(g.concepts[1])
-        n_held = int((g.status == HELD_OUT).sum())
+        n_held = g.count(HELD_OUT)
         ax.set_title(f"{spec.name}: {spec.holdout.rule.kind} holdout, {n_held} of {g.status.size} held out (H)\n"
                      f"coverage {g.coverage:.0%}; numbers = training samples", fontsize=9)
     return save_figure(fig, out)
