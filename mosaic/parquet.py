@@ -34,7 +34,7 @@ from typing import Callable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mosaic.errors import DatasetError
+from mosaic.errors import DatasetError, MosaicError
 from mosaic.hf import arrow_schema, feature_tree, hf_record, present_splits, write_card
 from mosaic.io import atomic_write_json
 from mosaic.spec import Spec
@@ -153,40 +153,6 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 22), b""):
             h.update(block)
     return h.hexdigest()
-
-
-class _Local:
-    """In-process or process-pool execution of row-group tasks."""
-
-    def __init__(self, workers: int):
-        self.pool = None
-        if workers > 1:
-            from concurrent.futures import ProcessPoolExecutor
-            from multiprocessing import get_context
-
-            self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
-        self.window = max(2, 2 * workers)
-
-    def submit(self, fn, *args):
-        if self.pool is None:
-            return _Done(fn(*args))
-        return self.pool.submit(fn, *args)
-
-    @staticmethod
-    def result(fut):
-        return fut.result()
-
-    def close(self, cancel: bool = False):
-        if self.pool is not None:
-            self.pool.shutdown(wait=not cancel, cancel_futures=cancel)
-
-
-class _Done:
-    def __init__(self, value):
-        self.value = value
-
-    def result(self):
-        return self.value
 
 
 def _shard_record_path(out: Path, split: str, k: int) -> Path:
@@ -313,7 +279,8 @@ def generate_parquet(
     shard_bytes: int = DEFAULT_SHARD_BYTES,
     renderer: str = "pillow",
     on_progress: Callable[[int, int], None] | None = None,
-    executor=None,
+    backend: str = "local",
+    address: str | None = None,
 ) -> dict:
     """Generate the dataset of ``spec`` into ``out`` as Parquet shards; resume an interrupted run.
 
@@ -323,8 +290,9 @@ def generate_parquet(
         masks: also store instance masks (``mask`` column, PNG).
         shard_bytes: target shard size in bytes (default 256 MiB).
         on_progress: called as ``on_progress(done, total)`` after each row group.
-        executor: an object with ``submit(fn, *args)``, ``result(future)``, ``window`` and
-            ``close()`` (e.g. the Ray backend); default: a local process pool of ``workers``.
+        backend: ``local`` (a process pool of ``workers``) or ``ray`` (Ray tasks; ``address`` of a
+            running cluster, or a local instance of ``workers`` CPUs). Ray workers return the row
+            groups to this process, which alone writes files: the nodes need no shared file system.
     Returns:
         The final manifest (``status: complete``, ``shards`` listed per split).
     Raises:
@@ -333,8 +301,10 @@ def generate_parquet(
         LayoutError: the layout search failed (checked on a few samples before anything is written).
     """
     from mosaic.dataset import MANIFEST, _check_out_dir, sample_record
+    from mosaic.executors import check_backend, make_executor
 
     out = Path(out)
+    check_backend(backend)
     if shard_bytes < 1:
         raise DatasetError([("--shard-bytes", f"shard size {shard_bytes} must be positive, e.g. 268435456 (256 MiB)")])
     sizes = spec.split_sizes()
@@ -349,31 +319,28 @@ def generate_parquet(
         if on_progress:
             on_progress(sum(sizes.values()), sum(sizes.values()))
         return existing
-    if existing is not None and existing.get("parquet", {}).get("shard_bytes") == int(shard_bytes):
+    if existing is not None:
+        was = existing.get("parquet", {}).get("shard_bytes")
+        if was != int(shard_bytes):
+            raise DatasetError([("--shard-bytes", f"{out} was started with shard size {was}, not {shard_bytes}: rerun with "
+                                 f"--shard-bytes {was} to resume, or --overwrite to start again")])
         plan = {s: int(r) for s, r in existing["parquet"]["rows_per_shard"].items()}
     else:
-        if existing is not None:  # another shard size: the finished shards do not fit the new plan
-            shutil.rmtree(out)
         plan = {s: _estimate(spec, s, n, masks, renderer, shard_bytes) for s, n in sizes.items() if n > 0}
+    executor = make_executor(backend, workers, address)
     (out / "data").mkdir(parents=True, exist_ok=True)
     (out / ".mosaic" / "shards").mkdir(parents=True, exist_ok=True)
     _clear_partial(out)
     atomic_write_json(out / MANIFEST, _base_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes))
     spec_data = spec.to_dict()
-    own = executor is None
-    executor = executor or _Local(workers)
     try:
         write_shards(spec, out, plan, masks, render_rows, lambda s, a, b: (spec_data, s, a, b, masks, renderer), executor, on_progress)
     except BaseException as e:
-        if own:
-            executor.close(cancel=True)
-            own = False
-        if isinstance(e, (KeyboardInterrupt, DatasetError)) or type(e).__name__ == "LayoutError":
+        executor.close(cancel=True)
+        if isinstance(e, (KeyboardInterrupt, MosaicError)):
             raise
         raise DatasetError(f"generation stopped: {e}. Rerun the same command to resume.") from e
-    finally:
-        if own:
-            executor.close()
+    executor.close()
     return finalize_parquet(spec, out, masks, renderer, plan, shard_bytes)
 
 
@@ -519,6 +486,7 @@ def export(src: str | Path, format: str, dst: str | Path | None = None, shard_by
         DatasetError: unknown format, ``src`` incomplete or already in that form, ``dst`` not empty.
     """
     from mosaic.dataset import MANIFEST, read_manifest, spec_of
+    from mosaic.executors import LocalExecutor
 
     check_format(format)
     src = Path(src)
@@ -550,7 +518,7 @@ def export(src: str | Path, format: str, dst: str | Path | None = None, shard_by
         atomic_write_json(dst / MANIFEST, _base_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes))
         spec_data = spec.to_dict()
         write_shards(spec, dst, plan, masks, _table_of_imagefolder_cached(),
-                     lambda s, a, b: (spec_data, str(src), s, a, b, masks), _Local(1), on_progress)
+                     lambda s, a, b: (spec_data, str(src), s, a, b, masks), LocalExecutor(1), on_progress)
         return finalize_parquet(spec, dst, masks, renderer, plan, shard_bytes)
     return _parquet_to_imagefolder(spec, src, dst, man, masks, renderer, on_progress)
 

@@ -152,3 +152,23 @@ def _imagefolder(tmp_path, spec):
     out = tmp_path / "img"
     generate(spec, out)
     return out
+
+
+def test_ray_backend_gives_the_same_bytes(tmp_path, cc_spec, small_groups):
+    pytest.importorskip("ray")
+    a = generate_parquet(cc_spec, tmp_path / "local", shard_bytes=40_000)
+    b = generate_parquet(cc_spec, tmp_path / "ray", shard_bytes=40_000, backend="ray", workers=2)
+    assert a == b and tree(tmp_path / "local") == tree(tmp_path / "ray")
+
+
+def test_unknown_backend_and_changed_shard_size_write_nothing(tmp_path, cc_spec):
+    with pytest.raises(DatasetError, match="unknown backend 'dask'"):
+        generate_parquet(cc_spec, tmp_path / "x", backend="dask")
+    with pytest.raises(DatasetError, match="--backend ray only"):
+        generate_parquet(cc_spec, tmp_path / "x", address="auto")
+    assert not (tmp_path / "x").exists()
+    out = tmp_path / "pq"
+    with pytest.raises(KeyboardInterrupt):
+        generate_parquet(cc_spec, out, shard_bytes=30_000, on_progress=lambda d, t: (_ for _ in ()).throw(KeyboardInterrupt) if d else None)
+    with pytest.raises(DatasetError, match="--shard-bytes 30000"):
+        generate_parquet(cc_spec, out, shard_bytes=50_000)
