@@ -520,3 +520,69 @@ def test_diffusion_classifier_options_and_bad_input():
         dc.classify(lambda x0, c, tt, n: torch.zeros(1), mu, torch.arange(2), t[:3])
     with pytest.raises(DiagnosticError, match="mode 'min'"):
         dc.per_concept_predictions(np.array([[1.0, np.inf]]), np.array([[0], [1]]), mode="mean")
+
+
+# ----------------------------------------------------------------------------------------------
+# per-layer features (forward hooks)
+# ----------------------------------------------------------------------------------------------
+
+
+def _lab(new: str, old: str):
+    from importlib import import_module
+
+    try:
+        return import_module(new)
+    except ImportError:
+        return import_module(old)
+
+
+def test_transformer_block_features_hook_every_block_and_match_the_output():
+    from mosaic.diagnostics.features import transformer_block_features
+
+    enc_mod = _lab("mosaic.lab.transformer.encoders", "mosaic.lab.encoders")
+    torch.manual_seed(0)
+    tok = enc_mod.TokenEncoder(vocab_size=12, max_len=6, width=16, depth=3, heads=2).eval()
+    x = torch.randint(1, 12, (10, 6))
+    x[:4, 4:] = 0                                   # padding
+    f = transformer_block_features(tok, x, batch_size=3)
+    assert list(f) == ["block1", "block2", "block3", "output"] and f["block2"].shape == (10, 16)
+    with torch.no_grad():
+        assert np.allclose(f["output"], tok(x).numpy(), atol=1e-5)
+        # the last block's own-pooled token through the final LayerNorm is the encoder's output
+        assert np.allclose(tok.norm(torch.from_numpy(f["block3"])).numpy(), f["output"], atol=1e-5)
+    assert all(not layer._forward_hooks for layer in tok.encoder.layers)
+    mean = transformer_block_features(tok, x, pool="mean")
+    assert not np.allclose(mean["block1"], f["block1"])
+    vit = enc_mod.ViTEncoder(image_size=8, patch=4, width=16, depth=2, heads=2).eval()
+    imgs = torch.randint(0, 255, (5, 3, 8, 8), dtype=torch.uint8)
+    fv = transformer_block_features(vit, imgs, extra={"proj": lambda y: y[:, :4] * 2})
+    assert list(fv) == ["block1", "block2", "output", "proj"] and fv["proj"].shape == (5, 4)
+    with torch.no_grad():
+        assert np.allclose(vit.norm(torch.from_numpy(fv["block2"])).numpy(), fv["output"], atol=1e-5)
+    with pytest.raises(DiagnosticError, match="pool 'max'"):
+        transformer_block_features(tok, x, pool="max")
+    with pytest.raises(DiagnosticError, match="no transformer blocks"):
+        transformer_block_features(torch.nn.Linear(2, 2), x)
+
+
+def test_unet_block_features_pool_every_down_block_under_the_null_condition():
+    from diffusers import DDPMScheduler
+
+    from mosaic.diagnostics.features import unet_block_features
+
+    dm = _lab("mosaic.lab.diffusion.model", "mosaic.lab.diffusion")
+    cm = _lab("mosaic.lab.diffusion.conditioning", "mosaic.lab.conditioning")
+    cfg_mod = _lab("mosaic.lab.diffusion.config", "mosaic.lab.diffusion")
+    torch.manual_seed(0)
+    sec = cfg_mod.DiffusionModelSection(unet={"block_out_channels": [8, 16], "cross_attention": [False, True], "heads": 2,
+                                              "norm_num_groups": 4}, cond_dim=8)
+    model = dm.DiffusionModel(dm.build_backbone(sec, 8), cm.FactorizedConditioner({"a": [0, 1], "b": [0, 1, 2]}, 8), "unet").eval()
+    sched = DDPMScheduler(num_train_timesteps=1000, beta_schedule="squaredcos_cap_v2")
+    imgs = torch.rand(6, 3, 8, 8) * 2 - 1
+    f = unet_block_features(model, imgs, torch.zeros(1, 2, dtype=torch.long), scheduler=sched, t=50, batch_size=4)
+    assert list(f) == ["down1", "down2", "mid"]
+    assert f["down1"].shape == (6, 8) and f["down2"].shape == (6, 16) and f["mid"].shape == (6, 16)
+    # the condition is replaced by the null tokens, and the noise depends on the image index only
+    g = unet_block_features(model, imgs, torch.tensor([[1, 2]] * 6), scheduler=sched, t=50, batch_size=6)
+    assert all(np.allclose(f[k], g[k], atol=1e-5) for k in f)
+    assert all(not b._forward_hooks for b in model.backbone.down_blocks)
