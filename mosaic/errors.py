@@ -45,8 +45,15 @@ class MosaicError(Exception):
         head = f"{self.heading} {self.source}" if self.source else self.heading
         return head + "\n" + "\n".join(f"  {path}: {msg}" if path else f"  {msg}" for path, msg in self.problems)
 
-    def __reduce__(self):  # pickles (worker processes) with its problems, not its rendered text
-        return (type(self), (self.problems, self.source))
+    def __reduce__(self):  # pickles (worker processes) as it is, whatever a subclass's __init__ takes
+        return (_rebuild, (type(self), self.args, self.__dict__.copy()))
+
+
+def _rebuild(cls: type[MosaicError], args: tuple, state: dict) -> MosaicError:
+    err = cls.__new__(cls)
+    err.args = args
+    err.__dict__.update(state)
+    return err
 
 
 class SpecError(MosaicError, ValueError):
@@ -79,3 +86,26 @@ class TokenizationError(MosaicError, ValueError):
 
 class SweepError(MosaicError, ValueError):
     """A sweep file that cannot be read or run (:mod:`mosaic.sweep`)."""
+
+
+class DiagnosticError(MosaicError, ValueError):
+    """A diagnostic asked for on inputs it cannot use (wrong shapes, too few samples, ...)
+    (:mod:`mosaic.diagnostics`). The message names the diagnostic, the offending argument and
+    value, and a fix.
+    """
+
+
+class NotApplicableError(DiagnosticError):
+    """A diagnostic that does not apply to the run or the data, e.g. rank axes without an ordinal
+    concept, or the diffusion classifier on a transformer run. ``diagnostic`` names it and
+    ``reason`` says why."""
+
+    def __init__(self, diagnostic: str, reason: str, fix: str | None = None):
+        self.diagnostic, self.reason, self.fix = diagnostic, reason, fix
+        msg = f"diagnostic {diagnostic!r} does not apply: {reason}"
+        super().__init__(msg + (f"; {fix}" if fix else ""))
+
+
+class LeakageError(DiagnosticError):
+    """A probe or axis asked to train on held-out combinations (test_ood cells): diagnostics train
+    on seen combinations only, so that held-out accuracy measures generalization."""
