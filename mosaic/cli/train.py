@@ -64,7 +64,7 @@ def _train(config_cls, run, config: Path, set_, out, unit: str, inside: str = ""
         cfg = load_config(config_cls, config, sets)
         metrics = run(cfg, say=lambda s: console.print(s, highlight=False))
     except MosaicError as e:
-        from mosaic.lab.config import ConfigError
+        from mosaic.errors import ConfigError
 
         if isinstance(e, ConfigError) and e.source is None:  # found against the dataset: name the file
             e = ConfigError(e.problems, str(config) + (f" (with --set {' '.join(sets)})" if sets else ""))

@@ -34,16 +34,17 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from mosaic.errors import MosaicError
+from mosaic.schema import StrictModel
 from mosaic.spec import Spec
 
 FORMAT = "mosaic-evaluator/1"
 CONFIG_FILE, WEIGHTS_FILE, REPORT_FILE, LOG_FILE = "config.json", "model.safetensors", "report.json", "train_log.jsonl"
 
 
-class LearnedConfig(BaseModel):
+class LearnedConfig(StrictModel):
     """Training configuration of the learned evaluator (all fields have working defaults).
 
     Attributes:
@@ -65,7 +66,6 @@ class LearnedConfig(BaseModel):
             processes ran a step 7x slower than one thread, measured).
     """
 
-    model_config = ConfigDict(extra="forbid")
     input_size: int = Field(32, ge=8, le=256)
     width: int = Field(16, ge=4, le=256)
     hidden: int = Field(256, ge=8, le=4096)
@@ -347,7 +347,7 @@ def _auto_threads(threads: int | None) -> int:
 def _train(spec, out, cfg, on_log, on_progress) -> LearnedEvaluator:
     from accelerate import Accelerator
 
-    from mosaic.evaluation import check_evaluator
+    from mosaic.evaluation.check import check_evaluator
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
