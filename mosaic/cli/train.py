@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
 from mosaic.cli.common import console, err_console, fail, set_option
 from mosaic.errors import MosaicError
@@ -18,31 +17,14 @@ SetOpt = set_option("config", "training.steps=200")
 OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="Run folder (default: the config's `out`, else data/runs/<name>)")]
 
 
-def _pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
-def print_table(table: dict, title: str = "accuracy of generated images (evaluator reading = intended value)") -> None:
-    """Print the seen vs held-out table of :func:`mosaic.lab.diffusion.table_from_scores`."""
-    cols = [k for k in ("seen", "held_out") if k in table]
-    if not cols:
-        return
-    t = Table(title=title)
-    t.add_column("concept")
-    for c in cols:
-        t.add_column(f"{'seen' if c == 'seen' else 'held-out'} (n={table[c]['n']})", justify="right")
-    keys = [k for k in table[cols[0]] if k not in ("joint", "n")] + ["joint"]
-    for k in keys:
-        t.add_row(k if k != "joint" else "[bold]joint[/]", *[_pct(table[c].get(k)) for c in cols])
-    console.print(t)
-
-
 def _print_check(check: dict | None) -> None:
     """One line on the evaluator's own accuracy; a warning when it is below its threshold."""
+    from mosaic.evaluation.table import fmt_fraction
+
     if not check:
         return
     joint = check.get("joint_accuracy")
-    line = f"evaluator {check.get('evaluator', '')} on {check.get('n')} fresh ground-truth renders: joint accuracy {_pct(joint)}"
+    line = f"evaluator {check.get('evaluator', '')} on {check.get('n')} fresh ground-truth renders: joint accuracy {fmt_fraction(joint)}"
     if check.get("passed") is False:
         console.print(f"[bold yellow]{line} — below its threshold ({', '.join(check.get('below_threshold', []))}): "
                       "the accuracies above are not reliable[/]")
@@ -97,7 +79,9 @@ def diffusion(config: DiffusionConfigArg, set_: SetOpt = None, out: OutOpt = Non
     metrics = _train(DiffusionConfig, run_diffusion, config, set_, out, "images", inside=", precision {mixed_precision}")
     if metrics is not None:
         if metrics.get("table"):
-            print_table(metrics["table"])
+            from mosaic.evaluation.table import print_table
+
+            print_table(metrics["table"], console=console)
         _print_check(metrics.get("evaluator_check"))
         console.print(f"[green]done[/] {metrics['run']} in {metrics.get('time_s', 0):.0f} s (metrics.json, samples in {metrics['samples']['out']})")
 
@@ -137,7 +121,8 @@ def sample(
         import torch
 
         from mosaic.lab.data import evaluation_splits
-        from mosaic.lab.diffusion import DiffusionTask, open_run, sample_and_score, table_from_scores
+        from mosaic.evaluation.table import print_table, table_from_scores
+        from mosaic.lab.diffusion import DiffusionTask, open_run, sample_and_score
 
         cfg, folder, root = open_run(run)
         s = cfg.sampling
@@ -159,7 +144,7 @@ def sample(
         fail(e)
     console.print(f"wrote {res['n']} images to {res['out']} in {res['seconds']:.1f} s")
     if res["metrics"] is not None:
-        print_table(table_from_scores(res["metrics"]))
+        print_table(table_from_scores(res["metrics"]), console=console)
         _print_check(res["evaluator_check"])
         console.print(f"metrics.json, metrics.csv and the per-cell heatmap are in {res['out']}")
 
