@@ -9,7 +9,8 @@ import pytest
 
 from mosaic.errors import ConfigError, LayoutError, MosaicError, SpecError
 from mosaic.holdout import (
-    EXCLUDED, HELD_OUT, RULES, SEEN, Axes, Cells, Diagonal, HoldoutRule, RuleConfig, Uncovered, is_held_out,
+    EXCLUDED, HELD_OUT, RULES, SEEN, Axes, Cells, Diagonal, HoldoutRule, ObjectTypes, RuleConfig, Uncovered,
+    is_held_out,
 )
 from mosaic.spec import load_spec
 from tests.conftest import SPECS
@@ -37,6 +38,16 @@ def test_set_algebra_agrees_with_membership_cell_by_cell():
     # MOSAIC's diagonal: (i - j) mod 5 < 2
     assert {c for c in cells if diag.contains(c)} == {(AXES.domains[0][i], AXES.domains[1][j])
                                                        for i in range(5) for j in range(5) if (i - j) % 5 < 2}
+    # object types: every / some object of a cell is a held-out type
+    axes4 = Axes(("c1", "s1", "c2", "s2"), (("r", "g", "b"), ("o", "x"), ("r", "g", "b"), ("o", "x")))
+    held_types = np.array([[True, False], [False, False], [False, True]])
+    for every in (True, False):
+        s = ObjectTypes(axes4, [[0, 1], [2, 3]], held_types, every)
+        mask = s.mask()
+        for c in itertools.product(*axes4.domains):
+            flags = [held_types[axes4.domains[0].index(c[0]), axes4.domains[1].index(c[1])],
+                     held_types[axes4.domains[2].index(c[2]), axes4.domains[3].index(c[3])]]
+            assert s.contains(c) == (all(flags) if every else any(flags)) == bool(mask[axes4.index_of(c)]), c
     # a combination off the grid belongs to no set, complements included
     for s, _ in cases.values():
         assert not s.contains(("magenta", 1)) and not s.contains(("red",)) and not s.contains(("red", 9))
