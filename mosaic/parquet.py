@@ -37,9 +37,9 @@ import pyarrow.parquet as pq
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.hf import arrow_schema, feature_tree, hf_record, present_splits, write_card
 from mosaic.io import atomic_write_json
+from mosaic.records import FORMAT, MANIFEST, base_manifest, check_out_dir, png_bytes, read_manifest, sample_record, spec_from_data, spec_of
 from mosaic.spec import Spec
 
-FORMAT = "mosaic-dataset/2"
 DEFAULT_SHARD_BYTES = 256 * 2**20
 ROW_GROUP_ROWS = 1024
 ESTIMATE_SAMPLES = 32
@@ -86,10 +86,9 @@ def row_of(spec: Spec, rec: dict, image_png: bytes, mask_png: bytes | None) -> d
 def render_rows(spec_data: dict, split: str, start: int, stop: int, masks: bool, renderer: str = "pillow") -> pa.Table:
     """Samples ``start..stop-1`` of ``split`` as a Parquet-ready table (a pure function of its
     arguments; run in worker processes)."""
-    from mosaic.dataset import _spec_from, png_bytes, sample_record
     from renderers import get_renderer
 
-    spec = _spec_from(spec_data)
+    spec = spec_from_data(spec_data)
     rend = get_renderer(renderer, supersample=spec.image.supersample)
     rows = []
     for index in range(start, stop):
@@ -259,12 +258,8 @@ def _clear_partial(out: Path) -> None:
 # ----------------------------------------------------------------------------------------------
 
 def _base_manifest(spec: Spec, masks: bool, renderer: str, status: str, plan: dict, shard_bytes: int) -> dict:
-    from mosaic.dataset import _manifest
-
-    man = _manifest(spec, masks, renderer, status)
+    man = base_manifest(spec, masks, renderer, status, "parquet")
     man.update({
-        "format": FORMAT,
-        "storage": "parquet",
         "parquet": {"shard_bytes": int(shard_bytes), "rows_per_shard": plan, "row_group_rows": ROW_GROUP_ROWS},
     })
     return man
@@ -300,7 +295,6 @@ def generate_parquet(
             the leak check failed.
         LayoutError: the layout search failed (checked on a few samples before anything is written).
     """
-    from mosaic.dataset import MANIFEST, _check_out_dir, sample_record
     from mosaic.executors import check_backend, make_executor
 
     out = Path(out)
@@ -311,10 +305,7 @@ def generate_parquet(
     for split, n in sizes.items():
         for i in range(min(n, 4)):
             sample_record(spec, split, i)
-    existing = _check_out_dir(out, spec, masks, overwrite)
-    if existing is not None and storage_of(existing) != "parquet":
-        raise DatasetError(f"{out} holds an imagefolder dataset of this spec: generate with --format imagefolder, "
-                           f"convert it with `mosaic export {out} --format parquet`, or --overwrite")
+    existing = check_out_dir(out, spec, masks, overwrite, "parquet")
     if existing is not None and existing.get("status") == "complete":
         if on_progress:
             on_progress(sum(sizes.values()), sum(sizes.values()))
@@ -346,7 +337,6 @@ def generate_parquet(
 
 def finalize_parquet(spec: Spec, out: Path, masks: bool, renderer: str, plan: dict, shard_bytes: int) -> dict:
     """Check every shard, run the leak check streaming over the shards, write manifest and card."""
-    from mosaic.dataset import MANIFEST
     from mosaic.tally import Tally
 
     man = _base_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes)
@@ -390,8 +380,6 @@ def finalize_parquet(spec: Spec, out: Path, masks: bool, renderer: str, plan: di
 
 def shard_paths(out: str | Path, split: str, manifest: dict | None = None) -> list[Path]:
     """The shard files of a split, in index order (from the manifest)."""
-    from mosaic.dataset import read_manifest
-
     man = manifest or read_manifest(out)
     return [Path(out) / "data" / s["name"] for s in man.get("shards", {}).get(split, [])]
 
@@ -405,8 +393,6 @@ def verify_parquet(out: str | Path, manifest: dict | None = None, deep: bool = F
     Raises:
         DatasetError: listing every missing or damaged shard by name (``data/<name>``).
     """
-    from mosaic.dataset import read_manifest
-
     out = Path(out)
     man = manifest or read_manifest(out)
     problems = []
@@ -485,7 +471,6 @@ def export(src: str | Path, format: str, dst: str | Path | None = None, shard_by
     Raises:
         DatasetError: unknown format, ``src`` incomplete or already in that form, ``dst`` not empty.
     """
-    from mosaic.dataset import MANIFEST, read_manifest, spec_of
     from mosaic.executors import LocalExecutor
 
     check_format(format)
@@ -529,9 +514,8 @@ def _table_of_imagefolder_cached():
     state: dict = {}
 
     def make(spec_data, src, split, start, stop, masks):
-        from mosaic.dataset import _spec_from
 
-        spec = _spec_from(spec_data)
+        spec = spec_from_data(spec_data)
         key = (src, split)
         if key not in state or state[key][1] != start:
             it = _imagefolder_rows(spec, Path(src), split, masks)
@@ -549,14 +533,12 @@ def _table_of_imagefolder_cached():
 
 
 def _parquet_to_imagefolder(spec: Spec, src: Path, dst: Path, man: dict, masks: bool, renderer: str, on_progress) -> dict:
-    from mosaic.dataset import MANIFEST, _manifest
     from mosaic.tally import Tally
 
     total = sum(v["count"] for v in man["splits"].values())
     done = 0
     dst.mkdir(parents=True)
-    out_man = _manifest(spec, masks, renderer, "incomplete")
-    out_man.update({"format": FORMAT, "storage": "imagefolder"})
+    out_man = base_manifest(spec, masks, renderer, "incomplete", "imagefolder")
     atomic_write_json(dst / MANIFEST, out_man)
     tally = Tally(spec)
     for split, v in man["splits"].items():

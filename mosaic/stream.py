@@ -2,7 +2,7 @@
 DataLoader workers, so training volume is not bounded by disk.
 
 Sample ``i`` of a split is exactly sample ``i`` of the dataset ``mosaic generate`` writes from the
-same spec (the same :func:`mosaic.dataset.sample_record` and renderer), so a stream is a generated
+same spec (the same :func:`mosaic.records.sample_record` and renderer), so a stream is a generated
 dataset that was never written: deterministic per ``(seed, split, index)``, with the split's exact
 quotas, and never a held-out combination outside ``test_ood``. For more samples than the spec's
 split holds, raise the split's size (``--set splits.train=1000000``): the quota plan grows with it.
@@ -33,7 +33,7 @@ def _spec_of(spec) -> Spec:
         return parse_spec(spec)
     p = Path(spec)
     if p.is_dir() or p.name == "manifest.json":
-        from mosaic.dataset import spec_of
+        from mosaic.records import spec_of
 
         return spec_of(p if p.is_dir() else p.parent)
     from mosaic.spec import load_spec
@@ -118,9 +118,9 @@ class StreamingDataset(torch.utils.data.IterableDataset):
     @property
     def spec(self) -> Spec:
         if self._spec is None:
-            from mosaic.dataset import _spec_from
+            from mosaic.records import spec_from_data
 
-            self._spec = _spec_from(self.spec_data)
+            self._spec = spec_from_data(self.spec_data)
         return self._spec
 
     def set_epoch(self, epoch: int) -> None:
@@ -153,7 +153,7 @@ class StreamingDataset(torch.utils.data.IterableDataset):
 
     def __getitem__(self, index: int) -> dict:
         """Sample ``index`` of the split (any index, whatever this rank's shard)."""
-        from mosaic.dataset import sample_record
+        from mosaic.records import sample_record
 
         if self._renderer is None:
             from renderers import get_renderer

@@ -1,0 +1,43 @@
+"""``mosaic export``: convert a generated dataset between imagefolder and sharded Parquet."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from mosaic.cli.common import console, err_console, fail
+from mosaic.errors import MosaicError
+
+
+def export_command(
+    src: Annotated[Path, typer.Argument(help="A complete mosaic dataset directory (imagefolder or parquet)")],
+    format: Annotated[str, typer.Option("--format", "-f", help="Form to write: parquet or imagefolder")],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output directory (default: SRC-FORMAT beside SRC)")] = None,
+    shard_mb: Annotated[float, typer.Option("--shard-mb", min=0.001, help="Target Parquet shard size in MiB")] = 256.0,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing mosaic dataset at --out")] = False,
+) -> None:
+    """Convert a dataset between imagefolder and Parquet: the same PNG bytes and labels, a new
+    manifest, leak check and dataset card. The source is only read."""
+    try:
+        from mosaic.parquet import check_format, export
+
+        check_format(format)
+        t0 = time.perf_counter()
+        with Progress(TextColumn(f"[bold]export[/] {src.name} -> {format}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TimeRemainingColumn(), console=console, transient=False) as progress:
+            task = progress.add_task("export", total=None)
+            man = export(src, format, out, shard_bytes=int(shard_mb * 2**20), overwrite=overwrite,
+                         on_progress=lambda d, t: progress.update(task, completed=d, total=t))
+        dt = time.perf_counter() - t0
+    except MosaicError as e:
+        fail(e)
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted[/]: the output is incomplete; rerun with --overwrite")
+        raise typer.Exit(130)
+    dst = out if out is not None else src.with_name(f"{src.name}-{format}")
+    counts = ", ".join(f"{k} {v['count']}" for k, v in man["splits"].items())
+    console.print(f"[green]done[/] {dst}  ({format}; {counts}; {dt:.1f} s; leak check {'passed' if man['leak_check']['passed'] else 'FAILED'})")

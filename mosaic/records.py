@@ -1,0 +1,169 @@
+"""What both storage forms of a dataset share: the sample record, the PNG bytes, the manifest and
+the output-directory rules.
+
+:mod:`mosaic.dataset` (imagefolder, and the :func:`~mosaic.dataset.generate` entry point) and
+:mod:`mosaic.parquet` (sharded Parquet) both build on this module, and so does
+:mod:`mosaic.stream` (the same samples, never written).
+
+Format ``mosaic-dataset/2``: a record is ``file_name``, ``index``, ``split``, ``concepts``
+(concept -> value), ``labels`` (concept -> index of the value in its domain, -1 for none),
+``combination`` (the holdout grid's values as text, or None), ``held_out``, ``caption``,
+``num_objects`` and ``scene`` (the scene graph: objects with ``shape``, ``color``, ``rgb``,
+``size``, ``center``, ``rotation``, ``bbox``, ``template``; ``relations``). Version 1 had no
+``labels``, a typed ``combination`` (which ``pyarrow.json``, and so ``datasets``, cannot read when
+it mixes names and numbers) and Pillow-encoded PNGs (same pixels, other bytes).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import zlib
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+
+import numpy as np
+
+from mosaic.errors import DatasetError, LayoutError
+from mosaic.hf import hf_record
+from mosaic.holdout import combination_of, is_held_out
+from mosaic.labels import caption, read_labels
+from mosaic.png import encode_png
+from mosaic.sampling import sample_scene
+from mosaic.spec import Spec, parse_spec
+
+FORMAT = "mosaic-dataset/2"
+MANIFEST = "manifest.json"
+
+
+def png_bytes(array: np.ndarray) -> bytes:
+    """PNG encoding of a uint8 ``[H, W, 3]`` (RGB) or ``[H, W]`` (L) array (:func:`mosaic.png.encode_png`)."""
+    return encode_png(array)
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of the packages that determine a dataset's bytes (zlib: the PNG streams)."""
+    out = {"python": platform.python_version()}
+    for name in ("mosaic", "numpy", "pillow", "pydantic"):
+        try:
+            out[name] = importlib_metadata.version(name)
+        except importlib_metadata.PackageNotFoundError:
+            out[name] = "unknown"
+    out["zlib"] = zlib.ZLIB_RUNTIME_VERSION
+    return out
+
+
+def read_manifest(root: str | Path) -> dict:
+    """The manifest of a dataset directory. Raises DatasetError when missing or unreadable."""
+    path = Path(root) / MANIFEST
+    if not path.is_file():
+        raise DatasetError(f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with `mosaic generate SPEC --out {root}`)")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise DatasetError(f"{path} is not valid JSON ({e}); regenerate the dataset with --overwrite") from None
+
+
+def spec_of(root: str | Path) -> Spec:
+    """The spec a dataset was generated from (from its manifest)."""
+    return parse_spec(read_manifest(root)["spec"], source=f"{root}/{MANIFEST}")
+
+
+def sample_record(spec: Spec, split: str, index: int) -> tuple[dict, "object"]:
+    """The metadata record (format ``mosaic-dataset/2``, see the module docstring) and the scene
+    of one sample (no image).
+
+    Raises:
+        LayoutError: the layout search failed, or the labels read back from the scene differ from
+            the sampled values (a bug).
+    """
+    scene, values = sample_scene(spec, split, index)
+    reading = read_labels(scene, spec)
+    if reading.problems or reading.values != values:  # labels(scene) must give back what was sampled
+        raise LayoutError(
+            f"sample {split}/{index}: labels do not read back ({'; '.join(reading.problems) or reading.values} "
+            f"vs sampled {values}); this is a bug in mosaic, please report it with the spec"
+        )
+    combo = combination_of(spec, reading.values)
+    rec = hf_record(spec, {
+        "file_name": f"images/{index:06d}.png",
+        "index": index,
+        "split": split,
+        "concepts": reading.values,
+        "combination": list(combo) if combo is not None else None,
+        "held_out": is_held_out(spec, reading.values),
+        "caption": caption(scene, spec),
+        "num_objects": len(scene.objects),
+        "scene": scene.to_dict(),
+    })
+    return rec, scene
+
+
+_SPEC_CACHE: dict[str, Spec] = {}
+
+
+def spec_from_data(spec_data: dict) -> Spec:
+    """The spec of resolved spec data, parsed once per process (workers get the data, not the object)."""
+    key = json.dumps(spec_data, sort_keys=True)
+    if key not in _SPEC_CACHE:
+        _SPEC_CACHE[key] = parse_spec(spec_data)
+    return _SPEC_CACHE[key]
+
+
+def check_out_dir(out: Path, spec: Spec, masks: bool, overwrite: bool, storage: str) -> dict | None:
+    """Decide what to do with an existing ``out`` about to receive a ``storage`` form dataset:
+    returns the manifest to resume, or None to start fresh.
+
+    Raises:
+        DatasetError: ``out`` is a file, holds foreign files, another spec's dataset, the other
+            storage form, another format version, or was generated with the other ``masks``
+            setting (each unless ``overwrite`` applies).
+    """
+    if not out.exists():
+        return None
+    if out.is_file():
+        raise DatasetError(f"--out {out} is a file: give a directory")
+    has_manifest = (out / MANIFEST).is_file()
+    if overwrite:
+        if has_manifest or not any(out.iterdir()):
+            shutil.rmtree(out)
+            return None
+        raise DatasetError(f"refusing to --overwrite {out}: it is not a mosaic dataset (no {MANIFEST}) and not empty; give another --out")
+    if not has_manifest:
+        if any(out.iterdir()):
+            raise DatasetError(f"{out} exists, is not empty and holds no {MANIFEST}: give an empty or new --out directory")
+        return None
+    man = read_manifest(out)
+    if man.get("fingerprint") != spec.fingerprint():
+        raise DatasetError(
+            f"{out} was generated from spec {man.get('name')!r} with fingerprint {man.get('fingerprint')}, but this spec "
+            f"({spec.name!r}) has fingerprint {spec.fingerprint()}: use another --out, or --overwrite to replace it"
+        )
+    if bool(man.get("masks")) != bool(masks):
+        raise DatasetError(f"{out} was generated {'with' if man.get('masks') else 'without'} masks: rerun with the same --masks setting, or --overwrite")
+    have = man.get("storage", "imagefolder")
+    if have != storage:
+        other = "parquet" if storage == "imagefolder" else "imagefolder"
+        raise DatasetError(f"{out} holds a {have} dataset of this spec: generate with --format {have}, convert it with "
+                           f"`mosaic export {out} --format {other}`, or --overwrite")
+    if man.get("format") != FORMAT:
+        raise DatasetError(f"{out} was generated in format {man.get('format')}; this mosaic writes {FORMAT}: "
+                           "rerun with --overwrite (or another --out) to regenerate it")
+    return man
+
+
+def base_manifest(spec: Spec, masks: bool, renderer: str, status: str, storage: str) -> dict:
+    """The manifest fields every dataset has (``splits`` counts from the spec, no leak check yet)."""
+    return {
+        "format": FORMAT,
+        "storage": storage,
+        "name": spec.name,
+        "fingerprint": spec.fingerprint(),
+        "status": status,
+        "spec": spec.to_dict(),
+        "renderer": {"name": renderer, "supersample": spec.image.supersample},
+        "masks": masks,
+        "versions": package_versions(),
+        "splits": {k: {"count": n} for k, n in spec.split_sizes().items()},
+    }
