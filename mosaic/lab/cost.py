@@ -1,0 +1,837 @@
+"""What a run costs, before it runs: parameters, FLOPs, memory and wall time (``--dry-run``).
+
+:func:`estimate_run` takes a validated diffusion or transformer config and returns an
+:class:`Estimate`; :func:`render_estimate` turns it into rich tables. Nothing is written to disk:
+the dataset is not generated (the spec, with its overrides, is validated and a few of its records
+are sampled in memory), no run folder is made.
+
+How each number is obtained (see README, "Cost estimate"):
+
+- **parameters**: the model the run would build (the same ``build_backbone`` / ``make_encoder`` /
+  conditioner code), counted.
+- **training FLOPs per image**: ``torch.utils.flop_counter.FlopCounterMode`` around one real
+  training step of the task's own ``loss`` (forward, loss, backward) on a one-image batch, run on
+  fake tensors (``FakeTensorMode``: shapes only, no compute, no memory), so a 90 M-parameter model
+  costs the same few seconds as a tiny one. FLOPs of matrix products, convolutions and attention
+  (CPU SDPA kernels are registered here); element-wise ops are not counted (the usual convention
+  of MFU). The binding objective builds its queries with data-dependent shapes
+  (``torch.unique``), which fake tensors cannot run: it is counted on real tensors instead.
+- **peak memory per process**: measured, at batch 1 and 2, as the bytes of the distinct tensor
+  storages autograd saves for the backward pass (``torch.autograd.graph.saved_tensors_hooks``;
+  parameters excluded), in the precision the run would use (CPU autocast stands in for CUDA
+  autocast), then scaled linearly to the config's batch: ``a0 + a1 * batch`` (in fp32 ``a0`` is 0:
+  there are no autocast copies of the weights, so the one-image step gives ``a1``). Added:
+  ``4 P`` weights, ``4 P`` gradients, ``8 P`` AdamW moments, ``4 P`` EMA weights (when enabled),
+  the training tensors the loop moves to the device when they are under 4 GiB, and a fixed
+  reserve (:data:`RESERVE_BYTES`: CUDA context, cuBLAS workspace, allocator slack). On the
+  MOSAIC-scale DiT this saved-tensor count matched ``torch.distributed._tools.mem_tracker``'s
+  activation total within 0.1 %.
+- **wall time on this machine**: a few real training steps (the task's loss, AdamW, gradient
+  clipping, EMA) at the config's batch, or at a smaller batch scaled linearly when one step would
+  take long; plus validation, sampling, scoring, the evaluator check and dataset generation from
+  measured per-image times (forward pass, scene parser, render + PNG encode).
+- **wall time on accelerators**: total FLOPs / (peak dense bf16 TFLOP/s x assumed MFU), never
+  less than a kernel-launch floor (aten ops per step x :data:`LAUNCH_S`); CPU-side scoring as
+  measured here. The peak table is :data:`ACCELERATORS`; the MFU is :data:`ASSUMED_MFU` unless
+  given.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import types
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from mosaic.errors import ConfigError, MosaicError
+
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One accelerator of the projection table.
+
+    Attributes:
+        name: marketing name.
+        bf16_tflops: peak dense (no sparsity) bf16 tensor-core TFLOP/s from the vendor's data
+            sheet; TF32 (fp32 runs) is taken as half of it.
+        memory_gb: memory in GB (10^9 bytes) as the vendor states it.
+    """
+
+    name: str
+    bf16_tflops: float
+    memory_gb: float
+
+
+#: Peak dense bf16 TFLOP/s and memory of common accelerators (NVIDIA data sheets; dense = without
+#: 2:4 sparsity; GeForce: with fp32 accumulation).
+ACCELERATORS: tuple[Accelerator, ...] = (
+    Accelerator("H200 SXM", 989.0, 141),
+    Accelerator("H100 SXM", 989.0, 80),
+    Accelerator("H100 PCIe", 756.0, 80),
+    Accelerator("A100 80GB", 312.0, 80),
+    Accelerator("A100 40GB", 312.0, 40),
+    Accelerator("L40S", 362.0, 48),
+    Accelerator("L4", 121.0, 24),
+    Accelerator("RTX 4090", 165.2, 24),
+)
+
+#: Model FLOPs utilisation assumed for accelerator projections (a fraction of the peak above).
+ASSUMED_MFU = 0.30
+#: Seconds per launched kernel in eager PyTorch (launch + dispatch), the floor of a GPU step.
+LAUNCH_S = 8e-6
+#: Memory kept free on an accelerator for the CUDA context, cuBLAS workspace and allocator slack.
+RESERVE_BYTES = 1 * GiB
+#: Training tensors up to this size are moved to the device by the loop (mosaic.lab.loop.train).
+DATA_ON_DEVICE_BYTES = 4 * GiB
+#: One CPU timing step may cost at most this many training FLOPs; larger batches are timed smaller and scaled.
+CPU_TIMING_FLOPS = 2e10
+
+
+@dataclass
+class AcceleratorRow:
+    """The projection of a run on one accelerator (seconds; ``fits`` of the peak memory)."""
+
+    name: str
+    peak_tflops: float
+    memory_gb: float
+    fits: bool
+    max_batch: int | None
+    train_s: float
+    total_s: float
+
+
+@dataclass
+class Estimate:
+    """The cost of a run (see the module docstring for how each number is measured).
+
+    FLOPs are floating-point operations (multiply and add counted as 2); bytes are bytes; times
+    are seconds. ``per process`` numbers are for one training process at ``batch_size``.
+    """
+
+    name: str
+    family: str                      # "diffusion (unet)", "transformer (classifier, image)", ...
+    params: int
+    image_size: int
+    batch_size: int
+    grad_accum: int
+    steps: int
+    train_images: int                # examples in the train split
+    precision_gpu: str               # bf16 / fp16 / fp32 on an accelerator
+    precision_cpu: str               # what the run uses on this machine's CPU
+    train_flops_per_image: float     # forward + backward of one image
+    forward_flops_per_image: float
+    train_flops_per_step: float      # one optimizer step: batch_size * grad_accum images
+    train_flops_total: float
+    eval_flops_total: float          # validation + sampling / test-split forwards
+    eval_images: int                 # images generated (diffusion) or scored (transformer) after training
+    ops_per_step: int                # aten ops of one forward + backward (launch floor)
+    activation_bytes_fixed: float    # a0 of a0 + a1 * batch (GPU precision)
+    activation_bytes_per_image: float
+    activation_bytes_per_image_cpu: float
+    static_bytes: float              # weights, gradients, AdamW moments, EMA
+    data_bytes: float                # training tensors on the device (0 when they stay on the host)
+    peak_bytes_gpu: float
+    peak_bytes_cpu: float
+    cpu_threads: int
+    cpu_timed_batch: int
+    cpu_step_s: float                # one optimizer step at the config's batch on this machine
+    cpu_train_s: float
+    cpu_eval_s: float                # validation, sampling, scoring, evaluator check
+    cpu_generate_s: float            # dataset generation (0 when the dataset exists)
+    cpu_total_s: float
+    cpu_load: float                  # 1-minute load average when measured
+    assumed_mfu: float
+    accelerators: list[AcceleratorRow] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def flops_total(self) -> float:
+        return self.train_flops_total + self.eval_flops_total
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["flops_total"] = self.flops_total
+        return d
+
+
+# ----------------------------------------------------------------------------------------------
+# measuring a model: FLOPs, saved activations, op count
+# ----------------------------------------------------------------------------------------------
+
+
+def _sdpa_mapping() -> dict:
+    """FLOP formulas for the CPU attention kernels the stock counter does not know."""
+    from torch.utils import flop_counter as fc
+
+    aten = torch.ops.aten
+    out = {}
+
+    def fwd(q, k, v, *args, out_shape=None, **kwargs):
+        return fc.sdpa_flop_count(q, k, v)
+
+    def bwd(grad_out, q, k, v, *args, out_shape=None, **kwargs):
+        return fc.sdpa_backward_flop_count(grad_out, q, k, v)
+
+    if hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu"):
+        out[aten._scaled_dot_product_flash_attention_for_cpu] = fwd
+        out[aten._scaled_dot_product_flash_attention_for_cpu_backward] = bwd
+    return out
+
+
+class _OpCounter(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts aten ops dispatched that compute (each is about one kernel launch on a GPU)."""
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    _FREE = {"detach", "alias", "lift_fresh", "_to_copy_meta", "empty", "empty_like", "zeros", "ones", "scalar_tensor",
+             "_local_scalar_dense", "clone_meta", "resolve_conj", "resolve_neg"}
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        if not func.is_view and func.__name__.split(".")[0] not in self._FREE:  # views and allocations launch no kernel
+            self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+@dataclass
+class StepMeasure:
+    """One measured forward + backward: FLOPs, saved-activation bytes, aten op count."""
+
+    forward_flops: float
+    backward_flops: float
+    saved_bytes: float
+    ops: int
+
+    @property
+    def flops(self) -> float:
+        return self.forward_flops + self.backward_flops
+
+
+def measure_step(model: torch.nn.Module, loss_fn: Callable, batch: dict, *, dtype: torch.dtype | None = None,
+                 fake: bool = True, seed: int = 0) -> StepMeasure:
+    """FLOPs and saved-activation bytes of one training step ``loss_fn(model, batch, generator).backward()``.
+
+    Args:
+        model: the module (CPU); its gradients are cleared afterwards.
+        loss_fn: ``(model, batch, torch.Generator) -> scalar loss``.
+        batch: tensors with a leading batch dimension (CPU).
+        dtype: ``torch.bfloat16`` / ``torch.float16`` to run under CPU autocast, None for fp32.
+        fake: run on fake tensors (shapes only; no compute, no memory).
+    Returns:
+        :class:`StepMeasure`: forward and backward FLOPs (``FlopCounterMode``), bytes of the
+        distinct storages autograd saved for backward (parameters excluded), aten ops.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    param_keys = {p.untyped_storage()._cdata for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t):
+        try:
+            st = t.untyped_storage()
+            key = st._cdata
+            if key not in param_keys:
+                saved[key] = st.nbytes()
+        except (RuntimeError, NotImplementedError):  # tensors without storage (nested, sparse)
+            pass
+        return t
+
+    fwd = FlopCounterMode(display=False, custom_mapping=_sdpa_mapping())
+    bwd = FlopCounterMode(display=False, custom_mapping=_sdpa_mapping())
+    ops = _OpCounter()
+    model.train()
+    ctx_fake = None
+    if fake:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        ctx_fake = FakeTensorMode(allow_non_fake_inputs=True)
+    try:
+        if ctx_fake is not None:
+            ctx_fake.__enter__()
+            batch = {k: ctx_fake.from_tensor(v) for k, v in batch.items()}
+        gen = torch.Generator().manual_seed(seed)
+        with ops:
+            with fwd, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+                    loss = loss_fn(model, batch, gen)
+            with bwd:
+                loss.backward()
+    finally:
+        if ctx_fake is not None:
+            ctx_fake.__exit__(None, None, None)
+        model.zero_grad(set_to_none=True)
+    return StepMeasure(float(fwd.get_total_flops()), float(bwd.get_total_flops()), float(sum(saved.values())), ops.n)
+
+
+# ----------------------------------------------------------------------------------------------
+# probes: the run's model, loss and a batch maker, without a dataset on disk
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Probe:
+    """What estimating needs of a config: its model, its task's loss and batches like the run's."""
+
+    family: str
+    spec: Any
+    model: torch.nn.Module
+    loss: Callable                      # (model, batch, generator) -> loss (the task's own loss)
+    make_batch: Callable[[int], dict]   # batch of b examples, like the loop's batches
+    forward: Callable                   # (model, batch) -> output, no grad (sampling / evaluation)
+    train_images: int
+    data_bytes: float                   # bytes of the training tensors
+    fake_ok: bool = True                # the loss runs on fake tensors
+    ema: bool = True
+
+
+def _spec_and_records(section, k: int):
+    """``(spec, records of the train split (up to k), train size, dataset exists)`` without writing."""
+    from mosaic.lab.data import dataset_dir_for, load_dataset_spec
+
+    if section.path is not None:
+        from mosaic.dataset import read_metadata, spec_of
+        from mosaic.lab.data import resolve_dataset
+
+        root = resolve_dataset(section, generate=False)  # raises DatasetError for a missing/incomplete dataset
+        spec = spec_of(root)
+        split = "train" if spec.split_sizes().get("train") else next(iter(spec.split_sizes()))
+        return spec, read_metadata(root, split)[:k], spec.split_sizes().get("train", 0), True
+    spec = load_dataset_spec(section)
+    from mosaic.dataset import read_manifest, sample_record
+
+    sizes = spec.split_sizes()
+    split = "train" if sizes.get("train") else next((s for s, n in sizes.items() if n), "train")
+    recs = [sample_record(spec, split, i)[0] for i in range(min(k, max(sizes.get(split, 0), 1)))]
+    root = Path(section.root) / dataset_dir_for(spec)
+    exists = False
+    if (root / "manifest.json").is_file():
+        try:
+            exists = read_manifest(root).get("status") == "complete"
+        except (MosaicError, ValueError, OSError):
+            exists = False
+    return spec, recs, sizes.get("train", 0), exists
+
+
+def _cycle(records: list[dict], b: int) -> list[dict]:
+    return [records[i % len(records)] for i in range(b)]
+
+
+def diffusion_probe(cfg, spec, records: list[dict], n_train: int) -> Probe:
+    """The model, loss (``DiffusionTask.loss``) and batches of a diffusion config."""
+    from diffusers import DDPMScheduler
+
+    from mosaic.lab.diffusion import DiffusionModel, DiffusionTask, build_backbone, check_model_fits
+    from mosaic.lab.diffusion.conditioning import CaptionConditioner, CombinationConditioner, FactorizedConditioner, build_vocab
+
+    m = cfg.model
+    size = spec.image.size
+    check_model_fits(m, size)
+    domains = {c: spec.domain(c) for c in spec.concepts}
+    if m.conditioning == "factorized":
+        cond = FactorizedConditioner(domains, m.cond_dim)
+    elif m.conditioning == "combination":
+        cond = CombinationConditioner(domains, m.cond_dim)
+    else:  # the run builds the vocabulary from every caption of the dataset; here from the sampled records
+        t = m.text
+        cond = CaptionConditioner(build_vocab(r["caption"] for r in records), m.cond_dim, layers=t.layers, heads=t.heads,
+                                  max_len=t.max_len, dropout=t.dropout)
+    model = DiffusionModel(build_backbone(m, size), cond, m.backbone)
+    s = m.schedule
+    noise = DDPMScheduler(num_train_timesteps=s.num_train_timesteps, beta_schedule=s.beta_schedule, prediction_type=s.prediction_type,
+                          clip_sample=True, clip_sample_range=1.0)
+    task = types.SimpleNamespace(cfg=cfg, noise=noise)  # DiffusionTask.loss reads only cfg and noise
+
+    def loss(model_, batch, gen):
+        return DiffusionTask.loss(task, model_, batch, gen)
+
+    def make_batch(b: int) -> dict:
+        g = torch.Generator().manual_seed(b)
+        return {"image": torch.randint(0, 256, (b, 3, size, size), dtype=torch.uint8, generator=g),
+                "cond": cond.encode(_cycle(records, b))}
+
+    def forward(model_, batch):
+        x = batch["image"].float() / 127.5 - 1
+        t = torch.full((len(x),), s.num_train_timesteps // 2, dtype=torch.long)
+        return model_(x, t, batch["cond"])
+
+    cond_row = cond.encode(records[:1])
+    data_bytes = n_train * (3 * size * size + cond_row[0].numel() * 8)
+    return Probe(f"diffusion ({m.backbone}, {m.conditioning})", spec, model, loss, make_batch, forward, n_train, data_bytes,
+                 ema=cfg.training.ema.enabled)
+
+
+def transformer_probe(cfg, spec, records: list[dict], n_train: int) -> Probe:
+    """The model, loss (``ClassifierTask.loss`` / ``BindingTask.loss``) and batches of a transformer config."""
+    from mosaic.lab.transformer import BindingTask, ClassifierModel, ClassifierTask, DualEncoder, make_encoder
+    from mosaic.lab.transformer.tokens import SceneTokenizer, fact_table, object_table, tokens_from_table
+
+    kind = cfg.input.kind
+    size = spec.image.size
+    need_tokens = cfg.objective == "binding" or kind == "tokens"
+    tok = SceneTokenizer.from_spec(spec) if need_tokens else None
+
+    def inputs(recs: list[dict], g: torch.Generator) -> torch.Tensor:
+        if kind == "image":
+            return torch.randint(0, 256, (len(recs), 3, size, size), dtype=torch.uint8, generator=g)
+        return tokens_from_table(tok, object_table(tok, recs), fact_table(tok, recs))
+
+    per_example = 3 * size * size if kind == "image" else inputs(records[:1], torch.Generator()).numel() * 8
+    if cfg.objective == "classifier":
+        heads = cfg.classifier.concepts or list(spec.concepts)
+        unknown = [c for c in heads if c not in spec.concepts]
+        if unknown:
+            raise ConfigError([("classifier.concepts", f"{unknown} are not concepts of the dataset's spec ({list(spec.concepts)})")])
+        model = ClassifierModel(make_encoder(cfg, kind, tok, size), [len(spec.domain(c)) for c in heads])
+        lookup = {c: {v: k for k, v in enumerate(spec.domain(c))} for c in heads}
+
+        def make_batch(b: int) -> dict:
+            recs = _cycle(records, b)
+            y = torch.tensor([[lookup[c].get(r["concepts"].get(c), -1) for c in heads] for r in recs], dtype=torch.long)
+            return {"x": inputs(recs, torch.Generator().manual_seed(b)), "y": y.reshape(b, len(heads))}
+
+        def loss(model_, batch, gen):
+            return ClassifierTask.loss(None, model_, batch, gen)
+
+        def forward(model_, batch):
+            return model_(batch["x"])
+
+        return Probe(f"transformer (classifier, {kind})", spec, model, loss, make_batch, forward, n_train,
+                     n_train * (per_example + 8 * len(heads)), ema=cfg.training.ema.enabled)
+
+    from mosaic.lab.transformer.binding import swap_negatives
+
+    scene = make_encoder(cfg, kind, tok, size)
+    query = make_encoder(cfg, "tokens", tok, None, max_len=tok.query_len)
+    model = DualEncoder(scene, query, cfg.model.embed_dim, cfg.binding.tau_init)
+    cq, _ = tok.concept_queries()
+    task = types.SimpleNamespace(cfg=cfg, tokenizer=tok, concept_query_tokens=cq,
+                                 allowed_neg=torch.ones(tok.n_object_types, dtype=torch.bool),
+                                 all_types=torch.from_numpy(tok.all_object_types()))
+    task.queries_for = types.MethodType(BindingTask.queries_for, task)
+
+    def make_batch(b: int) -> dict:
+        recs = _cycle(records, b)
+        objs = object_table(tok, recs)
+        swaps = [swap_negatives(o) for o in objs.tolist()]
+        table = torch.full((b, max(1, max(len(s) for s in swaps)), len(tok.attributes)), -1, dtype=torch.long)
+        for n, sw in enumerate(swaps):
+            if sw:
+                table[n, :len(sw)] = torch.tensor(sw, dtype=torch.long)
+        return {"x": inputs(recs, torch.Generator().manual_seed(b)), "objects": objs, "swaps": table}
+
+    def loss(model_, batch, gen):
+        return BindingTask.loss(task, model_, batch, gen)
+
+    def forward(model_, batch):
+        return model_.embed_scenes(batch["x"])
+
+    return Probe(f"transformer (binding, {kind})", spec, model, loss, make_batch, forward, n_train, n_train * per_example * 2,
+                 fake_ok=False, ema=cfg.training.ema.enabled)
+
+
+def make_probe(cfg, k: int = 64) -> tuple[Probe, bool]:
+    """The :class:`Probe` of a diffusion or transformer config and whether its dataset already exists.
+
+    Raises:
+        ConfigError, SpecError, DatasetError: the config, its spec or its dataset path is invalid.
+    """
+    spec, records, n_train, exists = _spec_and_records(cfg.dataset, k)
+    if not records:
+        raise ConfigError([("dataset", "the spec has no samples in any split: nothing to train on")])
+    if hasattr(cfg, "objective"):
+        return transformer_probe(cfg, spec, records, n_train), exists
+    return diffusion_probe(cfg, spec, records, n_train), exists
+
+
+# ----------------------------------------------------------------------------------------------
+# timing on this machine
+# ----------------------------------------------------------------------------------------------
+
+
+def _time_steps(probe: Probe, cfg, b: int, min_s: float = 1.5, max_steps: int = 20) -> tuple[float, float]:
+    """``(seconds of forward + backward per micro-batch of b, seconds of clip + AdamW + EMA per step)``,
+    the median of real steps after one warm-up step (at least 2 timed steps, up to ``min_s`` seconds)."""
+    tr = cfg.training
+    model = probe.model
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=tr.lr, betas=tr.betas, weight_decay=tr.weight_decay)
+    ema = None
+    if tr.ema.enabled:
+        from diffusers.training_utils import EMAModel
+
+        ema = EMAModel(params, decay=tr.ema.decay, use_ema_warmup=tr.ema.warmup, power=tr.ema.power)
+    dtype = torch.bfloat16 if tr.mixed_precision == "bf16" else None
+    fb, op = [], []
+    t_start = time.perf_counter()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    try:
+        for i in range(max_steps + 1):
+            batch = probe.make_batch(b)
+            gen = torch.Generator().manual_seed(i)
+            t0 = time.perf_counter()
+            with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+                loss = probe.loss(model, batch, gen)
+            loss.backward()
+            loss.detach().item()
+            t1 = time.perf_counter()
+            if tr.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(params, tr.grad_clip)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if ema is not None:
+                ema.step(params)
+            t2 = time.perf_counter()
+            if i:  # the first step warms up (allocations, lazy inits)
+                fb.append(t1 - t0)
+                op.append(t2 - t1)
+            if i >= 2 and time.perf_counter() - t_start > min_s:
+                break
+    finally:
+        model.load_state_dict(state)
+    fb.sort()
+    op.sort()
+    return fb[len(fb) // 2], op[len(op) // 2]
+
+
+@torch.no_grad()
+def _time_forward(probe: Probe, b: int, reps: int = 3) -> float:
+    """Seconds of one no-grad forward pass over a batch of b (median of ``reps`` after a warm-up)."""
+    model = probe.model.eval()
+    batch = probe.make_batch(b)
+    ts = []
+    try:
+        for i in range(reps + 1):
+            t0 = time.perf_counter()
+            probe.forward(model, batch)
+            if i:
+                ts.append(time.perf_counter() - t0)
+    finally:
+        model.train()
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def _time_scoring(spec, evaluator: str | None, n: int = 6) -> tuple[float, float]:
+    """``(seconds to render + PNG-encode one image, seconds for the evaluator to read one image)``."""
+    from mosaic.evaluation import ground_truth
+
+    t0 = time.perf_counter()
+    images, _ = ground_truth(spec, 0, n)
+    from mosaic.dataset import png_bytes
+
+    for im in images:
+        png_bytes(im)
+    render = (time.perf_counter() - t0) / n
+    if evaluator is None:
+        return render, 0.0
+    from mosaic.lab.diffusion import load_evaluator
+
+    ev = load_evaluator(spec, evaluator, device="cpu")
+    ev.predict(images[:1])
+    t0 = time.perf_counter()
+    ev.predict(images)
+    return render, (time.perf_counter() - t0) / n
+
+
+# ----------------------------------------------------------------------------------------------
+# what runs after / around training
+# ----------------------------------------------------------------------------------------------
+
+
+def _eval_splits(spec, wanted: list[str] | None) -> list[str]:
+    sizes = spec.split_sizes()
+    if wanted:
+        return wanted
+    tests = [s for s in ("test_id", "test_ood") if s in sizes]
+    return tests or (["test"] if "test" in sizes else [])
+
+
+def _combinations(spec, split: str) -> int:
+    """Distinct combinations a split can hold (the holdout grid's seen or held-out cells; else every value tuple)."""
+    grid = getattr(spec, "grid", None)
+    if grid is not None and split in ("test_id", "test_ood", "val", "train"):
+        from mosaic.holdout import HELD_OUT, SEEN
+
+        return grid.count(HELD_OUT if split == "test_ood" else SEEN)
+    return math.prod(len(spec.domain(c)) for c in spec.concepts)
+
+
+def sampled_images(spec, splits: list[str], n_per_combination: int | None) -> int:
+    """Images generated for the test splits: ``K`` per combination present, or one per record."""
+    sizes = spec.split_sizes()
+    total = 0
+    for s in splits:
+        n = sizes.get(s, 0)
+        total += n if n_per_combination is None else min(n, _combinations(spec, s)) * n_per_combination
+    return total
+
+
+# ----------------------------------------------------------------------------------------------
+# the estimate
+# ----------------------------------------------------------------------------------------------
+
+
+def check_device(training) -> None:
+    """Refuse a training device this machine does not have.
+
+    Raises:
+        ConfigError: ``training.device: cuda`` without a CUDA GPU (names the field, the value and the fix).
+    """
+    if getattr(training, "device", "auto") == "cuda" and not torch.cuda.is_available():
+        raise ConfigError([("training.device", "cuda, but this machine has no CUDA GPU (torch.cuda.is_available() is False): "
+                            "use auto (a GPU when there is one, else the CPU) or cpu, or run on a GPU machine")])
+
+
+def _precisions(training) -> tuple[str, str]:
+    mp = training.mixed_precision
+    gpu = {"auto": "bf16", "bf16": "bf16", "fp16": "fp16", "no": "fp32"}[mp]
+    cpu = "bf16" if mp == "bf16" else "fp32"
+    return gpu, cpu
+
+
+def _dtype(precision: str):
+    return {"bf16": torch.bfloat16, "fp16": torch.bfloat16, "fp32": None}[precision]
+
+
+def estimate_run(cfg, *, assumed_mfu: float = ASSUMED_MFU, accelerators: tuple[Accelerator, ...] = ACCELERATORS,
+                 time_cpu: bool = True, check_device_present: bool = True) -> Estimate:
+    """Estimate the cost of a diffusion or transformer run (``mosaic train ... --dry-run``,
+    ``mosaic sweep --dry-run``, ``mosaic reproduce --dry-run``). Writes nothing.
+
+    Args:
+        cfg: a validated :class:`~mosaic.lab.diffusion.DiffusionConfig` or
+            :class:`~mosaic.lab.transformer.TransformerConfig`.
+        assumed_mfu: fraction of an accelerator's peak the projection assumes (default :data:`ASSUMED_MFU`).
+        accelerators: the projection table (default :data:`ACCELERATORS`).
+        time_cpu: run a few real steps to project the time on this machine (False: FLOPs and memory only).
+        check_device_present: refuse ``training.device: cuda`` on a machine without a GPU.
+    Returns:
+        :class:`Estimate` (FLOPs, bytes, seconds), with ``warnings`` for accelerators whose memory
+        the batch does not fit.
+    Raises:
+        ConfigError: a device that is absent, a model that does not fit the image size, unknown concepts.
+        SpecError, DatasetError, TokenizationError: the dataset section does not resolve.
+    """
+    from mosaic.lab.loop import torch_threads_restored
+
+    if check_device_present:
+        check_device(cfg.training)
+    with torch_threads_restored():
+        if cfg.training.threads:
+            torch.set_num_threads(cfg.training.threads)
+        return _estimate(cfg, assumed_mfu, accelerators, time_cpu)
+
+
+def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool) -> Estimate:
+    tr = cfg.training
+    torch.manual_seed(tr.seed)
+    probe, exists = make_probe(cfg)
+    model = probe.model
+    P = sum(p.numel() for p in model.parameters())
+    B, A = tr.batch_size, tr.grad_accum
+    gpu_prec, cpu_prec = _precisions(tr)
+    notes: list[str] = []
+
+    # FLOPs and activations: one-image and two-image steps in the GPU precision, one in the CPU precision
+    fake = probe.fake_ok
+    m1 = measure_step(model, probe.loss, probe.make_batch(1), dtype=_dtype(gpu_prec), fake=fake)
+    m2 = measure_step(model, probe.loss, probe.make_batch(2), dtype=_dtype(gpu_prec), fake=fake)
+    c1 = measure_step(model, probe.loss, probe.make_batch(1), dtype=_dtype(cpu_prec), fake=fake) if cpu_prec != gpu_prec else m1
+    per_img_flops = m1.flops
+    per_img_fwd = m1.forward_flops
+    if probe.fake_ok:
+        step_flops = per_img_flops * B
+        ops = m1.ops
+    else:  # binding: queries per step grow with the batch but not in proportion; count a real step of the batch (capped)
+        bb = min(B, 64)
+        mb = measure_step(model, probe.loss, probe.make_batch(bb), fake=False)
+        step_flops = mb.flops * B / bb
+        ops = mb.ops
+        notes.append(f"binding: FLOPs counted on a real step of {bb} scenes and scaled to {B}")
+    a1 = max(m2.saved_bytes - m1.saved_bytes, 0.0)
+    a0 = max(m1.saved_bytes - a1, 0.0)
+    # fp32: no autocast copies of the weights, so the one-image step is the per-image activation
+    a1_cpu, a0_cpu = (a1, a0) if c1 is m1 else (c1.saved_bytes, 0.0)
+    static = P * (4 + 4 + 8 + (4 if probe.ema else 0))
+    data = probe.data_bytes if probe.data_bytes < DATA_ON_DEVICE_BYTES else 0.0
+    peak_gpu = static + data + a0 + a1 * B + RESERVE_BYTES
+    peak_cpu = static + probe.data_bytes + a0_cpu + a1_cpu * B
+    train_flops = step_flops * A * tr.steps
+
+    # what runs around training: validation, sampling / evaluation forwards, scoring
+    spec = probe.spec
+    sizes = spec.split_sizes()
+    ev = cfg.evaluation
+    n_val_runs = (tr.steps // tr.val_every if tr.val_every else 0) + (0 if tr.val_every and tr.steps % tr.val_every == 0 else 1)
+    n_val_runs = n_val_runs if sizes.get("val") else 0
+    diffusion = not hasattr(cfg, "objective")
+    if diffusion:
+        s = cfg.sampling
+        cfg_mult = 1 if s.guidance in (0.0, 1.0) else 2
+        splits = _eval_splits(spec, ev.splits)
+        eval_images = sampled_images(spec, splits, s.n_per_combination)
+        val_loss_imgs = min(256, sizes.get("val", 0))
+        val_gen = min(ev.val_samples, sizes.get("val", 0)) if ev.enabled else 0
+        fwd_images = eval_images * s.steps * cfg_mult + n_val_runs * (val_loss_imgs + val_gen * ev.val_steps * cfg_mult)
+        parsed = (eval_images if ev.enabled else 0) + n_val_runs * val_gen
+        checked = ev.check_n if ev.enabled else 0
+        evaluator = ev.evaluator if ev.enabled else None
+    else:
+        splits = _eval_splits(spec, None)
+        eval_images = sum(sizes.get(s_, 0) for s_ in splits)
+        fwd_images = eval_images + n_val_runs * sizes.get("val", 0)
+        parsed, checked, evaluator = 0, 0, None
+    eval_flops = fwd_images * per_img_fwd
+
+    # this machine
+    threads = torch.get_num_threads()
+    cpu_step = cpu_train = cpu_eval = cpu_gen = 0.0
+    timed_b = 0
+    if time_cpu:
+        timed_b = max(1, min(B, int(CPU_TIMING_FLOPS // max(per_img_flops, 1.0))))
+        fb, opt_s = _time_steps(probe, cfg, timed_b)
+        cpu_step = A * fb * B / timed_b + opt_s
+        cpu_train = cpu_step * tr.steps
+        fb_b = max(1, min(timed_b * 2, 64))
+        fwd_s = _time_forward(probe, fb_b) / fb_b
+        need_render = parsed or checked or not exists
+        render_s, parse_s = _time_scoring(spec, evaluator) if need_render else (0.0, 0.0)
+        cpu_eval = fwd_images * fwd_s + parsed * parse_s + checked * (render_s + parse_s)
+        if not exists:
+            workers = min(cfg.dataset.workers, os.cpu_count() or 1)
+            cpu_gen = sum(sizes.values()) * render_s / workers
+        if timed_b < B:
+            notes.append(f"CPU time measured at batch {timed_b} and scaled linearly to {B}")
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = float("nan")
+
+    # accelerators
+    rows, warnings = [], []
+    per_step_gpu_flops = step_flops * A
+    for acc in accelerators:
+        peak = acc.bf16_tflops * 1e12 * (0.5 if gpu_prec == "fp32" else 1.0)
+        mem = acc.memory_gb * 1e9
+        fits = peak_gpu <= mem
+        room = mem - (static + data + a0 + RESERVE_BYTES)
+        max_b = int(room // a1) if a1 > 0 and room > 0 else (None if a1 <= 0 else 0)
+        step_s = max(per_step_gpu_flops / (peak * assumed_mfu), A * ops * LAUNCH_S)
+        train_s = step_s * tr.steps
+        fwd_gpu = eval_flops / (peak * assumed_mfu)
+        scoring_cpu = 0.0
+        if time_cpu and diffusion:
+            scoring_cpu = max(cpu_eval - fwd_images * fwd_s, 0.0)
+        rows.append(AcceleratorRow(acc.name, acc.bf16_tflops, acc.memory_gb, fits, max_b, train_s, train_s + fwd_gpu + scoring_cpu))
+        if not fits:
+            fix = (f"lower training.batch_size to {max_b} or less (raise training.grad_accum to keep the global batch)"
+                   if max_b else "use a smaller model")
+            warnings.append(f"{acc.name} ({acc.memory_gb:g} GB): batch {B} needs about {peak_gpu / GiB:.1f} GiB per process "
+                            f"({gpu_prec}); it does not fit: {fix}")
+    if gpu_prec != "fp32":
+        notes.append("accelerator memory measured under CPU autocast as a stand-in for CUDA autocast")
+    if probe.family.startswith("diffusion") and cfg.model.conditioning == "caption":
+        notes.append("caption vocabulary built from the sampled records (the run builds it from the whole dataset)")
+    return Estimate(
+        name=cfg.name, family=probe.family, params=P, image_size=spec.image.size, batch_size=B, grad_accum=A, steps=tr.steps,
+        train_images=probe.train_images, precision_gpu=gpu_prec, precision_cpu=cpu_prec, train_flops_per_image=per_img_flops,
+        forward_flops_per_image=per_img_fwd, train_flops_per_step=per_step_gpu_flops, train_flops_total=train_flops,
+        eval_flops_total=eval_flops, eval_images=eval_images, ops_per_step=ops, activation_bytes_fixed=a0,
+        activation_bytes_per_image=a1, activation_bytes_per_image_cpu=a1_cpu, static_bytes=static, data_bytes=data,
+        peak_bytes_gpu=peak_gpu, peak_bytes_cpu=peak_cpu, cpu_threads=threads, cpu_timed_batch=timed_b, cpu_step_s=cpu_step,
+        cpu_train_s=cpu_train, cpu_eval_s=cpu_eval, cpu_generate_s=cpu_gen, cpu_total_s=cpu_train + cpu_eval + cpu_gen,
+        cpu_load=load, assumed_mfu=assumed_mfu, accelerators=rows, warnings=warnings, notes=notes,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# rendering
+# ----------------------------------------------------------------------------------------------
+
+
+def fmt_flops(x: float) -> str:
+    """``1.23 TFLOP``-style text of a FLOP count."""
+    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+        if x >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.3g} FLOP"
+
+
+def fmt_bytes(x: float) -> str:
+    return f"{x / GiB:.2f} GiB" if x >= GiB / 10 else f"{x / 2**20:.1f} MiB"
+
+
+def fmt_seconds(s: float) -> str:
+    if s >= 86400 * 2:
+        return f"{s / 86400:.1f} d"
+    if s >= 3600:
+        return f"{s / 3600:.1f} h"
+    if s >= 90:
+        return f"{s / 60:.1f} min"
+    return f"{s:.1f} s"
+
+
+def render_estimate(est: Estimate) -> list:
+    """Rich renderables of an estimate: the run's cost table, the accelerator table, warnings and notes."""
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title=f"cost estimate: {est.name} — {est.family}", show_header=False)
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    t.add_row("parameters", f"{est.params / 1e6:.2f} M")
+    t.add_row("batch per process x grad_accum, steps", f"{est.batch_size} x {est.grad_accum}, {est.steps}")
+    t.add_row("training FLOPs per image (forward + backward)", fmt_flops(est.train_flops_per_image))
+    t.add_row("training FLOPs per step", fmt_flops(est.train_flops_per_step))
+    t.add_row("training FLOPs, whole run", fmt_flops(est.train_flops_total))
+    t.add_row(f"validation + sampling/evaluation FLOPs ({est.eval_images} test images)", fmt_flops(est.eval_flops_total))
+    t.add_row("total FLOPs", fmt_flops(est.flops_total))
+    t.add_row(f"peak memory per process, accelerator ({est.precision_gpu})", fmt_bytes(est.peak_bytes_gpu))
+    t.add_row("  of which activations at the batch", fmt_bytes(est.activation_bytes_fixed + est.activation_bytes_per_image * est.batch_size))
+    t.add_row("  weights, gradients, AdamW, EMA", fmt_bytes(est.static_bytes))
+    t.add_row("  training data on the device", fmt_bytes(est.data_bytes))
+    t.add_row(f"peak memory, this machine's CPU ({est.precision_cpu})", fmt_bytes(est.peak_bytes_cpu))
+    if est.cpu_step_s:
+        t.add_row(f"this machine: one step ({est.cpu_threads} thread(s), load {est.cpu_load:.1f})", fmt_seconds(est.cpu_step_s))
+        t.add_row("this machine: training", fmt_seconds(est.cpu_train_s))
+        t.add_row("this machine: validation, sampling, scoring", fmt_seconds(est.cpu_eval_s))
+        if est.cpu_generate_s:
+            t.add_row("this machine: dataset generation", fmt_seconds(est.cpu_generate_s))
+        t.add_row("[bold]this machine: total[/]", f"[bold]{fmt_seconds(est.cpu_total_s)}[/]")
+    a = Table(title=f"projected on one accelerator (assumed MFU {100 * est.assumed_mfu:.0f} % of the peak dense "
+                    f"{'bf16' if est.precision_gpu != 'fp32' else 'TF32'} rate)")
+    for col in ("accelerator", "peak bf16 TFLOP/s", "memory", "batch fits", "training", "total"):
+        a.add_column(col, justify="left" if col == "accelerator" else "right")
+    for r in est.accelerators:
+        fit = "yes" if r.fits else f"[red]no[/] (max {r.max_batch})"
+        a.add_row(r.name, f"{r.peak_tflops:g}", f"{r.memory_gb:g} GB", fit, fmt_seconds(r.train_s), fmt_seconds(r.total_s))
+    out: list = [t, a]
+    for w in est.warnings:
+        out.append(Text.from_markup(f"[yellow]warning[/] {w}"))
+    for n in est.notes:
+        out.append(Text(f"note: {n}", style="dim"))
+    return out
+
+
+def print_estimate(est: Estimate, console=None) -> None:
+    """Print :func:`render_estimate` to ``console`` (default: a new rich Console)."""
+    if console is None:
+        from rich.console import Console
+
+        console = Console()
+    for r in render_estimate(est):
+        console.print(r)
+
+
+__all__ = ["ACCELERATORS", "ASSUMED_MFU", "Accelerator", "AcceleratorRow", "Estimate", "check_device", "estimate_run",
+           "measure_step", "print_estimate", "render_estimate", "sampled_images"]
