@@ -139,6 +139,23 @@ class RunFolder:
     def read_dataset(self) -> dict:
         return json.loads(self.dataset.read_text())
 
+    def dataset_root(self) -> Path:
+        """The root of the run's dataset, checked against the fingerprint recorded when the run
+        started (for sampling or analysing a finished run).
+
+        Raises:
+            DatasetError: the dataset is gone (no ``manifest.json``) or changed since the run started.
+        """
+        rec = self.read_dataset()
+        root = Path(rec["path"])
+        if not (root / "manifest.json").is_file():
+            raise DatasetError(f"the dataset of run {self.root} is gone: {root} holds no manifest.json (regenerate it, or restore it)")
+        cur = manifest_fingerprint(root)
+        if cur["fingerprint"] != rec["fingerprint"] or cur["manifest_sha256"] != rec["manifest_sha256"]:
+            raise DatasetError(f"the dataset {root} changed since run {self.root} was trained (fingerprint {rec['fingerprint']} -> "
+                               f"{cur['fingerprint']}): restore it, or train a new run")
+        return root
+
     def checkpoint_list(self) -> list[tuple[int, Path]]:
         """Complete checkpoints ``[(step, dir)]``, oldest first (``.tmp`` ones are unfinished)."""
         if not self.checkpoints.is_dir():

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from mosaic.errors import DatasetError, MosaicError, TrainingError
-from mosaic.lab.data import manifest_fingerprint, step_seed, to_uint8
+from mosaic.lab.data import step_seed, to_uint8
 from mosaic.lab.diffusion.config import DiffusionConfig
 from mosaic.lab.diffusion.model import DiffusionModel
 from mosaic.lab.loop import RunFolder
@@ -129,15 +129,7 @@ def open_run(run_dir: str | Path) -> tuple[DiffusionConfig, RunFolder, Path]:
         raise TrainingError(f"{run_dir} is a transformer run ({raw.get('objective')}): `mosaic sample` generates images from "
                             "diffusion runs only; a transformer run's results are in its metrics.json")
     cfg = validate_config(DiffusionConfig, raw, source=str(run.config))
-    rec = run.read_dataset()
-    root = Path(rec["path"])
-    if not (root / "manifest.json").is_file():
-        raise DatasetError(f"the dataset of run {run_dir} is gone: {root} holds no manifest.json (regenerate it, or restore it)")
-    cur = manifest_fingerprint(root)
-    if cur["fingerprint"] != rec["fingerprint"] or cur["manifest_sha256"] != rec["manifest_sha256"]:
-        raise DatasetError(f"the dataset {root} changed since run {run_dir} was trained (fingerprint {rec['fingerprint']} -> "
-                           f"{cur['fingerprint']}): restore it, or train a new run")
-    return cfg, run, root
+    return cfg, run, run.dataset_root()
 
 
 def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, n_per_combination: int | None, guidance: float,
