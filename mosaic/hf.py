@@ -35,7 +35,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import yaml
 
 from mosaic.spec import Spec
@@ -180,13 +179,12 @@ def features_json(tree: dict[str, tuple]) -> dict:
     return {k: _json_node(v) for k, v in tree.items()}
 
 
-_ARROW = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}
+def _arrow_type(node: tuple):
+    import pyarrow as pa
 
-
-def _arrow_type(node: tuple) -> pa.DataType:
     kind = node[0]
     if kind == "value":
-        return _ARROW[node[1]]
+        return {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}[node[1]]
     if kind == "class_label":
         return pa.int64()
     if kind == "image":
@@ -196,9 +194,12 @@ def _arrow_type(node: tuple) -> pa.DataType:
     return pa.list_(_arrow_type(node[1]))
 
 
-def arrow_schema(tree: dict[str, tuple]) -> pa.Schema:
+def arrow_schema(tree: dict[str, tuple]):
     """The Arrow schema of the features, with the ``huggingface`` metadata ``datasets`` reads back
-    (``{"info": {"features": ...}}``), as ``datasets.Features(...).arrow_schema`` makes it."""
+    (``{"info": {"features": ...}}``), as ``datasets.Features(...).arrow_schema`` makes it.
+    Returns a ``pyarrow.Schema``."""
+    import pyarrow as pa
+
     meta = {b"huggingface": json.dumps({"info": {"features": features_json(tree)}}).encode()}
     return pa.schema([(k, _arrow_type(v)) for k, v in tree.items()], metadata=meta)
 
