@@ -1,0 +1,586 @@
+"""Run the diagnostics on a lab run: at the end of training (a config's ``analysis:`` section) or
+on a finished run folder (``mosaic analyze RUN``).
+
+Which diagnostic applies where (diagnostics.md §7):
+
+=====================  ==========================================  ===========================
+diagnostic             transformer run (classifier / binding)      diffusion run (UNet / DiT)
+=====================  ==========================================  ===========================
+probes                 the run's embedding (classifier: the        the last block's pooled
+                       heads' input; binding: the normalised       features (UNet mid block)
+                       scene embedding)
+layers                 every encoder block, pooled, then the       every down block and the
+                       output (and the binding projection)         mid block (DiT: every block)
+factorization          the embedding, test splits together         the last block
+rank                   ordinal concepts only (count, size,         same
+                       position)
+diffusion-classifier   — (not a generative model)                  the model itself
+=====================  ==========================================  ===========================
+
+Protocol: probes and axes train on a seeded subset of the **train** split (seen combinations
+only; :class:`~mosaic.diagnostics.errors.LeakageError` otherwise) and are scored on ``test_id``
+(seen) and ``test_ood`` (held-out). Diffusion features are read at ``feature_timestep`` under the
+null condition. The result is the ``analysis`` entry of ``metrics.json``; :func:`analysis_columns`
+flattens it into sweep columns.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from mosaic.diagnostics import DIAGNOSTICS
+from mosaic.diagnostics.config import AnalysisSection
+from mosaic.diagnostics.errors import NotApplicableError
+from mosaic.errors import DatasetError, TrainingError
+
+SEEN, HELD = "test_id", "test_ood"
+
+
+# ----------------------------------------------------------------------------------------------
+# what applies
+# ----------------------------------------------------------------------------------------------
+
+
+def not_applicable(family: str, spec, conditioning: str | None = None) -> dict[str, tuple[str, str]]:
+    """Diagnostics that do not apply to a run: name -> (why, fix)."""
+    from mosaic.diagnostics.rank import ordinal_concepts
+
+    out = {}
+    if family == "transformer":
+        out["diffusion-classifier"] = (
+            "this is a transformer run; the diffusion classifier ranks conditions by a conditional diffusion model's "
+            "denoising error, so it needs a diffusion run (mosaic train diffusion)", "leave it out of --what")
+    elif conditioning == "caption":
+        out["diffusion-classifier"] = (
+            "the run uses caption conditioning; the classifier's candidates are concept-value combinations, which only "
+            "factorized or combination conditioning can express", "train with model.conditioning: factorized")
+    if not ordinal_concepts(spec):
+        roles = ", ".join(f"{c} ({r})" for c, r in spec.roles.items())
+        out["rank"] = (f"the dataset has no ordinal concept (concepts: {roles})",
+                       "rank axes apply to count, size and position (angle-bin) concepts; leave 'rank' out of --what")
+    return out
+
+
+def resolve_what(what: list[str] | None, family: str, spec, conditioning: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """The diagnostics to run and the ones skipped (name -> why).
+
+    ``what`` None: every diagnostic that applies (the others listed as skipped). Given explicitly,
+    a diagnostic that does not apply is an error.
+
+    Raises:
+        NotApplicableError: a requested diagnostic that does not apply (named, with why).
+        DiagnosticError: an unknown name.
+    """
+    from mosaic.diagnostics.errors import DiagnosticError
+
+    bad = not_applicable(family, spec, conditioning)
+    if what is None:
+        return [d for d in DIAGNOSTICS if d not in bad], {d: why for d, (why, _) in bad.items()}
+    unknown = [d for d in what if d not in DIAGNOSTICS]
+    if unknown:
+        from mosaic.vocab import closest
+
+        hints = [f"{u!r} -> {m!r}" for u in unknown if (m := closest(u, list(DIAGNOSTICS), cutoff=0.6))]
+        raise DiagnosticError(f"--what {','.join(unknown)}: not a diagnostic; choose from {', '.join(DIAGNOSTICS)}"
+                              + (f" (did you mean {', '.join(hints)}?)" if hints else ""))
+    for d in what:
+        if d in bad:
+            raise NotApplicableError(d, *bad[d])
+    return [d for d in DIAGNOSTICS if d in what], {}
+
+
+# ----------------------------------------------------------------------------------------------
+# features
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Features:
+    """Per-layer features and labels of the analysed splits.
+
+    Attributes:
+        layers: layer name (depth order) -> split -> float32 ``[N, D]``.
+        embedding: the layer the probes, factorization and rank axes use.
+        labels: split -> int64 ``[N, C]`` value index per spec concept (-1: none).
+        held: split -> bool ``[N]`` the sample's combination is held out.
+        objects: split -> int64 ``[N, M, A]`` object tuples, or None (no tokenizer).
+        attributes: the object attributes of ``objects`` (e.g. ``["color", "shape"]``).
+        concepts: C concept names; n_values: values per concept.
+    """
+
+    layers: dict
+    embedding: str
+    labels: dict
+    held: dict
+    objects: dict | None
+    attributes: list[str]
+    concepts: list[str]
+    n_values: list[int]
+
+
+def _subset(n: int, cap: int | None, seed: int) -> np.ndarray:
+    if cap is None or n <= cap:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, cap, replace=False))
+
+
+def _splits(root: Path) -> list[str]:
+    from mosaic.lab.data import evaluation_splits
+
+    return ["train"] + [s for s in evaluation_splits(root) if s != "train"]
+
+
+def transformer_features(task, opts: AnalysisSection, device) -> Features:
+    """Features of a transformer task's model on train (subset) and the test splits."""
+    import torch.nn.functional as F
+
+    from mosaic.diagnostics.features import transformer_block_features
+    from mosaic.lab.transformer.data import SplitData
+
+    cfg, spec = task.cfg, task.spec
+    model = task.model.to(device).eval()
+    binding = cfg.objective == "binding"
+    enc = model.scene_encoder if binding else model.encoder
+    extra = {"embedding": lambda y: F.normalize(model.scene_proj(y).float(), dim=-1)} if binding else None
+    layers: dict = {}
+    labels, held, objects = {}, {}, {}
+    for split in _splits(task.root):
+        data = task.train if split == "train" else SplitData(task.root, split, spec, cfg.input.kind, task.tokenizer)
+        if not len(data):
+            continue
+        idx = _subset(len(data), opts.probes.max_train if split == "train" else None, opts.probes.seed)
+        feats = transformer_block_features(enc, data.inputs[torch.from_numpy(idx)], pool=opts.pool, device=device,
+                                           batch_size=cfg.evaluation.batch_size, extra=extra)
+        for name, f in feats.items():
+            layers.setdefault(name, {})[split] = f
+        labels[split] = data.targets.numpy()[idx]
+        held[split] = np.array([bool(data.records[i].get("held_out")) for i in idx])
+        if data.objects is not None:
+            objects[split] = data.objects.numpy()[idx]
+    concepts = list(spec.concepts)
+    return Features(layers, "embedding" if binding else "output", labels, held, objects or None,
+                    list(task.tokenizer.attributes) if task.tokenizer is not None else [], concepts,
+                    [len(spec.domain(c)) for c in concepts])
+
+
+def diffusion_features(task, opts: AnalysisSection, device) -> Features:
+    """Pooled block features of a diffusion task's model (null condition, fixed timestep)."""
+    from mosaic.diagnostics.features import unet_block_features
+    from mosaic.lab.data import to_float
+    from mosaic.torch_data import MosaicDataset
+
+    model = task.model.to(device).eval()
+    layers: dict = {}
+    labels, held = {}, {}
+    null = None
+    for split in _splits(task.root):
+        ds = MosaicDataset(task.root, split)
+        if not len(ds):
+            continue
+        idx = _subset(len(ds), opts.probes.max_train if split == "train" else None, opts.probes.seed)
+        if null is None:
+            null = task.encode(ds.records[:1])
+        feats = unet_block_features(model, to_float(ds.images[torch.from_numpy(idx)]), null, scheduler=task.noise,
+                                    t=min(opts.feature_timestep, task.noise.config.num_train_timesteps - 1), device=device)
+        for name, f in feats.items():
+            layers.setdefault(name, {})[split] = f
+        labels[split] = ds.targets.numpy()[idx]
+        held[split] = np.array([bool(ds.records[i].get("held_out")) for i in idx])
+    concepts = list(task.spec.concepts)
+    return Features(layers, list(layers)[-1], labels, held, None, [], concepts, [len(task.spec.domain(c)) for c in concepts])
+
+
+# ----------------------------------------------------------------------------------------------
+# the diagnostics on features
+# ----------------------------------------------------------------------------------------------
+
+
+def _probe_config(opts: AnalysisSection, device):
+    from mosaic.diagnostics.probes import ProbeConfig
+
+    p = opts.probes
+    return ProbeConfig(epochs=p.epochs, batch_size=p.batch_size, lr=p.lr, val_fraction=p.val_fraction, seed=p.seed, device=str(device))
+
+
+def _evals(f: Features, layer: str) -> dict:
+    return {s: (f.layers[layer][s], f.labels[s]) for s in (SEEN, HELD, "test") if s in f.layers[layer]}
+
+
+def run_probes(f: Features, opts: AnalysisSection, device) -> tuple[dict, list]:
+    """Concept probes on the embedding and, with object tuples, slot-wise binding probes
+    (colour given shape when both are attributes, else the second attribute given the first)."""
+    from mosaic.diagnostics.probes import binding_probe_report, concept_probes, slot_probe_report
+
+    cfg = _probe_config(opts, device)
+    x = f.layers[f.embedding]
+    rep, probes = concept_probes((x["train"], f.labels["train"], f.held["train"]), _evals(f, f.embedding), f.concepts,
+                                 f.n_values, cfg)
+    out = {"layer": f.embedding, "concept": rep}
+    if f.objects and len(f.attributes) >= 2:
+        a = f.attributes
+        n_vals = [int(max(o[:, :, i].max() for o in f.objects.values())) + 1 for i in range(len(a))]
+        train = (x["train"], f.objects["train"], f.held["train"])
+        evals = {s: (x[s], f.objects[s]) for s in (SEEN, HELD, "test") if s in x and s in f.objects}
+        out["slots"] = slot_probe_report(train, evals, n_vals, a, cfg)
+        # keyed (colour given shape): a held-out combination's colour never occurs as that shape's
+        # training target, so the keyed probe is scored on seen combinations only
+        key, tgt = (a.index("shape"), a.index("color")) if {"shape", "color"} <= set(a) else (0, 1)
+        out["binding"] = binding_probe_report(train, {s: v for s, v in evals.items() if s != HELD}, key, tgt, n_vals[key],
+                                              n_vals[tgt], cfg, names=(a[key], a[tgt]))
+    return out, probes.weights
+
+
+def run_layers(f: Features, opts: AnalysisSection, device) -> dict:
+    from mosaic.diagnostics.probes import layer_curve
+
+    labels = {s: f.labels[s] for s in f.labels}
+    return layer_curve(f.layers, labels, f.concepts, held_out_train=f.held["train"], config=_probe_config(opts, device),
+                       n_values=f.n_values, seen=SEEN if SEEN in labels else "test", held=HELD)
+
+
+def run_factorization(f: Features, weights: list | None) -> dict:
+    """In-sample over the test splits (faithful to the reference; probe-span R² with the concept
+    probes' weights) and out-of-sample: least-squares factors on train, R² on held-out cells."""
+    from mosaic.diagnostics.factorization import factorization, heldout_r2
+
+    x = f.layers[f.embedding]
+    tests = [s for s in (SEEN, HELD, "test") if s in x]
+    xt = np.concatenate([x[s] for s in tests])
+    yt = np.concatenate([f.labels[s] for s in tests])
+    out = factorization(xt, yt, f.concepts, n_values=f.n_values, probe_weights=weights)
+    out["embedding"] = f"{f.embedding} ({', '.join(tests)} together)"
+    if HELD in x:
+        out["heldout"] = heldout_r2(x["train"], f.labels["train"], x[HELD], f.labels[HELD])
+    return out
+
+
+def run_rank(f: Features, spec) -> dict:
+    from mosaic.diagnostics.rank import rank_axes, require_ordinal
+
+    x = f.layers[f.embedding]
+    out = {}
+    for c, ranks in require_ordinal(spec).items():
+        h = f.concepts.index(c)
+        table = np.asarray(ranks, dtype=float)
+
+        def order(y):
+            return np.where(y[:, h] >= 0, table[np.clip(y[:, h], 0, None)], np.nan)
+
+        evals = {s: (x[s], order(f.labels[s])) for s in (SEEN, HELD, "test") if s in x}
+        out[c] = rank_axes((x["train"], order(f.labels["train"]), f.held["train"]), evals, concept=c)
+    return out
+
+
+def run_diffusion_classifier(task, opts: AnalysisSection, device, generation: dict | None = None, say=print) -> dict:
+    """Classify real test images (``images_per_split`` per split) over every combination of the
+    concepts' values; report seen vs held-out next to the run's generation accuracy."""
+    from mosaic.diagnostics import diffusion_classifier as dc
+    from mosaic.lab.data import to_float
+    from mosaic.torch_data import MosaicDataset
+
+    o = opts.diffusion_classifier
+    spec = task.spec
+    names = list(spec.concepts)
+    grid = dc.combination_grid([len(spec.domain(c)) for c in names], limit=o.max_candidates)
+    kind = getattr(task.conditioner, "kind", "factorized")
+    candidates = torch.from_numpy(grid) if kind == "factorized" else torch.arange(len(grid))[:, None]
+    images, truth, held = [], [], []
+    held_cells = set()
+    for split in [s for s in _splits(task.root) if s != "train"]:
+        ds = MosaicDataset(task.root, split)
+        if not len(ds):
+            continue
+        y = ds.targets.numpy()
+        ok = (y >= 0).all(1)
+        if split == HELD:
+            held_cells |= {tuple(r) for r in y[ok]}
+        idx = np.nonzero(ok)[0]
+        if o.images_per_split is not None and len(idx) > o.images_per_split:
+            idx = idx[np.linspace(0, len(idx) - 1, o.images_per_split).round().astype(int)]
+        images.append(to_float(ds.images[torch.from_numpy(idx)]))
+        truth.append(y[idx])
+        held.append(np.array([bool(ds.records[i].get("held_out")) for i in idx]))
+    x0, truth, held = torch.cat(images), np.concatenate(truth), np.concatenate(held)
+    T = task.noise.config.num_train_timesteps
+    ts = dc.timesteps(o.timesteps, o.n_timesteps, T)
+    w = dc.timestep_weights(o.weighting, ts, task.noise.alphas_cumprod)
+    model = task.model.to(device).eval()
+    fn = dc.model_denoise_error(model, task.noise, norm=o.norm, target=o.target)
+    say(f"diffusion classifier: {len(x0)} images x {len(grid)} candidates x {len(ts)} timesteps x {o.n_trials} trial(s)")
+    res = dc.classify(fn, x0, candidates, ts, weights=w, n_trials=o.n_trials, seed=o.seed, batch_size=o.batch_size,
+                      stages=o.stages, device=device)
+    pred = grid[res.pred]
+    per_concept = dc.per_concept_predictions(res.errors, grid, mode=o.per_concept if not o.stages else "min")
+    picked_held = np.array([tuple(p) in held_cells for p in pred])
+    rep = dc.classification_report(pred, truth, held, names, candidate_held_out=picked_held, per_concept=per_concept)
+    out = {**rep, "candidates": int(len(grid)), "timesteps": ts.tolist(), "weighting": o.weighting, "norm": o.norm,
+           "target": o.target, "n_trials": o.n_trials, "stages": o.stages, "evaluations": res.evaluations,
+           "seconds": res.seconds, "images_per_s": res.images_per_second}
+    if generation:
+        out["generation"] = {g: {"joint": generation[g].get("joint"), "n": generation[g].get("n")} for g in ("seen", "held_out")
+                             if isinstance(generation.get(g), dict)}
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# drivers
+# ----------------------------------------------------------------------------------------------
+
+
+def analyze_task(family: str, task, opts: AnalysisSection, *, what: list[str] | None = None, device="cpu",
+                 metrics: dict | None = None, out_dir: Path | None = None, say: Callable[[str], None] = print) -> dict:
+    """Run the diagnostics on a task whose model holds the weights to analyse.
+
+    Args:
+        family: ``transformer`` or ``diffusion``.
+        task: the family's task (its model already loaded with the weights).
+        opts: the ``analysis:`` options; ``what`` overrides ``opts.what``.
+        metrics: the run's metrics so far (the task accuracy table, for comparisons and figures).
+        out_dir: where figures go (``RUN/analysis``); None: no figures.
+    Returns:
+        The ``analysis`` entry of metrics.json: ``what``, ``skipped`` (name -> why), ``seconds``
+        (per diagnostic, including feature extraction), and one entry per diagnostic run
+        (``probes``, ``layers``, ``factorization``, ``rank``, ``diffusion_classifier``), ``figures``.
+    Raises:
+        NotApplicableError: a requested diagnostic that does not apply; LeakageError, DiagnosticError.
+    """
+    conditioning = getattr(task.cfg.model, "conditioning", None) if family == "diffusion" else None
+    todo, skipped = resolve_what(what if what is not None else opts.what, family, task.spec, conditioning)
+    out: dict = {"what": todo, "skipped": skipped, "seconds": {}}
+    metrics = metrics or {}
+    feats = None
+    if any(d in todo for d in ("probes", "layers", "factorization", "rank")):
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            feats = (transformer_features if family == "transformer" else diffusion_features)(task, opts, device)
+        out["seconds"]["features"] = time.perf_counter() - t0
+        out["embedding"] = feats.embedding
+        say(f"analysis: features of {len(feats.layers)} layers in {out['seconds']['features']:.1f} s")
+    weights = None
+    for d in todo:
+        t0 = time.perf_counter()
+        if d == "probes":
+            out["probes"], weights = run_probes(feats, opts, device)
+        elif d == "layers":
+            out["layers"] = run_layers(feats, opts, device)
+        elif d == "factorization":
+            out["factorization"] = run_factorization(feats, weights)
+        elif d == "rank":
+            out["rank"] = run_rank(feats, task.spec)
+        else:
+            out["diffusion_classifier"] = run_diffusion_classifier(task, opts, device, metrics.get("table"), say)
+        out["seconds"][d] = time.perf_counter() - t0
+        say(f"analysis: {d} in {out['seconds'][d]:.1f} s")
+    if out_dir is not None and opts.figures:
+        out["figures"] = [str(p) for p in draw(out, metrics, Path(out_dir))]
+    return out
+
+
+def draw(analysis: dict, metrics: dict, out_dir: Path) -> list[Path]:
+    """The analysis figures (:mod:`mosaic.plots`): per-layer curve, rank-axis scatter per ordinal
+    concept, probe vs task accuracy, generative vs discriminative accuracy."""
+    from mosaic import plots
+
+    paths = []
+    if "layers" in analysis:
+        paths.append(plots.plot_layer_curve(analysis["layers"], out_dir / "layers.png"))
+    for c, r in (analysis.get("rank") or {}).items():
+        paths.append(plots.plot_rank_scatter(r, out_dir / f"rank_{c}.png"))
+    if "probes" in analysis and metrics.get("table"):
+        paths.append(plots.plot_probe_vs_task(analysis["probes"], metrics["table"], out_dir / "probes_vs_task.png"))
+    if "diffusion_classifier" in analysis and (analysis["diffusion_classifier"].get("generation")):
+        paths.append(plots.plot_generative_vs_discriminative(analysis["diffusion_classifier"], out_dir / "generative_vs_discriminative.png"))
+    return [p for p in paths if p is not None]
+
+
+def open_any_run(run_dir: str | Path):
+    """``(family, cfg, run folder, dataset root)`` of a finished lab run of either family.
+
+    Raises:
+        TrainingError: not a run folder, or a run that has not finished (no metrics.json);
+        DatasetError: the dataset is gone or changed; ConfigError: an invalid stored config.
+    """
+    from mosaic.lab.config import validate_config
+    from mosaic.lab.data import manifest_fingerprint
+    from mosaic.lab.loop import RunFolder
+
+    run = RunFolder(run_dir)
+    if not run.config.is_file():
+        raise TrainingError(f"{run_dir} is not a run folder (no {run.config.name}): give the folder `mosaic train` wrote")
+    raw = run.read_config()
+    if not run.metrics.is_file():
+        raise TrainingError(f"run {run_dir} has not finished (no metrics.json): finish training (rerun the same "
+                            "`mosaic train` command) before analysing it")
+    if isinstance(raw, dict) and "objective" in raw:
+        from mosaic.lab.transformer.config import TransformerConfig as C
+
+        family = "transformer"
+    else:
+        from mosaic.lab.diffusion.config import DiffusionConfig as C
+
+        family = "diffusion"
+    cfg = validate_config(C, raw, source=str(run.config))
+    rec = run.read_dataset()
+    root = Path(rec["path"])
+    if not (root / "manifest.json").is_file():
+        raise DatasetError(f"the dataset of run {run_dir} is gone: {root} holds no manifest.json (regenerate it, or restore it)")
+    cur = manifest_fingerprint(root)
+    if cur["fingerprint"] != rec["fingerprint"] or cur["manifest_sha256"] != rec["manifest_sha256"]:
+        raise DatasetError(f"the dataset {root} changed since run {run_dir} was trained: restore it, or train a new run")
+    return family, cfg, run, root
+
+
+def load_task(family: str, cfg, run, root: Path, checkpoint: str | None):
+    """The run's task with the analysed weights loaded; returns ``(task, checkpoint)``.
+
+    Raises:
+        TrainingError: the run lacks the weights (named: which checkpoint, which folder, the fix).
+    """
+    from mosaic.lab.run import pick_checkpoint
+
+    wanted = checkpoint or (cfg.evaluation.checkpoint if family == "transformer" else cfg.sampling.checkpoint)
+    chosen = pick_checkpoint(run, wanted) if checkpoint is None else checkpoint
+    weights = run.best if chosen == "best" else run.final
+    need = weights / ("model.safetensors" if family == "transformer" else "conditioner.safetensors")
+    if not need.is_file():
+        alt = "final" if chosen == "best" else "best"
+        raise TrainingError(f"run {run.root} has no {chosen} checkpoint ({need} is missing): the diagnostics need trained weights; "
+                            f"finish training, or pass --checkpoint {alt}")
+    if family == "transformer":
+        from mosaic.lab.transformer.family import build_task
+        from mosaic.lab.transformer.models import load_weights
+
+        task = build_task(cfg, root)
+        load_weights(task.model, weights)
+    else:
+        from mosaic.lab.diffusion.task import DiffusionTask
+
+        task = DiffusionTask(cfg, root, run, train=False)
+        task.load_weights(weights)
+    return task, chosen
+
+
+def analyze_run(run_dir: str | Path, *, what: list[str] | None = None, options: AnalysisSection | None = None,
+                checkpoint: str | None = None, device: str = "cpu", write: bool = True, say: Callable[[str], None] = print) -> dict:
+    """Run the diagnostics on a finished run and (``write``) store them in its ``metrics.json``
+    under ``analysis`` (figures in ``RUN/analysis/``).
+
+    Args:
+        what: diagnostics to run (None: the options', else every one that applies).
+        options: defaults to the run's own ``analysis:`` section, else :class:`AnalysisSection` defaults.
+        checkpoint: ``final`` / ``best`` (default: the weights the run evaluated).
+    Returns:
+        The ``analysis`` dict (see :func:`analyze_task`), with ``checkpoint``.
+    Raises:
+        TrainingError, DatasetError, ConfigError, NotApplicableError, LeakageError (all MosaicError).
+    """
+    family, cfg, run, root = open_any_run(run_dir)
+    opts = options or getattr(cfg, "analysis", None) or AnalysisSection()
+    metrics = json.loads(run.metrics.read_text())
+    # the applicability check comes before the (slow) task is built
+    from mosaic.dataset import spec_of
+
+    resolve_what(what if what is not None else opts.what, family, spec_of(root),
+                 getattr(cfg.model, "conditioning", None) if family == "diffusion" else None)
+    task, chosen = load_task(family, cfg, run, root, checkpoint or opts.checkpoint)
+    out = analyze_task(family, task, opts, what=what, device=device, metrics=metrics,
+                       out_dir=run.root / "analysis" if write else None, say=say)
+    out["checkpoint"] = chosen
+    out = _jsonable(out)
+    if write:
+        metrics["analysis"] = out
+        run.write_metrics(metrics)
+    return out
+
+
+def _jsonable(x):
+    import math
+
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.floating, np.integer)):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    return x
+
+
+# ----------------------------------------------------------------------------------------------
+# sweep columns
+# ----------------------------------------------------------------------------------------------
+
+
+def analysis_columns(analysis: dict | None) -> dict:
+    """Flat sweep columns of a run's ``analysis`` entry (numbers only):
+
+    - ``probe.<split>.<concept>`` / ``probe.<split>.mean``: concept-probe accuracy (split
+      ``test_id`` / ``test_ood``); ``slot_probe.<split>``: slot-wise binding-probe object
+      accuracy; ``binding_probe.<split>``: keyed (colour given shape) probe accuracy, seen splits;
+    - ``layers.seen.<layer>`` / ``layers.held_out.<layer>``, ``layers.last_held_out``,
+      ``layers.best_by_val_held_out``, ``layers.best_held_out``, ``layers.gain_over_last``;
+    - ``factorization.r2``, ``.r2_whitened``, ``.r2_lstsq``, ``.heldout_r2``, ``.cross_abs_cos``,
+      ``.within_abs_cos``, ``.probe_span_r2``, ``.k95.<concept>``;
+    - ``rank.<concept>.<axis>.<split>.spearman`` (axis ``extremes`` / ``fitted``);
+    - ``diffusion_classifier.<seen|held_out>.joint`` and ``.<concept>``, ``.images_per_s``;
+    - ``seconds.<diagnostic>``.
+    """
+    if not analysis:
+        return {}
+    row: dict = {}
+
+    def put(k, v):
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            row[f"analysis.{k}"] = v
+
+    p = analysis.get("probes") or {}
+    for split, acc in (p.get("concept") or {}).items():
+        if split in (SEEN, HELD, "test") and isinstance(acc, dict):
+            for c, v in acc.items():
+                if c != "n":
+                    put(f"probe.{split}.{c}", v)
+    for split, v in (p.get("binding") or {}).items():
+        if isinstance(v, dict):
+            put(f"binding_probe.{split}", v.get("accuracy"))
+    for split, v in (p.get("slots") or {}).items():
+        if isinstance(v, dict):
+            put(f"slot_probe.{split}", v.get("object_accuracy"))
+    lay = analysis.get("layers") or {}
+    for group in ("seen", "held_out"):
+        for name, v in zip(lay.get("layers", []), lay.get(group, [])):
+            put(f"layers.{group}.{name}", v)
+    for k in ("last_held_out", "best_by_val_held_out", "best_held_out", "gain_over_last"):
+        put(f"layers.{k}", lay.get(k))
+    fac = analysis.get("factorization") or {}
+    for k in ("r2", "r2_whitened", "r2_lstsq"):
+        put(f"factorization.{k}", fac.get(k))
+    put("factorization.heldout_r2", (fac.get("heldout") or {}).get("r2"))
+    put("factorization.cross_abs_cos", (fac.get("abs_cos") or {}).get("cross"))
+    put("factorization.within_abs_cos", (fac.get("abs_cos") or {}).get("within"))
+    put("factorization.probe_span_r2", (fac.get("probe_span_r2") or {}).get("mean"))
+    for c, k in (fac.get("k95") or {}).items():
+        put(f"factorization.k95.{c}", k)
+    for c, r in (analysis.get("rank") or {}).items():
+        for axis in ("extremes", "fitted"):
+            for split, v in (r.get(axis) or {}).items():
+                if isinstance(v, dict) and "spearman" in v:
+                    put(f"rank.{c}.{axis}.{split}.spearman", v["spearman"])
+    dcr = analysis.get("diffusion_classifier") or {}
+    for group in ("seen", "held_out"):
+        for k, v in (dcr.get(group) or {}).items():
+            if k not in ("n", "wrong_by_concept", "marginal"):
+                put(f"diffusion_classifier.{group}.{k}", v)
+    put("diffusion_classifier.images_per_s", dcr.get("images_per_s"))
+    for k, v in (analysis.get("seconds") or {}).items():
+        put(f"seconds.{k}", v)
+    return row
