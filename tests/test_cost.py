@@ -79,6 +79,9 @@ def test_saved_activations_are_the_inputs_autograd_keeps():
     per = (m3.saved_bytes - m1.saved_bytes) / 2
     assert per == i * 4 + i * 2  # fp32 x kept by the product with `pre`, and its bf16 copy kept by the matmul
     assert m1.saved_bytes - per == i * o * 2
+    # one step tells them apart: tensors with the batch as leading dimension, and the rest
+    m7 = measure_step(lin, loss, {"x": torch.randn(7, i)}, dtype=torch.bfloat16)
+    assert m7.saved_bytes_batched == 7 * per and m7.saved_bytes - m7.saved_bytes_batched == i * o * 2
 
 
 def _cfg(path: str, *sets: str):
@@ -105,6 +108,18 @@ def test_dit_estimate_follows_the_6_params_tokens_rule(tmp_path):
     assert not list(tmp_path.iterdir())  # nothing written: no dataset, no run folder
 
 
+def test_a_batch_that_fits_no_accelerator_is_a_warning_with_the_batch_that_would(tmp_path):
+    cfg = _cfg("experiments/train/quickstart_cpu.yaml", "training.batch_size=400000", f"dataset.root={tmp_path}")
+    est = estimate_run(cfg, time_cpu=False)
+    assert est.accelerators and not any(r.fits for r in est.accelerators)
+    assert len(est.warnings) == len(est.accelerators)
+    w = {r.name: r for r in est.accelerators}
+    assert w["H200 SXM"].max_batch > w["A100 40GB"].max_batch > w["RTX 4090"].max_batch > 1000
+    assert all(f"to {r.max_batch} or less" in x for r, x in zip(est.accelerators, est.warnings))
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
 def test_mosaic_presets_have_their_documented_size_and_warn_where_the_batch_does_not_fit(tmp_path):
     cfg = _cfg("experiments/train/mosaic_count_unet.yaml", f"dataset.root={tmp_path}")
     est = estimate_run(cfg, time_cpu=False)

@@ -9,23 +9,27 @@ How each number is obtained (see README, "Cost estimate"):
 
 - **parameters**: the model the run would build (the same ``build_backbone`` / ``make_encoder`` /
   conditioner code), counted.
-- **training FLOPs per image**: ``torch.utils.flop_counter.FlopCounterMode`` around one real
-  training step of the task's own ``loss`` (forward, loss, backward) on a one-image batch, run on
+- **training FLOPs per image**: ``torch.utils.flop_counter.FlopCounterMode`` around one
+  training step of the task's own ``loss`` (forward, loss, backward), divided by its
+  :data:`PROBE_BATCH` images (exact: every op of these models is linear in the batch), run on
   fake tensors (``FakeTensorMode``: shapes only, no compute, no memory), so a 90 M-parameter model
   costs the same few seconds as a tiny one. FLOPs of matrix products, convolutions and attention
   (CPU SDPA kernels are registered here); element-wise ops are not counted (the usual convention
   of MFU). The binding objective builds its queries with data-dependent shapes
   (``torch.unique``), which fake tensors cannot run: it is counted on real tensors instead.
-- **peak memory per process**: measured, at batch 1 and 2, as the bytes of the distinct tensor
-  storages autograd saves for the backward pass (``torch.autograd.graph.saved_tensors_hooks``;
-  parameters excluded), in the precision the run would use (CPU autocast stands in for CUDA
-  autocast), then scaled linearly to the config's batch: ``a0 + a1 * batch`` (in fp32 ``a0`` is 0:
-  there are no autocast copies of the weights, so the one-image step gives ``a1``). Added:
-  ``4 P`` weights, ``4 P`` gradients, ``8 P`` AdamW moments, ``4 P`` EMA weights (when enabled),
-  the training tensors the loop moves to the device when they are under 4 GiB, and a fixed
-  reserve (:data:`RESERVE_BYTES`: CUDA context, cuBLAS workspace, allocator slack). On the
-  MOSAIC-scale DiT this saved-tensor count matched ``torch.distributed._tools.mem_tracker``'s
-  activation total within 0.1 %.
+- **peak memory per process**: the bytes of the distinct tensor storages autograd saves for the
+  backward pass (``torch.autograd.graph.saved_tensors_hooks``; parameters excluded), measured on
+  the same fake step of :data:`PROBE_BATCH` images in the precision the run would use on an
+  accelerator (CPU autocast stands in for CUDA autocast) and split into ``a1`` per image (saved
+  tensors whose leading dimension is a multiple of the batch) and ``a0`` per step (the rest, e.g.
+  autocast's bf16 copies of the weights), then scaled linearly to the config's batch:
+  ``a0 + a1 * batch``. For this machine's CPU the same count is taken on the real timing step.
+  Added: ``4 P`` weights, ``4 P`` gradients, ``8 P`` AdamW moments, ``4 P`` EMA weights (when
+  enabled), the training tensors the loop moves to the device when they are under 4 GiB, and a
+  fixed reserve (:data:`RESERVE_BYTES`: CUDA context, cuBLAS workspace, allocator slack). On the
+  MOSAIC-scale DiT the saved-tensor count matched ``torch.distributed._tools.mem_tracker``'s
+  activation total within 0.1 % (480.6 vs 480.1 MiB at batch 2, bf16); MemTracker itself was
+  too slow for a dry run (135 s per step on fake tensors).
 - **wall time on this machine**: a few real training steps (the task's loss, AdamW, gradient
   clipping, EMA) at the config's batch, or at a smaller batch scaled linearly when one step would
   take long; plus validation, sampling, scoring, the evaluator check and dataset generation from
@@ -38,6 +42,7 @@ How each number is obtained (see README, "Cost estimate"):
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -90,6 +95,8 @@ LAUNCH_S = 8e-6
 RESERVE_BYTES = 1 * GiB
 #: Training tensors up to this size are moved to the device by the loop (mosaic.lab.loop.train).
 DATA_ON_DEVICE_BYTES = 4 * GiB
+#: Images in the fake-tensor step that measures FLOPs and activations (a prime: weights' shapes are rarely its multiples).
+PROBE_BATCH = 13
 #: One CPU timing step may cost at most this many training FLOPs; larger batches are timed smaller and scaled.
 CPU_TIMING_FLOPS = 2e10
 
@@ -209,6 +216,7 @@ class StepMeasure:
     forward_flops: float
     backward_flops: float
     saved_bytes: float
+    saved_bytes_batched: float  # of the saved tensors whose leading dimension is a multiple of the batch
     ops: int
 
     @property
@@ -228,19 +236,23 @@ def measure_step(model: torch.nn.Module, loss_fn: Callable, batch: dict, *, dtyp
         fake: run on fake tensors (shapes only; no compute, no memory).
     Returns:
         :class:`StepMeasure`: forward and backward FLOPs (``FlopCounterMode``), bytes of the
-        distinct storages autograd saved for backward (parameters excluded), aten ops.
+        distinct storages autograd saved for backward (parameters excluded) and of those among
+        them whose leading dimension is a multiple of the batch (activations; the rest, e.g.
+        autocast copies of weights, is per step), aten ops that compute.
     """
     from torch.utils.flop_counter import FlopCounterMode
 
     param_keys = {p.untyped_storage()._cdata for p in model.parameters()}
-    saved: dict[int, int] = {}
+    b = len(next(iter(batch.values())))
+    saved: dict[int, tuple[int, bool]] = {}
 
     def pack(t):
         try:
             st = t.untyped_storage()
             key = st._cdata
             if key not in param_keys:
-                saved[key] = st.nbytes()
+                batched = b > 1 and t.dim() > 0 and t.shape[0] % b == 0
+                saved[key] = (st.nbytes(), batched or saved.get(key, (0, False))[1])
         except (RuntimeError, NotImplementedError):  # tensors without storage (nested, sparse)
             pass
         return t
@@ -269,7 +281,8 @@ def measure_step(model: torch.nn.Module, loss_fn: Callable, batch: dict, *, dtyp
         if ctx_fake is not None:
             ctx_fake.__exit__(None, None, None)
         model.zero_grad(set_to_none=True)
-    return StepMeasure(float(fwd.get_total_flops()), float(bwd.get_total_flops()), float(sum(saved.values())), ops.n)
+    return StepMeasure(float(fwd.get_total_flops()), float(bwd.get_total_flops()), float(sum(n for n, _ in saved.values())),
+                       float(sum(n for n, bt in saved.values() if bt)), ops.n)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -457,9 +470,10 @@ def make_probe(cfg, k: int = 64) -> tuple[Probe, bool]:
 # ----------------------------------------------------------------------------------------------
 
 
-def _time_steps(probe: Probe, cfg, b: int, min_s: float = 1.5, max_steps: int = 20) -> tuple[float, float]:
-    """``(seconds of forward + backward per micro-batch of b, seconds of clip + AdamW + EMA per step)``,
-    the median of real steps after one warm-up step (at least 2 timed steps, up to ``min_s`` seconds)."""
+def _time_steps(probe: Probe, cfg, b: int, min_s: float = 1.5, max_steps: int = 20) -> tuple[float, float, float]:
+    """``(seconds of forward + backward per micro-batch of b, seconds of clip + AdamW + EMA per step,
+    bytes autograd saved in the warm-up step)``: the median of real steps after one warm-up step
+    (at least 2 timed steps, up to ``min_s`` seconds). The weights are restored afterwards."""
     tr = cfg.training
     model = probe.model
     model.train()
@@ -472,6 +486,15 @@ def _time_steps(probe: Probe, cfg, b: int, min_s: float = 1.5, max_steps: int = 
         ema = EMAModel(params, decay=tr.ema.decay, use_ema_warmup=tr.ema.warmup, power=tr.ema.power)
     dtype = torch.bfloat16 if tr.mixed_precision == "bf16" else None
     fb, op = [], []
+    param_keys = {p.untyped_storage()._cdata for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st._cdata not in param_keys:
+            saved[st._cdata] = st.nbytes()
+        return t
+
     t_start = time.perf_counter()
     state = {k: v.clone() for k, v in model.state_dict().items()}
     try:
@@ -479,7 +502,8 @@ def _time_steps(probe: Probe, cfg, b: int, min_s: float = 1.5, max_steps: int = 
             batch = probe.make_batch(b)
             gen = torch.Generator().manual_seed(i)
             t0 = time.perf_counter()
-            with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if i == 0 else contextlib.nullcontext()
+            with hooks, torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
                 loss = probe.loss(model, batch, gen)
             loss.backward()
             loss.detach().item()
@@ -500,7 +524,7 @@ def _time_steps(probe: Probe, cfg, b: int, min_s: float = 1.5, max_steps: int = 
         model.load_state_dict(state)
     fb.sort()
     op.sort()
-    return fb[len(fb) // 2], op[len(op) // 2]
+    return fb[len(fb) // 2], op[len(op) // 2], float(sum(saved.values()))
 
 
 @torch.no_grad()
@@ -642,30 +666,24 @@ def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool) -> Estimate
     gpu_prec, cpu_prec = _precisions(tr)
     notes: list[str] = []
 
-    # FLOPs and activations: one-image and two-image steps in the GPU precision, one in the CPU precision
-    fake = probe.fake_ok
-    m1 = measure_step(model, probe.loss, probe.make_batch(1), dtype=_dtype(gpu_prec), fake=fake)
-    m2 = measure_step(model, probe.loss, probe.make_batch(2), dtype=_dtype(gpu_prec), fake=fake)
-    c1 = measure_step(model, probe.loss, probe.make_batch(1), dtype=_dtype(cpu_prec), fake=fake) if cpu_prec != gpu_prec else m1
-    per_img_flops = m1.flops
-    per_img_fwd = m1.forward_flops
+    # FLOPs and activations: one step of PROBE_BATCH images on fake tensors in the accelerator's precision
     if probe.fake_ok:
-        step_flops = per_img_flops * B
-        ops = m1.ops
+        bb = PROBE_BATCH
+        m = measure_step(model, probe.loss, probe.make_batch(bb), dtype=_dtype(gpu_prec), fake=True)
+        step_flops = m.flops / bb * B
     else:  # binding: queries per step grow with the batch but not in proportion; count a real step of the batch (capped)
-        bb = min(B, 64)
-        mb = measure_step(model, probe.loss, probe.make_batch(bb), fake=False)
-        step_flops = mb.flops * B / bb
-        ops = mb.ops
+        bb = max(2, min(B, 32))
+        m = measure_step(model, probe.loss, probe.make_batch(bb), dtype=_dtype(gpu_prec), fake=False)
+        step_flops = m.flops / bb * B
         notes.append(f"binding: FLOPs counted on a real step of {bb} scenes and scaled to {B}")
-    a1 = max(m2.saved_bytes - m1.saved_bytes, 0.0)
-    a0 = max(m1.saved_bytes - a1, 0.0)
-    # fp32: no autocast copies of the weights, so the one-image step is the per-image activation
-    a1_cpu, a0_cpu = (a1, a0) if c1 is m1 else (c1.saved_bytes, 0.0)
+    per_img_flops, per_img_fwd, ops = m.flops / bb, m.forward_flops / bb, m.ops
+    a1 = m.saved_bytes_batched / bb
+    a0 = m.saved_bytes - m.saved_bytes_batched
     static = P * (4 + 4 + 8 + (4 if probe.ema else 0))
     data = probe.data_bytes if probe.data_bytes < DATA_ON_DEVICE_BYTES else 0.0
     peak_gpu = static + data + a0 + a1 * B + RESERVE_BYTES
-    peak_cpu = static + probe.data_bytes + a0_cpu + a1_cpu * B
+    # on the CPU: measured on the real timing steps below; without them, the accelerator's figure in fp32 (x2 for bf16)
+    a1_cpu = a1 * (2 if gpu_prec != cpu_prec else 1)
     train_flops = step_flops * A * tr.steps
 
     # what runs around training: validation, sampling / evaluation forwards, scoring
@@ -699,7 +717,8 @@ def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool) -> Estimate
     timed_b = 0
     if time_cpu:
         timed_b = max(1, min(B, int(CPU_TIMING_FLOPS // max(per_img_flops, 1.0))))
-        fb, opt_s = _time_steps(probe, cfg, timed_b)
+        fb, opt_s, saved_cpu = _time_steps(probe, cfg, timed_b)
+        a1_cpu = saved_cpu / timed_b
         cpu_step = A * fb * B / timed_b + opt_s
         cpu_train = cpu_step * tr.steps
         fb_b = max(1, min(timed_b * 2, 64))
@@ -712,6 +731,7 @@ def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool) -> Estimate
             cpu_gen = sum(sizes.values()) * render_s / workers
         if timed_b < B:
             notes.append(f"CPU time measured at batch {timed_b} and scaled linearly to {B}")
+    peak_cpu = static + probe.data_bytes + a1_cpu * B
     try:
         load = os.getloadavg()[0]
     except OSError:
