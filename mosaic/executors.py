@@ -18,16 +18,19 @@ from mosaic.errors import DatasetError
 BACKENDS = ("local", "ray")
 
 
-class _Done:
-    def __init__(self, value):
-        self.value = value
+class _Deferred:
+    """A call run when its result is asked for (in this process, in submission order)."""
+
+    def __init__(self, fn, args):
+        self.fn, self.args = fn, args
 
     def result(self):
-        return self.value
+        return self.fn(*self.args)
 
 
 class LocalExecutor:
-    """``workers`` spawned processes (``concurrent.futures``), or this process when ``workers`` is 1."""
+    """``workers`` spawned processes (``concurrent.futures``), or this process when ``workers`` is 1
+    (then a task runs when its result is asked for, so an interruption leaves later tasks undone)."""
 
     def __init__(self, workers: int = 1):
         self.pool = None
@@ -40,7 +43,7 @@ class LocalExecutor:
 
     def submit(self, fn, *args):
         if self.pool is None:
-            return _Done(fn(*args))
+            return _Deferred(fn, args)
         return self.pool.submit(fn, *args)
 
     @staticmethod
