@@ -180,3 +180,83 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         """Concept -> value of a ``targets`` vector (``[C]``; -1 gives None)."""
         t = [int(x) for x in (targets.tolist() if hasattr(targets, "tolist") else targets)]
         return {c: (self.domains[c][k] if k >= 0 else None) for c, k in zip(self.concepts, t)}
+
+
+# ----------------------------------------------------------------------------------------------
+# the lab's streamed training data
+# ----------------------------------------------------------------------------------------------
+
+class _Items(torch.utils.data.Dataset):
+    """Map-style view of a split for a DataLoader: item ``i`` is ``(image uint8 [3,H,W], record)``."""
+
+    def __init__(self, stream: StreamingDataset):
+        self.stream = stream
+
+    def __len__(self) -> int:
+        return self.stream.stop - self.stream.start
+
+    def __getitem__(self, i: int):
+        from mosaic.records import sample_record
+
+        s = self.stream
+        if s._renderer is None:
+            from renderers import get_renderer
+
+            s._renderer = get_renderer(s.renderer_name, supersample=s.spec.image.supersample)
+        rec, scene = sample_record(s.spec, s.split, int(i))
+        if rec["held_out"] != (s.split == "test_ood") and s.spec.holdout is not None:
+            raise DatasetError(f"sample {s.split}/{i} shows a {'held-out' if rec['held_out'] else 'seen'} combination "
+                               f"{rec['combination']} in split {s.split}: this is a bug in mosaic, please report it")
+        image, _ = s._renderer.render_one(scene)
+        return torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1))), rec
+
+
+class _Collate:
+    def __init__(self, encode):
+        self.encode = encode
+
+    def __call__(self, items):
+        images = torch.stack([im for im, _ in items])
+        return {"image": images, **self.encode([r for _, r in items])}
+
+
+class StreamSource:
+    """Training data for the lab's loop, sampled and rendered on the fly (``dataset.stream: true``).
+
+    ``len(source)`` examples (the spec's split size); :meth:`batches` yields the batch of each
+    micro-step of a :class:`mosaic.lab.data.BatchPlan` in order, rendered by ``workers`` DataLoader
+    processes ahead of the training step. Batches are a pure function of ``(plan, micro-step)``, so
+    a resumed run sees the batches an uninterrupted one would have seen, as with data on disk.
+
+    Args:
+        spec: the dataset's spec (or anything :class:`StreamingDataset` takes).
+        split: the split to stream (``train``).
+        encode: ``encode(records) -> {name: tensor [B, ...]}``, the task's non-image inputs of a
+            batch of records (e.g. condition ids, targets); runs in the DataLoader workers.
+        workers: DataLoader worker processes (0: render in this process).
+    """
+
+    def __init__(self, spec, split: str, encode, workers: int = 2):
+        self.stream = StreamingDataset(spec, split)
+        self.encode = encode
+        self.workers = int(workers)
+
+    def __len__(self) -> int:
+        return self.stream.stop - self.stream.start
+
+    def batches(self, plan, first: int, stop: int):
+        """The batches (``{"image": uint8 [B,3,H,W], **encode(records)}``) of micro-steps
+        ``first..stop-1`` of ``plan`` (an object with ``indices(m) -> int64 [B]``), in order."""
+
+        class _Steps(torch.utils.data.Sampler):
+            def __len__(self_inner):
+                return max(0, stop - first)
+
+            def __iter__(self_inner):
+                for m in range(first, stop):
+                    yield plan.indices(m).tolist()
+
+        dl = torch.utils.data.DataLoader(_Items(self.stream), batch_sampler=_Steps(), num_workers=self.workers,
+                                         collate_fn=_Collate(self.encode), prefetch_factor=4 if self.workers else None,
+                                         persistent_workers=False)
+        yield from dl

@@ -59,3 +59,24 @@ def test_split_names(cc_spec):
     with pytest.raises(DatasetError) as e:
         StreamingDataset(cc_spec, "test")
     assert "no split 'test'" in str(e.value) and "train (100), val (6), test_id (8), test_ood (8)" in str(e.value)
+
+
+def _targets(records):
+    return {"y": torch.tensor([list(r["labels"].values()) for r in records])}
+
+
+def test_stream_source_gives_the_batches_of_the_dataset_on_disk(tmp_path, cc_spec):
+    from mosaic.lab.data import BatchPlan
+    from mosaic.stream import StreamSource
+    from mosaic.torch_data import MosaicDataset
+
+    generate(cc_spec, tmp_path / "ds")
+    disk = MosaicDataset(tmp_path / "ds", "train")
+    plan = BatchPlan(len(disk), 8, 1, 0, 5)
+    src = StreamSource(cc_spec, "train", _targets, workers=2)
+    assert len(src) == len(disk) == 100
+    got = list(src.batches(plan, 11, 19))  # resuming at micro-step 11 (over an epoch boundary: 12 per epoch)
+    assert len(got) == 8
+    for m, b in zip(range(11, 19), got):
+        idx = plan.indices(m)
+        assert torch.equal(b["image"], disk.images[idx]) and torch.equal(b["y"], disk.targets[idx])
