@@ -10,6 +10,7 @@ metrics are cross-checked against an independent, straightforward implementation
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -641,3 +642,110 @@ def test_probe_training_matches_torch_adam_on_autograd():
     w = lin.weight.detach().numpy()
     assert np.allclose(ours.weights[0], w[:3], atol=1e-5) and np.allclose(ours.weights[1], w[3:], atol=1e-5)
     assert np.allclose(ours.biases[1], lin.bias.detach().numpy()[3:], atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------
+# the analysis of a run (mosaic.diagnostics.analyze)
+# ----------------------------------------------------------------------------------------------
+
+TINY_OPTS = {"probes": {"epochs": 5, "max_train": 200}, "diffusion_classifier": {"n_timesteps": 3, "images_per_split": 4}}
+
+
+@pytest.fixture(scope="module")
+def tiny_classifier_run(tmp_path_factory):
+    import yaml
+
+    from mosaic.lab.config import validate_config
+    from mosaic.lab.transformer import TransformerConfig, run_transformer
+    from tests.conftest import SPECS
+
+    d = tmp_path_factory.mktemp("diag")
+    cov = yaml.safe_load((SPECS / "coverage.yaml").read_text())
+    cov["image"]["size"] = 16
+    cov["splits"] = {"train": 2, "val": 1, "test_id": 1, "test_ood": 1, "per": "combination"}
+    (d / "coverage.yaml").write_text(yaml.safe_dump(cov))
+    cfg = validate_config(TransformerConfig, {
+        "name": "diag", "out": str(d / "run"), "objective": "classifier",
+        "dataset": {"spec": str(d / "coverage.yaml"), "root": str(d / "data"), "workers": 1}, "input": {"kind": "tokens"},
+        "model": {"width": 16, "depth": 2, "heads": 2}, "training": {"steps": 2, "batch_size": 8, "threads": 1, "checkpoint_every": 2}})
+    run_transformer(cfg, say=lambda s: None)
+    return d / "run"
+
+
+def test_analyze_a_transformer_run_writes_metrics_columns_and_figures(tiny_classifier_run):
+    import json
+
+    from mosaic.diagnostics.analyze import analysis_columns, analyze_run
+    from mosaic.diagnostics.config import AnalysisSection
+
+    run = tiny_classifier_run
+    out = analyze_run(run, options=AnalysisSection.model_validate(TINY_OPTS), say=lambda s: None)
+    assert out["what"] == ["probes", "layers", "factorization"] and out["checkpoint"] == "final"
+    assert set(out["skipped"]) == {"rank", "diffusion-classifier"} and "transformer run" in out["skipped"]["diffusion-classifier"]
+    assert out["probes"]["concept"]["test_ood"]["n"] == 48 and out["probes"]["slots"]["slots"] == 1
+    assert out["layers"]["layers"] == ["block1", "block2", "output"] and len(out["layers"]["held_out"]) == 3
+    assert out["factorization"]["n"] == 64 and "heldout" in out["factorization"] and "probe_span_r2" in out["factorization"]
+    assert set(out["seconds"]) == {"features", "probes", "layers", "factorization"}
+    stored = json.loads((run / "metrics.json").read_text())
+    assert stored["analysis"] == out and stored["table"]       # the run's own results are kept
+    assert all(Path(p).is_file() and Path(p).stat().st_size > 1000 for p in out["figures"])
+    assert {Path(p).name for p in out["figures"]} == {"layers.png", "probes_vs_task.png"}
+    cols = analysis_columns(out)
+    assert {"analysis.probe.test_ood.mean", "analysis.layers.held_out.block1", "analysis.factorization.r2_whitened",
+            "analysis.factorization.k95.color", "analysis.slot_probe.test_ood", "analysis.seconds.probes"} <= set(cols)
+    assert all(isinstance(v, (int, float)) for v in cols.values())
+
+
+def test_analyze_refuses_what_does_not_apply_and_names_missing_weights(tiny_classifier_run, tmp_path):
+    import shutil
+
+    from mosaic.diagnostics.analyze import analyze_run
+    from mosaic.errors import TrainingError
+
+    with pytest.raises(NotApplicableError, match=r"'diffusion-classifier' does not apply: this is a transformer run"):
+        analyze_run(tiny_classifier_run, what=["diffusion-classifier"], write=False)
+    with pytest.raises(NotApplicableError, match=r"'rank' does not apply: the dataset has no ordinal concept"):
+        analyze_run(tiny_classifier_run, what=["probes", "rank"], write=False)
+    with pytest.raises(DiagnosticError, match=r"'probe' -> 'probes'"):
+        analyze_run(tiny_classifier_run, what=["probe"], write=False)
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_classifier_run, copy)
+    shutil.rmtree(copy / "final")
+    with pytest.raises(TrainingError, match=r"has no final checkpoint .*final/model.safetensors is missing"):
+        analyze_run(copy, what=["probes"], write=False)
+    (copy / "metrics.json").unlink()
+    with pytest.raises(TrainingError, match="has not finished"):
+        analyze_run(copy, write=False)
+    with pytest.raises(TrainingError, match="not a run folder"):
+        analyze_run(tmp_path / "nothing", write=False)
+
+
+def test_analyze_a_diffusion_run_classifies_with_the_model(tmp_path):
+    from mosaic.dataset import generate
+    from mosaic.diagnostics.analyze import analyze_run
+    from mosaic.diagnostics.config import AnalysisSection
+    from mosaic.lab.config import validate_config
+    from mosaic.lab.diffusion import DiffusionConfig, run_diffusion
+    from mosaic.spec import parse_spec
+
+    spec = {"name": "diagdiff", "image": {"size": 16, "supersample": 2},
+            "concepts": {"color": {"values": ["red", "green"]}, "shape": {"values": ["circle", "square"]}},
+            "objects": [{"name": "obj", "shape": {"concept": "shape"}, "color": {"concept": "color"}, "size": 0.5}],
+            "holdout": {"concepts": ["color", "shape"], "rule": {"kind": "explicit", "combinations": [["green", "square"]]}},
+            "splits": {"train": 12, "val": 2, "test_id": 6, "test_ood": 4}}
+    root = tmp_path / "data"
+    generate(parse_spec(spec), root)
+    cfg = validate_config(DiffusionConfig, {
+        "name": "d", "out": str(tmp_path / "run"), "dataset": {"path": str(root)},
+        "model": {"backbone": "unet", "cond_dim": 16, "unet": {"block_out_channels": [8, 16], "cross_attention": [False, True],
+                                                               "heads": 2, "norm_num_groups": 4}},
+        "training": {"steps": 2, "batch_size": 4, "device": "cpu", "checkpoint_every": 2, "val_every": 0, "threads": 1},
+        "sampling": {"steps": 2, "n_per_combination": 1}, "evaluation": {"enabled": False, "select": "loss"}})
+    run_diffusion(cfg, say=lambda s: None)
+    out = analyze_run(tmp_path / "run", options=AnalysisSection.model_validate(TINY_OPTS), say=lambda s: None)
+    assert out["what"] == ["probes", "layers", "factorization", "diffusion-classifier"]
+    assert out["layers"]["layers"] == ["down1", "down2", "mid"] and out["embedding"] == "mid"
+    dcr = out["diffusion_classifier"]
+    assert dcr["candidates"] == 4 and dcr["seen"]["n"] == 4 and dcr["held_out"]["n"] == 4
+    assert dcr["evaluations"] == 8 * 4 * 3 and dcr["timesteps"] == dc.timesteps("li", 3).tolist()
+    assert 0 <= dcr["held_out"]["joint"] <= 1 and dcr["images_per_s"] > 0

@@ -299,7 +299,8 @@ def concept_probes(train: tuple, evals: dict[str, tuple], names: list[str], n_va
         if not len(y):
             continue
         acc = probes.accuracy(x, y)
-        out[split] = {**dict(zip(names, acc)), "mean": float(np.nanmean(acc)), "n": int(len(y))}
+        known = [a for a in acc if not math.isnan(a)]
+        out[split] = {**dict(zip(names, acc)), "mean": float(np.mean(known)) if known else float("nan"), "n": int(len(y))}
     return out, probes
 
 
@@ -495,7 +496,8 @@ def layer_curve(layers: dict[str, dict[str, np.ndarray]], labels: dict[str, np.n
         out["layers"].append(name)
         out["seen"].append(rep.get(seen, {}).get("mean", float("nan")))
         out["held_out"].append(rep.get(held, {}).get("mean", float("nan")))
-        out["val"].append(float(np.nanmean(list(rep["val"].values()))) if rep["val"] else float("nan"))
+        vals = [v for v in rep["val"].values() if not math.isnan(v)]
+        out["val"].append(float(np.mean(vals)) if vals else float("nan"))
         out["per_concept"][name] = rep
     ho = np.array(out["held_out"], dtype=float)
     val = np.array(out["val"], dtype=float)
