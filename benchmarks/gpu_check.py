@@ -1,0 +1,288 @@
+"""One command that proves the MOSAIC-scale presets on a GPU, and measures them.
+
+    python benchmarks/gpu_check.py                 # on a GPU machine (about 10 minutes on one H200)
+    python benchmarks/gpu_check.py --tiny          # the same code paths on CPU with small models (< 2 minutes)
+
+1. **Throughput** of each MOSAIC-scale preset (``experiments/train/mosaic_count_unet.yaml``, UNet
+   87.5 M; ``mosaic_count_dit.yaml``, DiT 90.6 M; 64 px, batch 512): ``--steps`` timed training
+   steps (default 150, after ``--warmup`` untimed ones) of the task's own loss
+   (``DiffusionTask.loss``: noise, timesteps, condition dropout, model, MSE) with the loop's
+   optimizer settings (AdamW, gradient clipping, EMA), tuned for throughput: bf16 autocast, TF32
+   matmuls, ``channels_last`` (UNet), ``torch.compile`` (``--compile``, default on a GPU), fused
+   AdamW, foreach clipping and EMA, the training images and conditions on the device (batches are
+   drawn there), and no host synchronisation inside the step (losses stay on the device until the
+   end; timing by CUDA events). Recorded: images/s, achieved TFLOP/s (training FLOPs per image from
+   :mod:`mosaic.lab.cost`, the same ``FlopCounterMode`` count as ``--dry-run``, times images/s),
+   MFU against the device's peak dense bf16 TFLOP/s (:data:`mosaic.lab.cost.ACCELERATORS`, or
+   ``--peak-tflops``), peak memory (``torch.cuda.max_memory_allocated``) next to the estimate's,
+   and the preset's projected training time from the measured rate.
+2. **End to end**: one short composition experiment through the real command line,
+   ``mosaic train diffusion experiments/train/composition_cpu.yaml`` with ``--set`` overrides
+   (generate -> train -> sample -> evaluate), on the GPU when there is one.
+3. **Summary**: ``OUT/gpu_check.json`` and ``OUT/gpu_check.md`` (``--out``, default ``data/gpu_check``).
+
+``--tiny`` shrinks the presets (2-level UNet, 2-block DiT, 32 px, batch 4, a few steps) and the
+end-to-end run (64 training images, 4 steps) and runs on the CPU; it is tested in the default
+suite (tests/test_cost.py). The throughput step here is a benchmark of the step the training loop
+runs, not the loop itself (no checkpoints, validation or logging inside the timed window).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from mosaic.lab.config import load_config  # noqa: E402
+from mosaic.lab.cost import ACCELERATORS, estimate_run, fmt_seconds, make_probe  # noqa: E402
+from mosaic.lab.diffusion import DiffusionConfig  # noqa: E402
+
+PRESETS = {"mosaic_count_unet": "experiments/train/mosaic_count_unet.yaml",
+           "mosaic_count_dit": "experiments/train/mosaic_count_dit.yaml"}
+TINY_MODEL = {
+    "mosaic_count_unet": ["model.unet.block_out_channels=[16, 32]", "model.unet.cross_attention=[false, true]",
+                          "model.unet.layers_per_block=1", "model.unet.heads=4", "model.unet.norm_num_groups=8"],
+    "mosaic_count_dit": ["model.dit.num_layers=2", "model.dit.heads=2", "model.dit.head_dim=16", "model.dit.patch_size=8"],
+}
+DIT_MFU_GOAL = 0.40
+
+# device names (torch.cuda.get_device_name) -> the cost table's accelerator
+_NAME_KEYS = (("H200", "H200 SXM"), ("H100 PCIe", "H100 PCIe"), ("H100", "H100 SXM"), ("A100-SXM4-80GB", "A100 80GB"),
+              ("A100 80GB", "A100 80GB"), ("A100", "A100 40GB"), ("L40S", "L40S"), ("L4", "L4"), ("4090", "RTX 4090"))
+
+
+def peak_tflops_of(device_name: str) -> tuple[str | None, float | None]:
+    """The cost table's accelerator and peak dense bf16 TFLOP/s for a CUDA device name (None when unknown)."""
+    table = {a.name: a for a in ACCELERATORS}
+    for key, name in _NAME_KEYS:
+        if key in device_name:
+            return name, table[name].bf16_tflops
+    return None, None
+
+
+def preset_config(name: str, tiny: bool, data_root: Path) -> DiffusionConfig:
+    sets = [f"dataset.root={data_root}"]
+    if tiny:
+        sets += TINY_MODEL[name] + ["dataset.overrides.image.size=32", "training.batch_size=4", "training.device=cpu"]
+    return load_config(DiffusionConfig, ROOT / PRESETS[name], sets)
+
+
+def throughput(name: str, cfg: DiffusionConfig, *, device: torch.device, steps: int, warmup: int, compile_: bool,
+               peak_tflops: float | None, say=print) -> dict:
+    """Timed training steps of a preset (see the module docstring). Returns the record of the summary."""
+    tr = cfg.training
+    say(f"[{name}] estimating (FLOPs per image, memory) ...")
+    est = estimate_run(cfg, time_cpu=False, check_device_present=False)
+    torch.manual_seed(tr.seed)
+    probe, _ = make_probe(cfg)
+    model = probe.model.to(device)
+    cuda = device.type == "cuda"
+    channels_last = cuda and cfg.model.backbone == "unet"  # on the CPU, channels_last made the tiny UNet ~10x slower
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=tr.lr, betas=tr.betas, weight_decay=tr.weight_decay, fused=cuda)
+    ema = [p.detach().clone() for p in params] if tr.ema.enabled else None
+    B = tr.batch_size
+    pool_n = max(2 * B, 256)
+    pool = {k: v.to(device) for k, v in probe.make_batch(pool_n).items()}  # training tensors on the device
+    fwd_model = torch.compile(model) if compile_ else model
+    dtype = torch.bfloat16 if cuda or tr.mixed_precision == "bf16" else None
+    gen = torch.Generator(device=device).manual_seed(tr.seed)
+    losses = []
+
+    def step():
+        idx = torch.randint(0, pool_n, (B,), device=device, generator=gen)
+        batch = {k: v[idx] for k, v in pool.items()}
+        if channels_last:
+            batch["image"] = batch["image"].contiguous(memory_format=torch.channels_last)
+        with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            loss = probe.loss(fwd_model, batch, gen)
+        loss.backward()
+        if tr.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(params, tr.grad_clip, foreach=True)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if ema is not None:
+            torch._foreach_lerp_(ema, [p.detach() for p in params], 1 - tr.ema.decay)
+        losses.append(loss.detach())
+
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    say(f"[{name}] {est.params / 1e6:.1f} M parameters, batch {B}: {warmup} warm-up steps"
+        + (" (torch.compile)" if compile_ else ""))
+    t0 = time.perf_counter()
+    for _ in range(warmup):
+        step()
+    if cuda:
+        torch.cuda.synchronize(device)
+    warm_s = time.perf_counter() - t0
+    say(f"[{name}] {steps} timed steps")
+    if cuda:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    if cuda:
+        end.record()
+        torch.cuda.synchronize(device)
+        seconds = start.elapsed_time(end) / 1000
+    else:
+        seconds = time.perf_counter() - t0
+    final = torch.stack(losses[-min(10, len(losses)):]).float().mean().item()
+    ips = B * steps / seconds
+    achieved = est.train_flops_per_image * ips / 1e12
+    peak_mem = torch.cuda.max_memory_allocated(device) if cuda else None
+    full_steps = cfg.training.steps
+    rec = {
+        "preset": name, "params": est.params, "batch": B, "image_size": est.image_size, "steps": steps, "warmup_s": warm_s,
+        "seconds": seconds, "step_ms": 1000 * seconds / steps, "images_per_s": ips, "flops_per_image": est.train_flops_per_image,
+        "achieved_tflops": achieved, "peak_tflops": peak_tflops, "mfu": achieved / peak_tflops if peak_tflops else None,
+        "peak_memory_gib": peak_mem / 2**30 if peak_mem is not None else None,
+        "estimated_peak_memory_gib": est.peak_bytes_gpu / 2**30,
+        "memory_measured_over_estimate": (peak_mem / est.peak_bytes_gpu) if peak_mem else None,
+        "final_loss": final, "compile": compile_, "precision": "bf16" if dtype is not None else "fp32",
+        "channels_last": channels_last, "full_run_steps": full_steps,
+        "projected_full_run_s": full_steps * B / ips,
+        "estimate_h200_train_s": {r.name: r.train_s for r in est.accelerators}.get("H200 SXM"),
+    }
+    mfu = f", MFU {100 * rec['mfu']:.1f} %" if rec["mfu"] is not None else ""
+    mem = f", peak memory {rec['peak_memory_gib']:.1f} GiB (estimate {rec['estimated_peak_memory_gib']:.1f})" if peak_mem else ""
+    say(f"[{name}] {ips:.0f} images/s, {achieved:.2f} TFLOP/s{mfu}{mem}; loss {final:.4f}; "
+        f"{full_steps} steps would take {fmt_seconds(rec['projected_full_run_s'])}")
+    if not math.isfinite(final):
+        raise SystemExit(f"[{name}] the loss is not finite ({final})")
+    del model, fwd_model, opt, pool, ema
+    if cuda:
+        torch.cuda.empty_cache()
+    return rec
+
+
+def composition(out: Path, tiny: bool, say=print) -> dict:
+    """``mosaic train diffusion experiments/train/composition_cpu.yaml`` end to end (a subprocess of the CLI)."""
+    run_dir = out / "runs" / "composition"
+    sets = [f"dataset.root={out / 'data'}", "training.threads=null"]
+    if tiny:
+        sets += ["training.steps=4", "training.batch_size=4", "training.checkpoint_every=4", "training.log_every=2",
+                 "dataset.overrides.splits={train: 64, val: 4, test_id: 8, test_ood: 8, per: total}", "dataset.workers=1",
+                 "sampling.steps=2", "sampling.n_per_combination=1", "evaluation.check_n=0"]
+    else:  # on the GPU: a few minutes of training at the CPU preset's size, sampled and scored as usual
+        sets += ["training.device=auto", "training.steps=1500", "training.batch_size=128", "training.checkpoint_every=500",
+                 "dataset.workers=8"]
+    cmd = [sys.executable, "-m", "mosaic.cli", "train", "diffusion", str(ROOT / "experiments/train/composition_cpu.yaml"),
+           "--out", str(run_dir)] + [a for s in sets for a in ("--set", s)]
+    say("[composition] " + " ".join(cmd[1:]))
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    seconds = time.perf_counter() - t0
+    rec = {"command": " ".join(cmd[1:]), "seconds": seconds, "returncode": r.returncode}
+    if r.returncode != 0:
+        rec.update(status="failed", output=(r.stdout + r.stderr)[-4000:])
+        say(f"[composition] FAILED (exit {r.returncode}):\n{rec['output']}")
+        return rec
+    m = json.loads((run_dir / "metrics.json").read_text())
+    tr = m.get("train", {})
+    rec.update(status="done", run=str(run_dir), device=tr.get("device"), precision=tr.get("mixed_precision"),
+               train_images_per_s=tr.get("images_per_s"), train_time_s=tr.get("train_time_s"),
+               images_sampled=m.get("samples", {}).get("images"), sampling_s=m.get("samples", {}).get("seconds"),
+               generate_s=m.get("generate_s"), table=m.get("table"), time_s=m.get("time_s"))
+    say(f"[composition] done in {seconds:.0f} s: {rec['images_sampled']} images sampled and scored; table {json.dumps(rec['table'])}")
+    return rec
+
+
+def markdown(summary: dict) -> str:
+    lines = [f"# gpu_check ({summary['mode']})", "",
+             f"{summary['device']} · torch {summary['torch']} · {summary['when']} UTC", "",
+             "| preset | params | batch | images/s | step | achieved TFLOP/s | MFU | peak memory (estimate) | loss | full run |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for p in summary["presets"]:
+        mfu = f"{100 * p['mfu']:.1f} %" if p["mfu"] is not None else "-"
+        mem = (f"{p['peak_memory_gib']:.1f} GiB ({p['estimated_peak_memory_gib']:.1f})" if p["peak_memory_gib"] is not None
+               else f"- ({p['estimated_peak_memory_gib']:.2f} GiB)")
+        lines.append(f"| {p['preset']} | {p['params'] / 1e6:.1f} M | {p['batch']} | {p['images_per_s']:.0f} | {p['step_ms']:.1f} ms | "
+                     f"{p['achieved_tflops']:.2f} | {mfu} | {mem} | {p['final_loss']:.4f} | "
+                     f"{fmt_seconds(p['projected_full_run_s'])} ({p['full_run_steps']} steps) |")
+    lines += ["", f"Settings: {json.dumps(summary['settings'])}. MFU = achieved / peak dense bf16 TFLOP/s of the device "
+              f"({summary['peak_tflops']}); FLOPs per image from `mosaic.lab.cost` (FlopCounterMode). Goal for the DiT: "
+              f"MFU >= {100 * DIT_MFU_GOAL:.0f} %.", ""]
+    c = summary.get("composition")
+    if c:
+        lines += ["## End to end (composition_cpu.yaml)", "", f"`{c['command']}`", "",
+                  f"status **{c['status']}** in {c['seconds']:.0f} s"]
+        if c["status"] == "done":
+            lines[-1] += (f"; device {c['device']}, precision {c['precision']}, {c['train_images_per_s']:.0f} training images/s, "
+                          f"{c['images_sampled']} images sampled in {c['sampling_s']:.1f} s.")
+            if c.get("table"):
+                cols = list(next(iter(c["table"].values())))
+                lines += ["", "| group | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+            for g, row in (c.get("table") or {}).items():
+                lines.append(f"| {g} | " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row.values()) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tiny", action="store_true", help="small models on the CPU, a few steps (the test-suite mode)")
+    ap.add_argument("--out", type=Path, default=ROOT / "data" / "gpu_check")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps per preset (default 150; --tiny 4)")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 15: compilation; --tiny 1)")
+    ap.add_argument("--compile", dest="compile_", action=argparse.BooleanOptionalAction, default=None,
+                    help="torch.compile the model (default: on a GPU)")
+    ap.add_argument("--presets", default=",".join(PRESETS), help="comma-separated presets to measure")
+    ap.add_argument("--peak-tflops", type=float, default=None, help="peak dense bf16 TFLOP/s of the device (default: from the table)")
+    ap.add_argument("--no-e2e", action="store_true", help="skip the end-to-end composition run")
+    a = ap.parse_args(argv)
+    cuda = torch.cuda.is_available() and not a.tiny
+    device = torch.device("cuda" if cuda else "cpu")
+    if not cuda and not a.tiny:
+        print("no CUDA GPU here: run with --tiny for the CPU check (the GPU figures need a GPU)", file=sys.stderr)
+        return 2
+    steps = a.steps or (4 if a.tiny else 150)
+    warmup = a.warmup if a.warmup is not None else (1 if a.tiny else 15)
+    compile_ = a.compile_ if a.compile_ is not None else cuda
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cudnn.benchmark = True
+        name = torch.cuda.get_device_name(0)
+    else:
+        name = f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    table_name, peak = peak_tflops_of(name) if cuda else (None, None)
+    peak = a.peak_tflops or peak
+    out = a.out
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {"mode": "tiny (CPU)" if a.tiny else "gpu", "device": name, "accelerator": table_name, "peak_tflops": peak,
+               "torch": torch.__version__, "when": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+               "settings": {"steps": steps, "warmup": warmup, "compile": compile_, "tf32": cuda, "fused_adamw": cuda,
+                            "data_on_device": True, "load_average": os.getloadavg()[0]},
+               "presets": []}
+    for p in [p.strip() for p in a.presets.split(",") if p.strip()]:
+        if p not in PRESETS:
+            print(f"--presets: unknown preset {p!r}; known: {', '.join(PRESETS)}", file=sys.stderr)
+            return 2
+        cfg = preset_config(p, a.tiny, out / "data")
+        summary["presets"].append(throughput(p, cfg, device=device, steps=steps, warmup=warmup, compile_=compile_, peak_tflops=peak))
+        (out / "gpu_check.json").write_text(json.dumps(summary, indent=2) + "\n")  # keep what is measured if a later part fails
+    if not a.no_e2e:
+        summary["composition"] = composition(out, a.tiny)
+    (out / "gpu_check.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "gpu_check.md").write_text(markdown(summary))
+    print(f"wrote {out / 'gpu_check.json'} and {out / 'gpu_check.md'}")
+    failed = summary.get("composition", {}).get("status") == "failed"
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
