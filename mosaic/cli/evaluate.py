@@ -47,9 +47,34 @@ def print_check(report: dict) -> None:
     console.print(t)
     for f in report.get("failures", [])[:3]:
         console.print(f"  e.g. index {f['index']}: intended {f['intended']}, read {f['read']}; " + "; ".join(f["reasons"]), highlight=False)
+    if report.get("abstained") is not None:
+        console.print(f"abstention: {report['abstained']} of {report['n']} reads below the parser's quality thresholds "
+                      f"({100 * report['abstained'] / report['n']:.2f}%), counted unreadable", highlight=False)
     speed = report.get("images_per_second")
     verdict = "[green]passes[/]" if report["passed"] else f"[bold red]BELOW THRESHOLD[/] on {', '.join(report['below_threshold'])}"
     console.print(f"threshold {thr:.1%} per concept: {verdict}" + (f"   ({speed:.0f} images/s)" if speed else ""))
+
+
+def print_quality(q: dict | None) -> None:
+    """One line on the parser's match quality and abstention (nothing for other evaluators)."""
+    if not q:
+        return
+    g = {k: q[k] for k in ("seen", "held_out") if q[k]["n"]}
+    mean = ", ".join(f"{k} {v['quality']:.3f}" for k, v in g.items())
+    state = "on" if q["abstain"] else "off"
+    console.print(f"match quality (mean, 1 = clean render): {mean}; abstention {state}: {q['abstained']} read(s) below the thresholds, "
+                  f"{q['verdicts_changed']} verdict(s) {'changed' if q['abstain'] else 'would change'} from right to unreadable", highlight=False)
+
+
+def print_agreement(a: dict | None) -> None:
+    """Cohen's kappa between two evaluators and the first disagreements."""
+    if not a:
+        return
+    x, y = a["evaluators"]
+    kap = ", ".join(f"{c} {'n/a' if v is None else f'{v:.3f}'}" for c, v in a["kappa"].items())
+    console.print(f"agreement {x} vs {y} on {a['n']} images: Cohen's kappa {kap}; {a['disagreements_total']} image(s) read differently", highlight=False)
+    for d in a["disagreements"][:5]:
+        console.print(f"  {d['file_name']}: intended {d['intended']}, {x} {d[x]} ({d['verdicts'][x]}), {y} {d[y]} ({d['verdicts'][y]})", highlight=False)
 
 
 @evaluator_app.command("check")
@@ -137,6 +162,8 @@ def evaluate(
     evaluator: EvalOpt = "parser",
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write metrics.json, metrics.csv, heatmap.png, predictions.jsonl here")] = None,
     check_n: Annotated[int, typer.Option("--check-n", min=0, help="Fresh renders to check the evaluator on (a learned evaluator's saved report is used when it matches the spec)")] = 500,
+    no_abstain: Annotated[bool, typer.Option("--no-abstain", help="The parser credits the nearest allowed shape however poor the match (default: it abstains below its calibrated quality thresholds)")] = False,
+    compare: Annotated[Optional[str], typer.Option("--compare", help="A second evaluator (a learned evaluator directory, or 'parser'): Cohen's kappa with it, and the disagreements")] = None,
     set_: SetOpt = None,
 ) -> None:
     """Score any model's images: read their concepts and compare with the intended ones (seen vs held-out, per cell)."""
@@ -145,8 +172,9 @@ def evaluate(
         from mosaic.spec import load_spec
 
         s = load_spec(spec, set_)
-        ev = load_evaluator(s, evaluator)
-        m = evaluate_folder(images_dir, s, ev, out=out, check_n=check_n)
+        ev = load_evaluator(s, evaluator, abstain=not no_abstain)
+        other = load_evaluator(s, compare, abstain=not no_abstain) if compare is not None else None
+        m = evaluate_folder(images_dir, s, ev, out=out, check_n=check_n, compare=other)
     except MosaicError as e:
         fail(e)
     t = Table(title=f"{m['n']} images of {images_dir} read by {ev.name}")
@@ -164,6 +192,8 @@ def evaluate(
     if chk:
         console.print(f"evaluator {ev.name}: " + ", ".join(f"{c} {_pct(v)}" for c, v in chk["accuracy"].items())
                       + f" on {chk['n']} fresh renders ({chk['source']})", highlight=False)
+    print_quality(m.get("quality"))
+    print_agreement(m.get("agreement"))
     if m["flagged"]:
         console.print(f"[bold red]FLAGGED[/]: {m['flag_reason']}")
     if out is not None:

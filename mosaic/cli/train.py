@@ -111,6 +111,7 @@ def sample(
     checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", help="best (selected on val) or final")] = None,
     evaluator: Annotated[Optional[str], typer.Option("--evaluator", help="parser, or a trained evaluator directory")] = None,
     no_score: Annotated[bool, typer.Option("--no-score", help="Only write images and metadata.jsonl")] = False,
+    no_abstain: Annotated[bool, typer.Option("--no-abstain", help="The parser credits the nearest allowed shape however poor the match (default: the config's evaluation.abstain)")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default RUN/samples/<splits>_<checkpoint>_g<guidance>_<sampler><steps>)")] = None,
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", min=1)] = None,
     device: Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:1 ... (default: cuda when available)")] = "auto",
@@ -139,12 +140,16 @@ def sample(
         res = sample_and_score(task, folder, splits, n_per_combination=k, guidance=s.guidance if guidance is None else guidance,
                                steps=steps or s.steps, sampler=sampler or s.sampler, checkpoint=checkpoint or s.checkpoint,
                                score=not no_score and cfg.evaluation.enabled, out=out, batch_size=batch_size, device=dev,
-                               evaluator=evaluator, check_n=cfg.evaluation.check_n, say=lambda m: console.print(m, highlight=False))
+                               evaluator=evaluator, check_n=cfg.evaluation.check_n, say=lambda m: console.print(m, highlight=False),
+                               abstain=False if no_abstain else None)
     except MosaicError as e:
         fail(e)
     console.print(f"wrote {res['n']} images to {res['out']} in {res['seconds']:.1f} s")
     if res["metrics"] is not None:
         print_table(table_from_scores(res["metrics"]), console=console)
         _print_check(res["evaluator_check"])
+        from mosaic.cli.evaluate import print_quality
+
+        print_quality(res["metrics"].get("quality"))
         console.print(f"metrics.json, metrics.csv and the per-cell heatmap are in {res['out']}")
 

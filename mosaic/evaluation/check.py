@@ -89,7 +89,8 @@ def check_evaluator(spec: Spec, evaluator: Evaluator, n: int = 2000, degrade: st
         (concept -> fraction), "joint_accuracy", "unreadable", "seen"/"held_out" (the same split by
         combination), "confusion" (:func:`confusion_summary`), "failures" (a few examples with the
         evaluator's reasons), "threshold", "passed", "below_threshold" (concepts under it),
-        "seconds", "images_per_second"}``.
+        "seconds", "images_per_second", "abstained" (the parser's reads made unreadable by
+        abstention; None for other evaluators)}``.
     Raises:
         MosaicError: ``n`` < 1 or an unknown degradation.
     """
@@ -102,15 +103,19 @@ def check_evaluator(spec: Spec, evaluator: Evaluator, n: int = 2000, degrade: st
     deg = get_degradation(degrade)
     deg_name = degrade if isinstance(degrade, str) else ("none" if degrade is None else "custom")
     records, preds, failures = [], [], []
-    t_eval = 0.0
+    t_eval, abstained = 0.0, None
     for a in range(0, n, batch_size):
         b = min(n, a + batch_size)
         images, recs = ground_truth(spec, a, b)
         if deg_name != "none":
             images = apply_degrade(images, deg, seed=a)
         t = time.perf_counter()
-        p = evaluator.predict(images)
+        read = getattr(evaluator, "read", None)  # the parser's full reads (abstention), as quality.read_images
+        reads = read(images) if read is not None else None
+        p = [r.values for r in reads] if reads is not None else evaluator.predict(images)
         t_eval += time.perf_counter() - t
+        if reads is not None:
+            abstained = (abstained or 0) + sum(r.abstained for r in reads)
         wrong = [k for k, (r, q) in enumerate(zip(recs, p)) if any(q.get(c) != r["concepts"][c] for c in spec.concepts)]
         if wrong and len(failures) < examples:
             take = wrong[: examples - len(failures)]
@@ -131,7 +136,7 @@ def check_evaluator(spec: Spec, evaluator: Evaluator, n: int = 2000, degrade: st
         "seen": {k: m["seen"].get(k) for k in ("n", "accuracy", "joint_accuracy")},
         "held_out": {k: m["held_out"].get(k) for k in ("n", "accuracy", "joint_accuracy")},
         "confusion": confusion_summary(records, preds, spec), "failures": failures,
-        "threshold": thr, "passed": not below, "below_threshold": below,
+        "threshold": thr, "passed": not below, "below_threshold": below, "abstained": abstained,
         "seconds": round(t_eval, 3), "images_per_second": round(n / t_eval, 1) if t_eval > 0 else None,
     }
 

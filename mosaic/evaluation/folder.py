@@ -51,21 +51,28 @@ def _load_images(d: Path, records: list[dict]) -> list[np.ndarray]:
     return out
 
 
-def _predict_any_size(evaluator: Evaluator, images: list[np.ndarray], batch_size: int) -> list[dict]:
-    """Predict in batches of consecutive images of one shape."""
+def _predict_any_size(evaluator: Evaluator, images: list[np.ndarray], batch_size: int) -> tuple[list[dict], list | None]:
+    """Predict in batches of consecutive images of one shape; also the parser's full reads
+    (:func:`mosaic.evaluation.quality.read_images`; None for other evaluators)."""
+    from mosaic.evaluation.quality import read_images
+
     preds: list[dict] = []
+    reads: list | None = [] if hasattr(evaluator, "read") else None
     i = 0
     while i < len(images):
         j = i
         while j < len(images) and j - i < batch_size and images[j].shape == images[i].shape:
             j += 1
-        preds += evaluator.predict(np.stack(images[i:j]))
+        p, r = read_images(evaluator, np.stack(images[i:j]))
+        preds += p
+        if reads is not None:
+            reads += r
         i = j
-    return preds
+    return preds, reads
 
 
 def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, out: str | Path | None = None,
-                    check_n: int = 500, batch_size: int = 256) -> dict:
+                    check_n: int = 500, batch_size: int = 256, compare: Evaluator | None = None) -> dict:
     """Score a folder of images whose intended concept values are in ``metadata.jsonl``.
 
     Any model's images can be scored: each record gives ``file_name`` (relative to the folder),
@@ -73,8 +80,12 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
     :func:`mosaic.evaluation.metrics.score` plus ``evaluator`` (its name, its own accuracy from
     :func:`evaluator_accuracy`, threshold, ``trusted``) and ``flagged`` (True when the evaluator
     is below its threshold: such a result must not be reported unmarked), and ``results``
-    (per image: intended, read, correct, reasons). With ``out`` it writes ``metrics.json``,
-    ``metrics.csv``, ``heatmap.png`` and ``predictions.jsonl``.
+    (per image: intended, read, correct, reasons). For the parser it adds ``quality``
+    (:func:`mosaic.evaluation.quality.quality_summary`: mean match quality seen / held-out, reads
+    abstained, verdicts abstention changed). With ``compare`` (a second evaluator, e.g. a learned
+    one) it adds ``agreement`` (:func:`mosaic.evaluation.agreement.compare_evaluators`: Cohen's
+    kappa per concept and of the verdicts, disagreements listed). With ``out`` it writes
+    ``metrics.json``, ``metrics.csv``, ``heatmap.png`` and ``predictions.jsonl``.
 
     Raises:
         MosaicError: a missing or malformed metadata.jsonl, a missing image, or intended values
@@ -86,9 +97,19 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
     records = read_folder(d)
     images = _load_images(d, records)
     t = time.perf_counter()
-    preds = _predict_any_size(evaluator, images, batch_size)
+    preds, reads = _predict_any_size(evaluator, images, batch_size)
     seconds = time.perf_counter() - t
     metrics = score(records, preds, spec)
+    if reads is not None:
+        from mosaic.evaluation.quality import quality_summary
+
+        metrics["quality"] = quality_summary(records, reads, spec, evaluator)
+    if compare is not None:
+        from mosaic.evaluation.agreement import compare_evaluators
+
+        other, _ = _predict_any_size(compare, images, batch_size)
+        metrics["agreement"] = compare_evaluators(records, preds, other, list(spec.concepts),
+                                                  names=(evaluator.name, getattr(compare, "name", "other")))
     acc = evaluator_accuracy(spec, evaluator, n=check_n) if check_n > 0 else None
     thr = threshold_of(evaluator)
     below = [c for c, v in (acc or {}).get("accuracy", {}).items() if v is None or v < thr]
@@ -103,7 +124,7 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
         metrics["flag_reason"] = f"measured with evaluator {evaluator.name!r}, but {why}"
     metrics["images_dir"] = str(d)
     metrics["evaluation_seconds"] = round(seconds, 3)
-    results = prediction_rows(records, preds, spec, evaluator, images)
+    results = prediction_rows(records, preds, spec, evaluator, images, reads=reads)
     if out is not None:
         title = f"{spec.name}: joint accuracy per combination ({evaluator.name})" + (" — FLAGGED evaluator" if metrics["flagged"] else "")
         write_metrics(metrics, out, spec, title=title)
@@ -112,11 +133,12 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
     return metrics
 
 
-def prediction_rows(records: list[dict], preds: list[dict], spec: Spec, evaluator=None, images=None) -> list[dict]:
+def prediction_rows(records: list[dict], preds: list[dict], spec: Spec, evaluator=None, images=None, reads=None) -> list[dict]:
     """One row per image: ``file_name``, ``held_out``, ``intended`` (the record's concepts), ``read``
     (the evaluator's values, None = unreadable), ``correct`` (every concept read as intended) and
     ``reasons`` (one line per wrong concept, plus the evaluator's own explanation of the image
-    when it has ``explain`` and ``images`` (uint8 ``[N, H, W, 3]`` or a list) are given)."""
+    when it has ``explain`` and ``images`` (uint8 ``[N, H, W, 3]`` or a list) are given); with the
+    parser's ``reads`` also ``quality`` (match quality in [0, 1]), ``measures`` and ``abstained``."""
     wrong = [i for i, (r, p) in enumerate(zip(records, preds)) if any(p.get(c) != r["concepts"].get(c) for c in spec.concepts)]
     why: dict = {}
     if evaluator is not None and images is not None and wrong and len({images[i].shape for i in wrong}) == 1:
@@ -125,8 +147,13 @@ def prediction_rows(records: list[dict], preds: list[dict], spec: Spec, evaluato
     for i, (r, p) in enumerate(zip(records, preds)):
         bad = [c for c in spec.concepts if p.get(c) != r["concepts"].get(c)]
         reasons = [f"{c}: read {p.get(c)!r}, intended {r['concepts'].get(c)!r}" for c in bad] + why.get(i, [])
-        rows.append({"file_name": r.get("file_name"), "held_out": bool(r.get("held_out") or False), "intended": r["concepts"],
-                     "read": p, "correct": not bad, "reasons": reasons})
+        row = {"file_name": r.get("file_name"), "held_out": bool(r.get("held_out") or False), "intended": r["concepts"],
+               "read": p, "correct": not bad, "reasons": reasons}
+        if reads is not None:
+            q = reads[i]
+            row.update({"quality": round(q.quality, 4), "measures": {k: round(v, 4) for k, v in q.measures.items()},
+                        "abstained": q.abstained})
+        rows.append(row)
     return rows
 
 

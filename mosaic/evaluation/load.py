@@ -9,8 +9,11 @@ from mosaic.evaluation.check import Evaluator
 from mosaic.spec import Spec
 
 
-def load_evaluator(spec: Spec, which: str | Path = "parser", device: str = "cpu") -> Evaluator:
+def load_evaluator(spec: Spec, which: str | Path = "parser", device: str = "cpu", abstain: bool = True) -> Evaluator:
     """The scene parser (``"parser"``) or a trained learned evaluator (a directory).
+
+    ``abstain`` (parser only): a read whose match quality is below the calibrated thresholds is
+    unreadable (:mod:`mosaic.evaluation.quality`); False credits the nearest allowed shape.
 
     Raises:
         MosaicError: ``which`` is neither ``parser`` nor a trained evaluator directory, or the
@@ -19,7 +22,7 @@ def load_evaluator(spec: Spec, which: str | Path = "parser", device: str = "cpu"
     if str(which) == "parser":
         from mosaic.evaluation.parser import SceneParser
 
-        return SceneParser(spec)
+        return SceneParser(spec, abstain=abstain)
     path = Path(which)
     if path.is_dir():
         from mosaic.evaluation.learned import LearnedEvaluator

@@ -62,6 +62,16 @@ _BLURS = (0.0, 0.5, 0.8, 1.1, 1.5)  # Gaussian sigmas (px of a 64 px image) trie
 _SPLIT_IOU = 0.7
 _SHAPE_MARGIN = 0.1  # an object's second-best shape within this IoU may be taken to fit the spec's counts  # below this a region is tried as several touching objects
 _SPECK_FRACTION = 0.3  # components smaller than this fraction of the smallest object are specks
+_MATCH_SMOOTH = 0.8  # px: Gaussian smoothing of observed and rendered coverage before the quality IoU
+_MATCH_RADIUS = 8.0  # px: the match IoU shortfall is normalised to an object of this circumradius
+_SPECK_MIN_PX = 4.0  # dropped specks of at least this area (px² of a 64 px image) count against the fragments measure
+
+#: Abstention thresholds on the match-quality measures (:meth:`SceneParser._quality`): a read with
+#: any measure below its threshold is ``unreadable``. Calibrated with
+#: :func:`mosaic.evaluation.quality.calibrate_abstention` on mild and strong degraded renders of
+#: the shipped specs (see the README, "Abstention"); a clean render scores about 1 on each.
+ABSTAIN_THRESHOLDS: dict[str, float] = {"iou": 0.9, "fragments": 0.85, "area": 0.7}
+_MEASURE_TEXT = {"iou": "shape match (soft IoU)", "fragments": "share of the object in one region", "area": "area against the spec's size"}
 
 
 def _unit_area(shape: str) -> float:
@@ -79,6 +89,7 @@ class _ShapeHypothesis:
     shape: str
     rotations: list[float] | tuple[float, float] | None  # explicit list, (lo, hi) range, or None (circle)
     size_range: tuple[float, float]  # fractions of the side
+    sizes: list[tuple[float, float]] = field(default_factory=list)  # allowed sizes: intervals (v, v) or (lo, hi)
 
 
 @dataclass
@@ -91,12 +102,22 @@ class Parse:
         problems: reasons for every value that could not be read, plus the parser's own notes
             (dropped specks, split regions, poor shape fits).
         ious: per object, the soft IoU of its best shape hypothesis (1.0 = exact).
+        quality: the match quality of the read, in [0, 1]: the lowest of ``measures``.
+        measures: ``{"iou", "fragments", "area"}`` (:meth:`SceneParser._quality`).
+        raw_values: the values before abstention (equal to ``values`` unless ``abstained``).
+        abstained: True when a measure fell below its threshold and abstention is on: every
+            value is then None (unreadable, counted wrong).
     """
 
     scene: Scene
     values: dict
     problems: list[str] = field(default_factory=list)
     ious: list[float] = field(default_factory=list)
+    quality: float = 1.0
+    measures: dict = field(default_factory=dict)
+    raw_values: dict | None = None
+    abstained: bool = False
+    matches: list[float] = field(default_factory=list)
 
 
 class SceneParser:
@@ -104,6 +125,10 @@ class SceneParser:
 
     Args:
         spec: the spec the images were made from (palette, shapes, sizes, rotations, labels).
+        abstain: read an image whose match quality is below ``thresholds`` as unreadable (every
+            value None) instead of crediting the nearest allowed shape; on by default.
+        thresholds: per measure (``iou``, ``fragments``, ``area``); default
+            :data:`ABSTAIN_THRESHOLDS`.
     Attributes:
         name: ``"parser"``.
         colors: the object colours the spec can produce (the only ones considered).
@@ -111,7 +136,12 @@ class SceneParser:
 
     name = "parser"
 
-    def __init__(self, spec: Spec):
+    def __init__(self, spec: Spec, abstain: bool = True, thresholds: dict[str, float] | None = None):
+        self.abstain = bool(abstain)
+        unknown = set(thresholds or {}) - set(ABSTAIN_THRESHOLDS)
+        if unknown:
+            raise ValueError(f"unknown abstention measure(s) {sorted(unknown)}: use {', '.join(ABSTAIN_THRESHOLDS)}")
+        self.thresholds = {**ABSTAIN_THRESHOLDS, **(thresholds or {})}
         self.spec = spec
         self.supersample = spec.image.supersample
         self._blurs = _BLURS
@@ -124,6 +154,7 @@ class SceneParser:
             t_shapes = list(allowed_values(spec, t.shape))
             sv = allowed_values(spec, t.size)
             sizes = [spec.size_fraction(v) for v in (sv if isinstance(sv, list) else list(sv))]
+            intervals = [(v, v) for v in sizes] if isinstance(sv, list) else [(min(sizes), max(sizes))]
             rot = t.rotation
             if rot.kind == "range":
                 rots: list[float] | tuple[float, float] = (float(rot.range[0]), float(rot.range[1]))
@@ -134,11 +165,12 @@ class SceneParser:
                     colors.append(c)
                 for sh in t_shapes:
                     h = hyps.setdefault(c, {}).get(sh)
-                    new = _ShapeHypothesis(sh, None if sh == "circle" else rots, (min(sizes), max(sizes)))
+                    new = _ShapeHypothesis(sh, None if sh == "circle" else rots, (min(sizes), max(sizes)), list(intervals))
                     if h is None:
                         hyps[c][sh] = new
                     else:  # merge templates sharing colour and shape
                         h.size_range = (min(h.size_range[0], new.size_range[0]), max(h.size_range[1], new.size_range[1]))
+                        h.sizes = sorted(set(h.sizes) | set(new.sizes))
                         if sh != "circle":
                             h.rotations = _merge_rotations(h.rotations, new.rotations)
         self.colors = colors
@@ -172,6 +204,11 @@ class SceneParser:
         images = _check_images(images)
         return [self.parse(im).values for im in images]
 
+    def read(self, images: np.ndarray) -> list[Parse]:
+        """The full reading of each image (values, quality measures, abstention), uint8
+        ``[N, H, W, 3]``; :meth:`predict` is ``[p.values for p in read(images)]``."""
+        return [self.parse(im) for im in _check_images(images)]
+
     def explain(self, images: np.ndarray) -> list[list[str]]:
         """Per image: what the parser found (``"found 4 red circles, 1 brown circle"``) and the
         reasons for every value it could not read."""
@@ -191,8 +228,9 @@ class SceneParser:
         side = image.shape[0]
         px = image.astype(np.float64)
         notes: list[str] = []
-        regions, bg = self._regions(px, notes)
-        objects, ious = [], []
+        specks: list[float] = []
+        regions, bg = self._regions(px, notes, specks)
+        objects, ious, shares, maps = [], [], [], []
         if regions:
             # every pixel near an object belongs to its nearest region (within R px): the faint,
             # blurred edge of an object is read, but never the pixels of another one
@@ -203,15 +241,95 @@ class SceneParser:
             owner = np.where(dist <= max(2.0, 3.0 * side / 64.0), ids[iy, ix], 0)
             alts = []
             for k, (color_idx, region) in enumerate(regions, start=1):
-                for obj, iou, alt in self._read_objects(px, bg, owner == k, color_idx, side, notes):
+                for obj, iou, alt, share, alpha, dom in self._read_objects(px, bg, owner == k, color_idx, side, notes):
                     objects.append(obj)
                     ious.append(iou)
                     alts.append(alt)
+                    shares.append(share)
+                    maps.append((alpha, dom))
             self._settle_shapes(objects, ious, alts, side, notes)
         self._cov_cache = {}
         scene = Scene(side, tuple(int(v) for v in self.bg), objects)
         reading = read_labels(scene, self.spec)
-        return Parse(scene, reading.values, list(reading.problems) + notes, ious)
+        matches = [self._match(o, a, m, side) for o, (a, m) in zip(objects, maps)]
+        quality = self._quality(objects, [m[0] for m in matches], shares, specks, side, [m[1] for m in matches])
+        values, problems = dict(reading.values), list(reading.problems) + notes
+        below = {m: v for m, v in quality.items() if v < self.thresholds[m]}
+        abstained = bool(self.abstain and below)
+        if abstained:
+            problems.append("unreadable (abstained): " + "; ".join(f"{_MEASURE_TEXT[m]} {v:.2f} < {self.thresholds[m]:.2f}"
+                                                                    for m, v in below.items()))
+            values = {c: None for c in values}
+        return Parse(scene, values, problems, ious, quality=min(quality.values()), measures=quality,
+                     raw_values=dict(reading.values), abstained=abstained, matches=[m[0] for m in matches])
+
+    def _match(self, obj: SceneObject, alpha: np.ndarray, domain: np.ndarray, side: int) -> tuple[float, float]:
+        """How well the read object explains its coverage, robust to blur, noise and colour gain:
+        the soft IoU between the observed coverage ``alpha`` (signed, ``[H, W]``, zero outside
+        ``domain``) divided by its interior level (a colour shift scales it), and the renderer's
+        coverage of ``obj`` (restricted to ``domain``, blurred by the best of the parser's blurs),
+        both smoothed by a Gaussian of ``_MATCH_SMOOTH`` px (pixel noise averages out) and clipped
+        to [0, 1]. Returns ``(IoU, interior level)``."""
+        H, W = alpha.shape
+        # work on a patch: the domain and the object's box, with room for smoothing and blur
+        m = 2 + int(math.ceil(3 * _MATCH_SMOOTH + 2 * self._blurs[-1] * side / 64.0))
+        ys, xs = np.nonzero(domain)
+        bx0, by0, bx1, by1 = obj.bbox(side)
+        y0 = max(0, min(int(ys.min()) if len(ys) else by0, by0) - m)
+        y1 = min(H, max(int(ys.max()) + 1 if len(ys) else by1, by1) + m)
+        x0 = max(0, min(int(xs.min()) if len(xs) else bx0, bx0) - m)
+        x1 = min(W, max(int(xs.max()) + 1 if len(xs) else bx1, bx1) + m)
+        alpha, domain = alpha[y0:y1, x0:x1], domain[y0:y1, x0:x1]
+        shape = alpha.shape
+        cov = self._render_patch(obj, shape, (x0, y0), side)
+        core = ndimage.binary_erosion(cov >= 0.999) & domain
+        level = min(1.25, max(0.75, float(np.median(alpha[core])))) if core.sum() >= 4 else 1.0
+        if level != 1.0:  # the parser sized the object by its (dimmed) area: undo that
+            obj = SceneObject(obj.shape, obj.color, obj.rgb, obj.size / math.sqrt(level), obj.center, obj.rotation)
+            cov = self._render_patch(obj, shape, (x0, y0), side)
+        a = alpha / level
+        sm = _MATCH_SMOOTH
+        a = np.clip(ndimage.gaussian_filter(a, sm, mode="constant"), 0.0, 1.0)
+        best = 0.0
+        for b in self._blurs:
+            c = ndimage.gaussian_filter(cov, b * side / 64.0, mode="constant") if b else cov
+            c = np.clip(ndimage.gaussian_filter(np.where(domain, c, 0.0), sm, mode="constant"), 0.0, 1.0)
+            best = max(best, _soft_iou(a, c))
+        return best, level
+
+    def _quality(self, objects, matches, shares, specks, side, levels=None) -> dict[str, float]:
+        """The match-quality measures of one read, each in [0, 1] (1 = a clean render):
+
+        - ``iou``: the lowest size-normalised match over the objects: ``1 - (1 - m) r / 8`` for
+          an object of circumradius ``r`` px whose match is ``m`` (:meth:`_match`: how well the
+          best allowed shape explains the object's coverage). Blur and noise cost a clean shape an
+          IoU shortfall roughly proportional to its perimeter over its area (``1 / r``), while a
+          wrong shape costs a shortfall of its own; the normalisation puts every object on the
+          scale of a 16 px wide one, so that one threshold serves small and large objects;
+        - ``fragments``: the lowest share of an object's coverage in its main connected region,
+          and one minus the share of object-coloured mass left in dropped specks (one object drawn
+          in two pieces scores about the smaller piece's complement);
+        - ``area``: the lowest ratio between an object's area (corrected for its interior level,
+          ``levels``) and the nearest area its shape may have in the spec
+          (``min(a / a_spec, a_spec / a)``; 1 inside an allowed size range).
+
+        An image without objects scores 1 on every measure (nothing to judge; its values say
+        what is missing)."""
+        if not objects:
+            return {"iou": 1.0, "fragments": 1.0, "area": 1.0}
+        total = sum(_unit_area(o.shape) * (o.size * side / 2) ** 2 for o in objects)
+        frag = min(min(shares), 1.0 - sum(specks) / (total + sum(specks))) if total > 0 else 1.0
+        area = 1.0
+        for o, lv in zip(objects, levels or [1.0] * len(objects)):
+            h = self.hypotheses.get(o.color, {}).get(o.shape)
+            if h is None or not h.sizes:
+                continue
+            size = o.size / math.sqrt(lv)
+            near = min((min(max(size, lo), hi) for lo, hi in h.sizes), key=lambda v: abs(v - size))
+            r = (size / near) ** 2 if near > 0 else 0.0
+            area = min(area, r if r <= 1 else 1.0 / r)
+        norm = [1.0 - (1.0 - m) * (o.size * side / 2.0) / _MATCH_RADIUS for o, m in zip(objects, matches)]
+        return {"iou": float(max(0.0, min(norm))), "fragments": float(max(0.0, frag)), "area": float(area)}
 
     def _settle_shapes(self, objects, ious, alts, side, notes) -> None:
         """Settle ambiguous shapes with the spec's fixed object counts, in place.
@@ -252,9 +370,10 @@ class SceneParser:
             notes.append(f"re-read a {objects[i].color} {old} as a {sh} (IoU {margin:.2f} lower) to match the spec's object counts")
 
     # -- segmentation ----------------------------------------------------------------------------
-    def _regions(self, px: np.ndarray, notes: list[str]) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
+    def _regions(self, px: np.ndarray, notes: list[str], specks: list[float] | None = None) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
         """Single-colour connected regions ``[(colour index, bool mask [H, W])]`` and the image's
-        background colour (median of the background pixels: follows a colour shift)."""
+        background colour (median of the background pixels: follows a colour shift). The areas
+        (px²) of dropped specks of at least ``_SPECK_MIN_PX`` are appended to ``specks``."""
         H, W, _ = px.shape
         lab = srgb_to_lab(px)  # [H, W, 3]
         d = _sqdist(lab, self._lab)  # [H, W, K+1]
@@ -304,6 +423,8 @@ class SceneParser:
                 if area < _SPECK_FRACTION * self._min_area[self.colors[c]] * side2:
                     if area >= 2.0:
                         notes.append(f"dropped a {self.colors[c]} speck of {area:.1f} px (smaller than any object of that colour)")
+                    if specks is not None and area >= _SPECK_MIN_PX * side2 / 4096.0:
+                        specks.append(area)
                     continue
                 out.append((c, full))
         return out, bg
@@ -328,6 +449,7 @@ class SceneParser:
         if fit is None:
             return []
         obj, iou, _ = fit
+        fit = (*fit, _main_share(alpha), alpha, domain)
         smallest = self._min_area[color] * side * side
         if iou < _SPLIT_IOU and alpha.sum() >= 1.6 * smallest:
             best = (iou, [fit])
@@ -337,6 +459,7 @@ class SceneParser:
                 fits = [self._fit(p, color, side) for p in parts]
                 if any(f is None for f in fits):
                     continue
+                fits = [(*f, _main_share(p), np.where(p > 0, alpha, 0.0), p > 0) for f, p in zip(fits, parts)]
                 mean_iou = float(np.mean([f[1] for f in fits]))
                 if mean_iou > best[0] + 0.05:
                     best = (mean_iou, fits)
@@ -448,6 +571,22 @@ class SceneParser:
         if s > 1:
             img = img.reduce(s)
         return np.asarray(img, dtype=np.float64) / 255.0
+
+
+def _main_share(alpha: np.ndarray) -> float:
+    """Share of a coverage map's mass (``alpha`` clipped to [0, 1]) in its main connected region:
+    the hard mask ``alpha >= 0.5`` is split into 8-connected regions, every covered pixel goes to
+    the nearest one, and the heaviest region's mass is divided by the total (1.0 = one piece)."""
+    a = np.clip(alpha, 0.0, 1.0)
+    hard = a >= 0.5
+    lab, n = ndimage.label(hard, structure=np.ones((3, 3), bool))
+    if n <= 1:
+        return 1.0
+    _, (iy, ix) = ndimage.distance_transform_edt(lab == 0, return_indices=True)
+    nearest = lab[iy, ix]
+    mass = np.bincount(nearest.ravel(), weights=a.ravel(), minlength=n + 1)[1:]
+    tot = float(mass.sum())
+    return float(mass.max() / tot) if tot > 0 else 1.0
 
 
 def _merge_rotations(a, b):

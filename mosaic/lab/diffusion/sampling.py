@@ -105,14 +105,14 @@ def choose_records(records: list[dict], concepts: list[str], n_per_combination: 
     return [g[k % len(g)] for g in groups.values() for k in range(n_per_combination)]
 
 
-def load_evaluator(spec, which: str, device: str = "cpu"):
-    """``mosaic.evaluation.load_evaluator(spec, which, device)``; a clear error when it is unavailable."""
+def load_evaluator(spec, which: str, device: str = "cpu", abstain: bool = True):
+    """``mosaic.evaluation.load_evaluator(spec, which, device, abstain)``; a clear error when it is unavailable."""
     try:
         from mosaic.evaluation import load_evaluator as _load
     except ImportError as e:
         raise MosaicError(f"the evaluator is not available ({e}); set evaluation.enabled: false and evaluation.select: loss "
                           "to train without scoring") from None
-    return _load(spec, which, device=device)
+    return _load(spec, which, device=device, abstain=abstain)
 
 
 def open_run(run_dir: str | Path) -> tuple[DiffusionConfig, RunFolder, Path]:
@@ -134,7 +134,8 @@ def open_run(run_dir: str | Path) -> tuple[DiffusionConfig, RunFolder, Path]:
 
 def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, n_per_combination: int | None, guidance: float,
                      steps: int, sampler: str, checkpoint: str, score: bool, out: Path | None = None, batch_size: int | None = None,
-                     device=None, autocast: str = "no", evaluator: str | None = None, check_n: int = 0, say=print) -> dict:
+                     device=None, autocast: str = "no", evaluator: str | None = None, check_n: int = 0, say=print,
+                     abstain: bool | None = None) -> dict:
     """Generate images for the records of ``splits`` and score them.
 
     Writes ``out`` (default ``RUN/samples/<splits joined by +>_<checkpoint>_g<guidance>_<sampler><steps>``):
@@ -143,7 +144,10 @@ def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, 
     ``sampling.json`` (settings) and, when ``score``, the evaluator's ``metrics.json`` /
     ``metrics.csv`` / heatmap via ``mosaic.evaluation.metrics.write_metrics``, ``predictions.jsonl``
     and, with ``check_n``, ``evaluator_check.json`` (the evaluator's accuracy on ``check_n`` fresh
-    ground-truth renders, ``mosaic.evaluation.check_evaluator``).
+    ground-truth renders, ``mosaic.evaluation.check_evaluator``). ``abstain`` (default: the config's
+    ``evaluation.abstain``) lets the parser read poor matches as unreadable; the scores then hold
+    ``quality`` (:func:`mosaic.evaluation.quality.quality_summary`: mean match quality, verdicts
+    abstention changed).
 
     Returns:
         ``{"out": path, "n": images, "seconds": s, "metrics": score dict or None, "evaluator_check": dict or None}``.
@@ -212,14 +216,19 @@ def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, 
     if score and meta:
         from mosaic.evaluation import metrics as M
 
-        ev = load_evaluator(task.spec, evaluator or task.cfg.evaluation.evaluator, device=str(device or "cpu"))
+        ev = load_evaluator(task.spec, evaluator or task.cfg.evaluation.evaluator, device=str(device or "cpu"),
+                            abstain=task.cfg.evaluation.abstain if abstain is None else abstain)
         images = np.concatenate(all_images)
         say(f"scoring {len(meta)} images with the {getattr(ev, 'name', 'evaluator')} evaluator")
-        preds = ev.predict(images)
+        from mosaic.evaluation.quality import quality_summary, read_images
+
+        preds, reads = read_images(ev, images)
         scores = M.score(meta, preds, task.spec)
+        if reads is not None:
+            scores["quality"] = quality_summary(meta, reads, task.spec, ev)
         from mosaic.evaluation import prediction_rows, write_prediction_rows
 
-        write_prediction_rows(prediction_rows(meta, preds, task.spec, ev, images), tmp / "predictions.jsonl")
+        write_prediction_rows(prediction_rows(meta, preds, task.spec, ev, images, reads=reads), tmp / "predictions.jsonl")
         M.write_metrics(scores, tmp, task.spec)
         result["metrics"] = scores
         if check_n:

@@ -120,7 +120,7 @@ class DiffusionTask(Task):
 
     def evaluator(self):
         if self._evaluator is None:
-            self._evaluator = load_evaluator(self.spec, self.cfg.evaluation.evaluator, device=self._device)
+            self._evaluator = load_evaluator(self.spec, self.cfg.evaluation.evaluator, device=self._device, abstain=self.cfg.evaluation.abstain)
         return self._evaluator
 
     def validate(self, model, accelerator) -> dict[str, float]:

@@ -1,0 +1,302 @@
+"""``mosaic audit RUN``: a person checks the evaluator's verdicts on generated images.
+
+:func:`make_audit` draws a seeded sample of a run's scored samples (every ``predictions.jsonl``
+with its ``metadata.jsonl`` under RUN: a run folder, one samples folder, or a whole sweep) and
+writes ``RUN/audit/audit.html``, one self-contained page (images inlined as PNG data URIs, no
+network, works from ``file://``). For each image it shows the intended values, what the evaluator
+read and its verdict (right, wrong, or unreadable when the parser abstained); the person marks
+each verdict **correct** or **incorrect**. Marks are kept in the browser's localStorage while
+working; **Save audit.json** downloads them (a Blob link, which every browser allows from a local
+file). ``mosaic audit RUN --import ~/Downloads/audit.json`` checks the file belongs to this audit
+and stores it as ``RUN/audit/audit.json``, where :func:`audit_summary` (``mosaic report``,
+``mosaic audit RUN --summary``) finds it: the human-agreement rate with its 95 % Wilson interval.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mosaic.errors import MosaicError
+
+AUDIT_DIR = "audit"
+AUDIT_VERSION = 1
+
+
+def find_scored_samples(root: str | Path) -> list[Path]:
+    """Folders under ``root`` (itself included) holding both ``predictions.jsonl`` and
+    ``metadata.jsonl`` (written by ``mosaic sample``, ``mosaic evaluate --out`` and training),
+    sorted. Raises MosaicError when there is none."""
+    root = Path(root)
+    if not root.is_dir():
+        raise MosaicError(f"{root} is not a folder: give a run folder, a samples folder or a sweep folder")
+    found = sorted({p.parent for p in root.rglob("predictions.jsonl") if (p.parent / "metadata.jsonl").is_file()})
+    if not found:
+        raise MosaicError(f"{root} holds no scored samples (a folder with predictions.jsonl and metadata.jsonl): "
+                          "sample and score the run first (`mosaic sample RUN`)")
+    return found
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def verdict_of(row: dict) -> str:
+    """``right`` (every concept read as intended), ``unreadable`` (a concept read as None: the
+    evaluator could not read it, or abstained) or ``wrong``."""
+    if row.get("correct"):
+        return "right"
+    read = row.get("read") or {}
+    return "unreadable" if any(v is None for v in read.values()) else "wrong"
+
+
+def collect_items(root: str | Path, n: int = 100, seed: int = 0) -> list[dict]:
+    """A seeded sample of ``n`` scored images under ``root`` (all of them when fewer): per image
+    ``id``, ``source`` (its samples folder, relative to ``root``), ``file_name``, ``held_out``,
+    ``intended``, ``read``, ``verdict`` (:func:`verdict_of`) and ``reasons``."""
+    root = Path(root)
+    pool = []
+    for folder in find_scored_samples(root):
+        rows = _read_jsonl(folder / "predictions.jsonl")
+        rel = "." if folder == root else str(folder.relative_to(root))
+        for r in rows:
+            pool.append((rel, folder, r))
+    rng = np.random.default_rng(seed)
+    take = sorted(rng.choice(len(pool), size=min(n, len(pool)), replace=False).tolist())
+    items = []
+    for k, i in enumerate(take):
+        rel, folder, r = pool[i]
+        img = folder / str(r.get("file_name"))
+        if not img.is_file():
+            raise MosaicError(f"image {img} listed in {folder / 'predictions.jsonl'} is missing")
+        items.append({"id": k, "source": rel, "file_name": r.get("file_name"), "held_out": bool(r.get("held_out")),
+                      "intended": r.get("intended") or {}, "read": r.get("read") or {}, "verdict": verdict_of(r),
+                      "reasons": list(r.get("reasons") or []), "image": _data_uri(img)})
+    return items
+
+
+def _data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def audit_id(items: list[dict], seed: int) -> str:
+    """A short id of an audit: the sha256 of its seed and (source, file_name) list."""
+    key = json.dumps([seed] + [[it["source"], it["file_name"]] for it in items])
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def audit_page(items: list[dict], meta: dict, marks: dict | None = None) -> str:
+    """The audit page's HTML (self-contained).
+
+    Args:
+        items: :func:`collect_items`.
+        meta: ``{"audit_id", "run", "seed", "n", "created"}``, embedded and written back in
+            ``audit.json``.
+        marks: previous marks ``{item id: {"mark": "correct" | "incorrect", "note": str}}`` (a
+            re-made page keeps them).
+    Returns:
+        the page as a string. Its data (items, meta, marks) is one JSON block, ``<script
+        type="application/json" id="audit-data">``; the JSON saved by the page is
+        ``{"version", "audit_id", "run", "seed", "saved", "marks": [{"id", "source", "file_name",
+        "verdict", "mark", "note"}]}``.
+    """
+    data = {"version": AUDIT_VERSION, "meta": meta, "items": items, "marks": {str(k): v for k, v in (marks or {}).items()}}
+    blob = json.dumps(data).replace("</", "<\\/")  # no "</script>" inside the block
+    title = f"mosaic audit: {meta.get('run', '')}"
+    return _PAGE.replace("%%TITLE%%", html.escape(title)).replace("%%DATA%%", blob)
+
+
+def make_audit(root: str | Path, n: int = 100, seed: int = 0, out: str | Path | None = None) -> Path:
+    """Write the audit page for ``root`` (a run, a samples folder or a sweep): ``out`` (default
+    ``root/audit``) ``/audit.html``, keeping the marks of an ``audit.json`` already there when
+    its audit id matches. Returns the page's path.
+
+    Raises:
+        MosaicError: no scored samples under ``root``; ``n`` < 1.
+    """
+    if n < 1:
+        raise MosaicError(f"--n {n}: an audit needs at least 1 image (100 is the default)")
+    root = Path(root)
+    items = collect_items(root, n=n, seed=seed)
+    aid = audit_id(items, seed)
+    out = Path(out) if out is not None else root / AUDIT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    marks = {}
+    saved = out / "audit.json"
+    if saved.is_file():
+        try:
+            old = json.loads(saved.read_text())
+            if old.get("audit_id") == aid:
+                marks = {m["id"]: {"mark": m.get("mark"), "note": m.get("note", "")} for m in old.get("marks", []) if m.get("mark")}
+        except (json.JSONDecodeError, KeyError, TypeError):
+            pass
+    meta = {"audit_id": aid, "run": str(root), "seed": seed, "n": len(items), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    page = out / "audit.html"
+    page.write_text(audit_page(items, meta, marks))
+    (out / "items.json").write_text(json.dumps({"meta": meta, "items": [{k: v for k, v in it.items() if k != "image"} for it in items]},
+                                               indent=1) + "\n")
+    return page
+
+
+def check_audit(data: dict, expected_id: str | None = None, where: str = "audit.json") -> list[dict]:
+    """Validate a saved audit; returns its marks.
+
+    Raises:
+        MosaicError: not an audit (names the missing field), a mark that is neither ``correct``
+            nor ``incorrect``, or an audit id other than ``expected_id`` (a file from another audit).
+    """
+    if not isinstance(data, dict) or "audit_id" not in data or not isinstance(data.get("marks"), list):
+        raise MosaicError(f"{where} is not a saved mosaic audit: it needs 'audit_id' and a 'marks' list (save it from audit.html)")
+    if expected_id is not None and data["audit_id"] != expected_id:
+        raise MosaicError(f"{where} belongs to audit {data['audit_id']}, not {expected_id}: save it from this run's audit.html "
+                          "(or re-make the page with the same --n and --seed)")
+    for k, m in enumerate(data["marks"]):
+        if not isinstance(m, dict) or m.get("mark") not in ("correct", "incorrect", None):
+            raise MosaicError(f"{where} marks[{k}].mark = {m.get('mark') if isinstance(m, dict) else m!r}: use 'correct' or 'incorrect'")
+    return data["marks"]
+
+
+def import_audit(root: str | Path, file: str | Path, out: str | Path | None = None) -> Path:
+    """Store a downloaded ``audit.json`` as ``root/audit/audit.json`` after checking it belongs to
+    the audit page there. Returns the stored path.
+
+    Raises:
+        MosaicError: no audit page under ``root`` (make it first), an unreadable file, or a file of
+            another audit.
+    """
+    out = Path(out) if out is not None else Path(root) / AUDIT_DIR
+    items_file = out / "items.json"
+    if not items_file.is_file():
+        raise MosaicError(f"{out} holds no audit (items.json is missing): run `mosaic audit {root}` first")
+    expected = json.loads(items_file.read_text())["meta"]["audit_id"]
+    try:
+        data = json.loads(Path(file).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise MosaicError(f"{file} cannot be read as JSON ({e}): give the audit.json the page saved") from None
+    check_audit(data, expected, where=str(file))
+    dst = out / "audit.json"
+    dst.write_text(json.dumps(data, indent=1) + "\n")
+    return dst
+
+
+def audit_summary(path: str | Path) -> dict:
+    """The human-agreement rate of a saved audit.
+
+    Returns:
+        ``{"path", "audit_id", "n" (items), "marked", "agree" (verdicts marked correct),
+        "rate" (agree / marked, None when nothing is marked), "interval" ([low, high]: 95 %
+        Wilson score interval), "by_verdict": {verdict: {"marked", "agree"}}}``.
+    Raises:
+        MosaicError: an invalid audit file.
+    """
+    from mosaic.evaluation.agreement import wilson_interval
+
+    p = Path(path)
+    data = json.loads(p.read_text())
+    marks = check_audit(data, where=str(p))
+    done = [m for m in marks if m.get("mark")]
+    agree = sum(m["mark"] == "correct" for m in done)
+    by: dict = {}
+    for m in done:
+        b = by.setdefault(m.get("verdict", "?"), {"marked": 0, "agree": 0})
+        b["marked"] += 1
+        b["agree"] += m["mark"] == "correct"
+    iv = wilson_interval(agree, len(done))
+    return {"path": str(p), "audit_id": data["audit_id"], "n": len(marks), "marked": len(done), "agree": agree,
+            "rate": agree / len(done) if done else None, "interval": list(iv) if iv else None, "by_verdict": by}
+
+
+def find_audit_files(root: str | Path) -> list[Path]:
+    """Every saved ``audit/audit.json`` under ``root`` (itself included), sorted."""
+    return sorted(Path(root).rglob(f"{AUDIT_DIR}/audit.json"))
+
+
+_PAGE = r"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>%%TITLE%%</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:16px;background:#fafafa}
+header{position:sticky;top:0;background:#fafafa;padding:6px 0;border-bottom:1px solid #ccc;z-index:2}
+.grid{display:flex;flex-wrap:wrap;gap:10px;margin-top:10px}
+.card{background:#fff;border:2px solid #ddd;border-radius:6px;padding:8px;width:230px;font-size:12px}
+.card.correct{border-color:#2a2}.card.incorrect{border-color:#c22}
+.card img{width:128px;height:128px;image-rendering:pixelated;display:block;margin:0 auto 6px}
+.v-right{color:#161}.v-wrong{color:#a11}.v-unreadable{color:#a60}
+.reasons{color:#666;max-height:4.5em;overflow:auto}
+button{cursor:pointer;margin:2px}button.on{font-weight:bold;outline:2px solid #333}
+table{border-collapse:collapse}td{padding:0 4px 0 0;vertical-align:top}
+</style></head><body>
+<header>
+<b>%%TITLE%%</b> &mdash; <span id="progress"></span>
+<button id="save">Save audit.json</button> <a id="download" style="display:none">download audit.json</a>
+<div style="font-size:12px;color:#555">For each image, is the evaluator's <b>verdict</b> right? Mark
+<b>correct</b> when a careful person would read the image the same way (a blob credited as a shape, or a
+clean shape called wrong, is <b>incorrect</b>). Marks are kept in this browser; <b>Save audit.json</b>
+downloads them, then run <code>mosaic audit RUN --import audit.json</code>.</div>
+</header>
+<div class="grid" id="grid"></div>
+<script type="application/json" id="audit-data">%%DATA%%</script>
+<script>
+"use strict";
+const DATA = JSON.parse(document.getElementById("audit-data").textContent);
+const KEY = "mosaic-audit-" + DATA.meta.audit_id;
+let marks = Object.assign({}, DATA.marks);
+try { Object.assign(marks, JSON.parse(localStorage.getItem(KEY) || "{}")); } catch (e) {}
+function esc(s) { return String(s).replace(/[&<>"']/g, c => ({"&":"&amp;","<":"&lt;",">":"&gt;","\"":"&quot;","'":"&#39;"}[c])); }
+function fmt(v) { return v === null || v === undefined ? "<i>unreadable</i>" : esc(v); }
+function persist() { try { localStorage.setItem(KEY, JSON.stringify(marks)); } catch (e) {} update(); }
+function update() {
+  const n = DATA.items.length, done = DATA.items.filter(it => marks[it.id] && marks[it.id].mark).length;
+  const agree = DATA.items.filter(it => marks[it.id] && marks[it.id].mark === "correct").length;
+  document.getElementById("progress").textContent = done + " of " + n + " marked, " + agree + " verdicts correct";
+  for (const it of DATA.items) {
+    const card = document.getElementById("item-" + it.id), m = (marks[it.id] || {}).mark;
+    card.className = "card" + (m ? " " + m : "");
+    card.querySelector(".b-correct").classList.toggle("on", m === "correct");
+    card.querySelector(".b-incorrect").classList.toggle("on", m === "incorrect");
+  }
+}
+function mark(id, value) { marks[id] = Object.assign({}, marks[id] || {}, {mark: value}); persist(); }
+function build() {
+  const grid = document.getElementById("grid");
+  for (const it of DATA.items) {
+    const rows = Object.keys(it.intended).map(c =>
+      "<tr><td>" + esc(c) + "</td><td>" + fmt(it.intended[c]) + "</td><td>" + fmt(it.read[c]) + "</td></tr>").join("");
+    const div = document.createElement("div");
+    div.id = "item-" + it.id; div.className = "card";
+    div.innerHTML = "<img alt='sample' src='" + it.image + "'>" +
+      "<div><b>#" + it.id + "</b> " + esc(it.file_name) + (it.held_out ? " (held-out)" : " (seen)") + "</div>" +
+      "<table><tr><td></td><td><b>intended</b></td><td><b>read</b></td></tr>" + rows + "</table>" +
+      "<div>verdict: <b class='v-" + it.verdict + "'>" + it.verdict + "</b></div>" +
+      "<div class='reasons'>" + it.reasons.map(esc).join("<br>") + "</div>" +
+      "<button class='b-correct'>verdict correct</button><button class='b-incorrect'>verdict incorrect</button>" +
+      "<input class='note' placeholder='note' style='width:95%'>";
+    div.querySelector(".b-correct").onclick = () => mark(it.id, "correct");
+    div.querySelector(".b-incorrect").onclick = () => mark(it.id, "incorrect");
+    const note = div.querySelector(".note");
+    note.value = (marks[it.id] || {}).note || "";
+    note.onchange = () => { marks[it.id] = Object.assign({}, marks[it.id] || {}, {note: note.value}); persist(); };
+    grid.appendChild(div);
+  }
+}
+function audit() {
+  return {version: DATA.version, audit_id: DATA.meta.audit_id, run: DATA.meta.run, seed: DATA.meta.seed,
+          saved: new Date().toISOString(),
+          marks: DATA.items.map(it => ({id: it.id, source: it.source, file_name: it.file_name, verdict: it.verdict,
+                                        mark: (marks[it.id] || {}).mark || null, note: (marks[it.id] || {}).note || ""}))};
+}
+document.getElementById("save").onclick = () => {
+  const blob = new Blob([JSON.stringify(audit(), null, 1)], {type: "application/json"});
+  const a = document.getElementById("download");
+  if (a.href) URL.revokeObjectURL(a.href);
+  a.href = URL.createObjectURL(blob); a.download = "audit.json"; a.style.display = "inline";
+  a.click();
+};
+build(); update();
+</script></body></html>
+"""
