@@ -17,6 +17,10 @@ each module's docstring cites its source code):
 
 A diagnostic that does not apply raises :class:`NotApplicableError`; training a probe on
 held-out combinations raises :class:`LeakageError` (both :class:`mosaic.errors.MosaicError`).
+
+Around them: :mod:`.features` reads per-layer features of lab models with forward hooks;
+:mod:`.analyze` runs the diagnostics on a run (``mosaic analyze RUN``, or a config's
+``analysis:`` section, :mod:`.config`); :mod:`.columns` flattens the results into sweep columns.
 """
 
 from mosaic.diagnostics.errors import DiagnosticError, LeakageError, NotApplicableError
