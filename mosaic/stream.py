@@ -187,10 +187,11 @@ class StreamingDataset(torch.utils.data.IterableDataset):
 # ----------------------------------------------------------------------------------------------
 
 class _Items(torch.utils.data.Dataset):
-    """Map-style view of a split for a DataLoader: item ``i`` is ``(image uint8 [3,H,W], record)``."""
+    """Map-style view of a split for a DataLoader: item ``i`` is ``(image uint8 [3,H,W] or None, record)``."""
 
-    def __init__(self, stream: StreamingDataset):
+    def __init__(self, stream: StreamingDataset, render: bool = True):
         self.stream = stream
+        self.render = render
 
     def __len__(self) -> int:
         return self.stream.stop - self.stream.start
@@ -207,17 +208,21 @@ class _Items(torch.utils.data.Dataset):
         if rec["held_out"] != (s.split == "test_ood") and s.spec.holdout is not None:
             raise DatasetError(f"sample {s.split}/{i} shows a {'held-out' if rec['held_out'] else 'seen'} combination "
                                f"{rec['combination']} in split {s.split}: this is a bug in mosaic, please report it")
+        if not self.render:
+            return None, rec
         image, _ = s._renderer.render_one(scene)
         return torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1))), rec
 
 
 class _Collate:
-    def __init__(self, encode):
-        self.encode = encode
+    def __init__(self, encode, image_key: str | None):
+        self.encode, self.image_key = encode, image_key
 
     def __call__(self, items):
-        images = torch.stack([im for im, _ in items])
-        return {"image": images, **self.encode([r for _, r in items])}
+        out = self.encode([r for _, r in items])
+        if self.image_key is not None:
+            out = {self.image_key: torch.stack([im for im, _ in items]), **out}
+        return out
 
 
 class StreamSource:
@@ -234,18 +239,24 @@ class StreamSource:
         encode: ``encode(records) -> {name: tensor [B, ...]}``, the task's non-image inputs of a
             batch of records (e.g. condition ids, targets); runs in the DataLoader workers.
         workers: DataLoader worker processes (0: render in this process).
+        image_key: the batch key of the images (uint8 ``[B, 3, H, W]``), or None to render nothing
+            (inputs built from the records alone, e.g. scene tokens).
+    Attributes:
+        concepts: the spec's concepts, in order.
     """
 
-    def __init__(self, spec, split: str, encode, workers: int = 2):
+    def __init__(self, spec, split: str, encode, workers: int = 2, image_key: str | None = "image"):
         self.stream = StreamingDataset(spec, split)
         self.encode = encode
         self.workers = int(workers)
+        self.image_key = image_key
+        self.concepts = list(self.stream.concepts)
 
     def __len__(self) -> int:
         return self.stream.stop - self.stream.start
 
     def batches(self, plan, first: int, stop: int):
-        """The batches (``{"image": uint8 [B,3,H,W], **encode(records)}``) of micro-steps
+        """The batches (``{image_key: uint8 [B,3,H,W], **encode(records)}``) of micro-steps
         ``first..stop-1`` of ``plan`` (an object with ``indices(m) -> int64 [B]``), in order."""
 
         class _Steps(torch.utils.data.Sampler):
@@ -256,7 +267,8 @@ class StreamSource:
                 for m in range(first, stop):
                     yield plan.indices(m).tolist()
 
-        dl = torch.utils.data.DataLoader(_Items(self.stream), batch_sampler=_Steps(), num_workers=self.workers,
-                                         collate_fn=_Collate(self.encode), prefetch_factor=4 if self.workers else None,
+        dl = torch.utils.data.DataLoader(_Items(self.stream, self.image_key is not None), batch_sampler=_Steps(),
+                                         num_workers=self.workers, collate_fn=_Collate(self.encode, self.image_key),
+                                         prefetch_factor=4 if self.workers else None,
                                          persistent_workers=False)
         yield from dl
