@@ -210,7 +210,7 @@ _SENTENCES = [
      lambda m: {"kind": "drop_exceeds", "y": m[1], "x": m[4], "from": "max" if m[2].lower() == "largest" else "min",
                 "to": "max" if m[3].lower() == "largest" else "min",
                 "than": [t for t in re.split(r"\s*(?:,|\band of\b|\band\b)\s*", re.sub(r"^every one of ", "", m[5], flags=re.I)) if t]}),
-    (re.compile(rf"^{_COL} is at least ([0-9.]+)\.?$", re.I), lambda m: {"kind": "at_least", "y": m[1], "value": float(m[2])}),
+    (re.compile(rf"^{_COL} is at least (-?[0-9.]+)\.?$", re.I), lambda m: {"kind": "at_least", "y": m[1], "value": float(m[2])}),
 ]
 
 
@@ -503,3 +503,71 @@ def finished_rows(df) -> list[dict]:
     """The rows of finished trials of a results table (pandas DataFrame) as dicts."""
     done = df[df["status"] == "done"] if "status" in df.columns else df
     return done.to_dict("records")
+
+
+# -- report ------------------------------------------------------------------------------------
+def sweep_axes(sweep: dict) -> tuple[list[str], dict[str, list]]:
+    """A sweep's axes (``seed`` last) and each axis's values in file order, from its YAML mapping."""
+    grid, zp = dict(sweep.get("grid") or {}), dict(sweep.get("zip") or {})
+    return list(grid) + list(zp) + ["seed"], {**grid, **zp, "seed": list(sweep.get("seeds") or [])}
+
+
+def check_sweep_claims(sweep: dict, df, statements: dict[str, str] | None = None) -> list[dict]:
+    """Every claim of a sweep (its ``report.claims``) checked on its results table ``df`` (finished
+    trials only); ``statements`` resolves a claim's ``paper`` key to the paper's words."""
+    claims = ((sweep.get("report") or {}).get("claims")) or []
+    axes, order = sweep_axes(sweep)
+    out = evaluate_claims(claims, finished_rows(df), axes, order)
+    for r in out:
+        if statements and r.get("paper") in statements:
+            r["paper_key"] = r["paper"]
+            r["paper"] = statements[r["paper"]]
+        r["sweep"] = sweep.get("name")
+    return out
+
+
+def fmt_effect(r: dict) -> tuple[str, str]:
+    """``(effect, interval)`` as text (3 decimals)."""
+    e = "-" if r.get("effect") is None else f"{r['effect']:+.3f}"
+    iv = "-" if not r.get("interval") else f"[{r['interval'][0]:+.3f}, {r['interval'][1]:+.3f}]"
+    return e, iv
+
+
+def claims_html(results: list[dict], figure: str | None = None) -> str:
+    """The claims section of a report page: one row per claim (claim, paper's statement, effect,
+    95 % interval, seeds, verdict, why) and the summary figure."""
+    import html as H
+
+    if not results:
+        return ""
+    colors = {"holds": "#1a7a1a", "does not hold": "#b01010", "inconclusive": "#a06000"}
+    rows = []
+    for r in results:
+        e, iv = fmt_effect(r)
+        rows.append("<tr>" + "".join(f"<td>{x}</td>" for x in (
+            H.escape(r["name"]) + (f"<br><small>{H.escape(r['claim'])}</small>" if r["name"] != r["claim"] else ""),
+            H.escape(r.get("paper") or ""), e, iv, r.get("seeds", 0),
+            f"<b style='color:{colors.get(r['verdict'], '#333')}'>{H.escape(r['verdict'])}</b>", H.escape(r.get("why") or ""))) + "</tr>")
+    parts = ["<h2>Claims</h2><p>Effect: mean over seeds of each seed's effect, positive in the claimed direction; "
+             "interval: Student-t 95 % over seeds. A claim holds when the interval lies above its minimum effect (0 unless "
+             "stated), does not hold when it lies below, and is inconclusive otherwise. Also in <a href='claims.json'>claims.json</a>.</p>",
+             "<table class='results'><tr><th>claim</th><th>paper's statement</th><th>effect</th><th>95 % interval</th><th>seeds</th>"
+             "<th>verdict</th><th>why</th></tr>", *rows, "</table>"]
+    if figure:
+        parts.append(f"<img src='{figure}' alt='claims: effects and intervals'>")
+    return "\n".join(parts)
+
+
+def write_claims(results: list[dict], out_dir, title: str = "claims") -> tuple[str | None, str]:
+    """Write ``claims.json`` and ``claims.png`` (:func:`mosaic.plots.plot_claims`) into ``out_dir``;
+    returns ``(figure file name or None, HTML section)``."""
+    from pathlib import Path
+
+    from mosaic.plots import plot_claims
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "claims.json").write_text(json.dumps({"claims": results}, indent=2, default=str) + "\n")
+    fig = plot_claims(results, out / "claims.png", title=f"{title}: effect and 95 % interval over seeds") if results else None
+    name = fig.name if fig else None
+    return name, claims_html(results, name)

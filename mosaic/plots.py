@@ -238,3 +238,32 @@ def plot_curves(df, x: str, lines: str | None, ys: list[str], out: Path, title: 
     if title:
         fig.suptitle(title, fontsize=10)
     return save_figure(fig, out)
+
+
+#: verdict -> colour of the claims figure
+CLAIM_COLORS = {"holds": "#2a8a2a", "does not hold": "#c02020", "inconclusive": "#c08000"}
+
+
+def plot_claims(results: list[dict], path: str | Path, title: str = "claims: effect and 95 % interval over seeds") -> Path | None:
+    """Forest plot of checked claims (:func:`mosaic.claims.evaluate_claim` results): one row per
+    claim, its mean effect (dot) and interval (bar), the ``min_effect`` line, coloured by verdict.
+    Effects are in each claim's own units (positive = the claimed direction). Returns the path, or
+    None when no claim has an effect."""
+    rows = [r for r in results if r.get("effect") is not None]
+    if not rows:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 0.55 * len(rows) + 1.2), dpi=120)
+    for i, r in enumerate(rows):
+        y = len(rows) - 1 - i
+        c = CLAIM_COLORS.get(r["verdict"], "#555555")
+        if r.get("interval"):
+            ax.plot(r["interval"], [y, y], color=c, lw=2.5)
+        ax.plot([r["effect"]], [y], "o", color=c, ms=7)
+        ax.axvline(r.get("min_effect", 0.0), color="#888888", lw=0.8, ls="--")
+    labels = [(r["name"] if len(r["name"]) <= 60 else r["name"][:57] + "...") + f"\n[{r['verdict']}, {r['seeds']} seeds]" for r in rows]
+    ax.set_yticks(range(len(rows)), labels[::-1], fontsize=7)
+    ax.set_xlabel("effect (claimed direction > 0)")
+    ax.grid(alpha=0.3, axis="x")
+    ax.set_title(title, fontsize=9)
+    return save_figure(fig, path)

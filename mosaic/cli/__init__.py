@@ -9,6 +9,7 @@ Every command group lives in its own module and is registered here, explicitly, 
 - :mod:`mosaic.cli.train` — ``train diffusion|transformer``, ``sample``
 - :mod:`mosaic.cli.sweep` — ``sweep``, ``report``
 - :mod:`mosaic.cli.audit` — ``audit``, ``evaluator calibrate``
+- :mod:`mosaic.cli.reproduce` — ``reproduce``
 
 What they share (consoles, the exit-2 failure, option types) is in :mod:`mosaic.cli.common`.
 Command modules import only typer and rich at the top; numpy, torch and the rest of mosaic are
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import typer
 
-from mosaic.cli import audit, data, evaluate, splits, sweep, train
+from mosaic.cli import audit, data, evaluate, reproduce, splits, sweep, train
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="mosaic: controlled datasets and a training lab for compositional generalization.")
 
@@ -34,6 +35,7 @@ app.command("sample")(train.sample)
 app.command("sweep")(sweep.sweep_command)
 app.command("report")(sweep.report_command)
 app.command("audit")(audit.audit)
+app.command("reproduce")(reproduce.reproduce_command)
 evaluate.evaluator_app.command("calibrate")(audit.calibrate)
 
 

@@ -291,10 +291,13 @@ class SceneParser:
         sm = _MATCH_SMOOTH
         a = np.clip(ndimage.gaussian_filter(a, sm, mode="constant"), 0.0, 1.0)
         best = 0.0
-        for b in self._blurs:
+        for b in self._blurs:  # sharp to blurred; the IoU rises to the image's blur, then falls: stop there
             c = ndimage.gaussian_filter(cov, b * side / 64.0, mode="constant") if b else cov
             c = np.clip(ndimage.gaussian_filter(np.where(domain, c, 0.0), sm, mode="constant"), 0.0, 1.0)
-            best = max(best, _soft_iou(a, c))
+            iou = _soft_iou(a, c)
+            if iou < best:
+                break
+            best = iou
         return best, level
 
     def _quality(self, objects, matches, shares, specks, side, levels=None) -> dict[str, float]:

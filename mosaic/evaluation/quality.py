@@ -158,7 +158,8 @@ def quality_summary(records: list[dict], reads: list, spec, evaluator=None) -> d
         right to wrong, or would with abstention off), "verdicts_changed_by_concept",
         "overall"/"seen"/"held_out": {"n", "quality" (mean of the per-image quality in [0, 1]),
         "iou", "fragments", "area" (means of the measures), "abstained", "abstained_fraction",
-        "verdicts_changed", "joint_accuracy_without_abstention"}}``.
+        "verdicts_changed", "joint_accuracy_without_abstention", "accuracy_without_abstention" (concept ->
+        fraction read right before abstention)}}``.
     """
     from mosaic.evaluation.parser import ABSTAIN_THRESHOLDS
 
@@ -187,9 +188,10 @@ def quality_summary(records: list[dict], reads: list, spec, evaluator=None) -> d
             g["abstained_fraction"] = g["abstained"] / n
             g["verdicts_changed"] = sum(x["below"] and x["raw_joint"] for x in sel)
             g["joint_accuracy_without_abstention"] = float(np.mean([x["raw_joint"] for x in sel]))
+            g["accuracy_without_abstention"] = {c: float(np.mean([x["right"][c] for x in sel])) for c in concepts}
         else:
             g.update({k: None for k in ("quality", "iou", "fragments", "area", "abstained", "abstained_fraction",
-                                          "verdicts_changed", "joint_accuracy_without_abstention")})
+                                          "verdicts_changed", "joint_accuracy_without_abstention", "accuracy_without_abstention")})
         out[name] = g
     out["abstained"] = out["overall"]["abstained"] or 0
     out["verdicts_changed"] = out["overall"]["verdicts_changed"] or 0

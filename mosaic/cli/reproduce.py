@@ -1,0 +1,78 @@
+"""``mosaic reproduce {mosaic,binding,coverage}``: one command per paper."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from mosaic.cli.common import console, fail
+from mosaic.errors import MosaicError
+
+
+def _fmt_s(s: float) -> str:
+    return f"{s / 3600:.1f} h" if s >= 5400 else f"{s / 60:.0f} min" if s >= 90 else f"{s:.0f} s"
+
+
+def reproduce_command(
+    paper: Annotated[str, typer.Argument(help="mosaic, binding or coverage (experiments/reproduce.yaml)")],
+    scale: Annotated[str, typer.Option("--scale", help="cpu (the CPU-sized sweeps) or gpu (the papers' scale)")] = "cpu",
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Folder of the sweeps and the report (default data/reproduce/<paper>_<scale>)")] = None,
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Trials at a time")] = 1,
+    backend: Annotated[str, typer.Option("--backend", help="local (process pool) or ray")] = "local",
+    address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (with --backend ray)")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List the trials and an estimated time; run nothing")] = False,
+) -> None:
+    """Run a paper's sweeps at a scale (resumable) and write one report: each claim, its effect and 95 % interval, and the paper's statement."""
+    from mosaic.reproduce import SCALES, plan_reproduction, reproduce
+
+    folder = out or Path("data") / "reproduce" / f"{paper}_{scale}"
+    try:
+        if scale not in SCALES:
+            raise MosaicError(f"--scale {scale!r}: use one of {', '.join(SCALES)}")
+        if backend not in ("local", "ray"):
+            raise MosaicError(f"--backend {backend!r}: use local or ray")
+        if dry_run:
+            plan = plan_reproduction(paper, scale, folder, workers=workers)
+            for s in plan["sweeps"]:
+                t = Table(title=f"{s['name']} ({s['path']}): {len(s['trials'])} trials, {s['claims']} claim(s) -> {s['folder']}")
+                for col in ("trial", "status", "estimate"):
+                    t.add_column(col)
+                for r in s["trials"]:
+                    est = r["estimate"]
+                    txt = "-" if est is None else (est.get("error") or f"{_fmt_s(est['seconds'])} ({est['where'].split(' (')[0]})")
+                    t.add_row(r["id"], "done" if r["done"] else "to run", escape(txt))
+                console.print(t)
+            for m in plan["missing"]:
+                console.print(f"[yellow]missing[/] sweep {m} (registered in experiments/reproduce.yaml, no file): skipped")
+            console.print(f"{plan['todo']} of {plan['trials']} trials to run; estimated {_fmt_s(plan['seconds'])} of trial time, "
+                          f"about {_fmt_s(plan['wall_seconds'])} with {workers} worker(s)" + (" (on this machine, as loaded now)" if scale == "cpu" else " (projected on an accelerator)"),
+                          highlight=False)
+            return
+
+        def on_done(st):
+            mark = "[green]done[/]" if st["status"] == "done" else "[red]FAILED[/]"
+            console.print(f"  {mark} {st.get('id')} ({st.get('time_s', 0):.0f} s)")
+
+        res = reproduce(paper, scale, folder, workers=workers, backend=backend, address=address,
+                        on_progress=lambda m: console.print(f"  {escape(m)}"), on_done=on_done)
+    except MosaicError as e:
+        fail(e)
+    t = Table(title=f"{res['title']} ({scale}): claims")
+    for col in ("sweep", "claim", "effect", "95% interval", "seeds", "verdict"):
+        t.add_column(col, overflow="fold")
+    colors = {"holds": "green", "does not hold": "red", "inconclusive": "yellow"}
+    from mosaic.claims import fmt_effect
+
+    for c in res["claims"]:
+        e, iv = fmt_effect(c)
+        t.add_row(c.get("sweep") or "", escape(c["name"]), e, iv, str(c["seeds"]), f"[{colors.get(c['verdict'], 'white')}]{c['verdict']}[/]")
+    console.print(t)
+    for m in res["missing"]:
+        console.print(f"[yellow]missing[/] sweep {m}: skipped")
+    console.print(f"report: {res['page']} ({_fmt_s(res['seconds'])})")
+    if any(s["failed"] for s in res["sweeps"]):
+        raise typer.Exit(1)

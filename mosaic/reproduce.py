@@ -1,0 +1,222 @@
+"""``mosaic reproduce {mosaic,binding,coverage}``: run a paper's sweeps at a scale and write one
+report of its claims next to the paper's statements.
+
+The registry (:data:`REGISTRY_FILE`, ``experiments/reproduce.yaml``) names, per paper, its title,
+the statements it makes (quoted; keys that claims refer to with ``paper: <key>``) and, per scale
+(``cpu``, ``gpu``), the sweep files (``experiments/sweeps/<name>.yaml``) that test them. Each sweep
+runs into ``OUT/<sweep name>/`` with :func:`mosaic.sweep.run_sweep` (resumable: finished trials
+are skipped), gets its own report (:func:`mosaic.report.make_report`), and its claims
+(:mod:`mosaic.claims`) are gathered into ``OUT/index.html``, ``OUT/claims.json`` and
+``OUT/claims.png``. ``dry_run`` plans every trial (configs and specs validated, nothing written)
+and estimates the time with :func:`mosaic.lab.cost.estimate_run` (once per distinct config; seeds
+cost the same).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from mosaic.errors import MosaicError
+
+ROOT = Path(__file__).resolve().parents[1]
+REGISTRY_FILE = ROOT / "experiments" / "reproduce.yaml"
+SWEEPS_DIR = ROOT / "experiments" / "sweeps"
+SCALES = ("cpu", "gpu")
+
+
+def load_registry(path: str | Path | None = None) -> dict:
+    """The reproduce registry (``{paper: {"title", "source", "statements", "scales": {scale: [sweep names]}}}``).
+
+    Raises:
+        MosaicError: the file is missing or malformed (names the paper and field).
+    """
+    p = Path(path) if path is not None else REGISTRY_FILE
+    if not p.is_file():
+        raise MosaicError(f"the reproduce registry {p} is missing")
+    data = yaml.safe_load(p.read_text()) or {}
+    for paper, entry in data.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("scales"), dict):
+            raise MosaicError(f"{p}: {paper}.scales must map a scale (cpu, gpu) to a list of sweep names")
+        for scale, names in entry["scales"].items():
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise MosaicError(f"{p}: {paper}.scales.{scale} must be a list of sweep names, got {names!r}")
+    return data
+
+
+def sweeps_of(paper: str, scale: str, registry: dict | None = None, sweeps_dir: str | Path | None = None) -> tuple[list[Path], list[str]]:
+    """The sweep files of a paper at a scale, and the registered names that have no file.
+
+    Raises:
+        MosaicError: an unknown paper or scale (lists the known ones).
+    """
+    reg = registry if registry is not None else load_registry()
+    if paper not in reg:
+        raise MosaicError(f"unknown paper {paper!r}: use one of {', '.join(reg)}")
+    scales = reg[paper]["scales"]
+    if scale not in scales:
+        raise MosaicError(f"paper {paper!r} has no {scale!r} scale: use one of {', '.join(scales)}")
+    d = Path(sweeps_dir) if sweeps_dir is not None else SWEEPS_DIR
+    found, missing = [], []
+    for name in scales[scale]:
+        p = d / f"{name}.yaml"
+        (found if p.is_file() else missing).append(p if p.is_file() else name)
+    return found, missing
+
+
+def _estimate(cfg, scale: str) -> dict:
+    """Seconds a trial takes: measured on this CPU (``cpu`` scale) or projected on the fastest
+    accelerator whose memory fits it (``gpu``); ``{"seconds", "where"}`` or ``{"error"}``."""
+    try:
+        from mosaic.lab.cost import estimate_run
+    except ImportError:
+        return {"error": "no cost model (mosaic.lab.cost)"}
+    try:
+        est = estimate_run(cfg, time_cpu=scale == "cpu", check_device_present=False)
+    except Exception as e:  # an estimate must not stop a dry run
+        return {"error": f"{type(e).__name__}: {e}"}
+    if scale == "cpu":
+        return {"seconds": est.cpu_total_s, "where": f"this CPU ({est.cpu_threads} thread(s), load {est.cpu_load:.1f})"}
+    rows = [a for a in est.accelerators if a.fits]
+    if not rows:
+        return {"error": "fits no accelerator of the table"}
+    best = min(rows, key=lambda a: a.total_s)
+    return {"seconds": best.total_s, "where": best.name}
+
+
+def plan_reproduction(paper: str, scale: str, out: str | Path, workers: int = 1, registry: dict | None = None,
+                      sweeps_dir: str | Path | None = None, estimate: bool = True) -> dict:
+    """Every sweep and trial a reproduction would run, and its estimated time. Writes nothing.
+
+    Returns:
+        ``{"paper", "scale", "sweeps": [{"name", "path", "folder", "trials": [{"id", "values", "done",
+        "estimate"}], "seconds"}], "missing", "trials", "todo", "seconds" (sum of the trials still to
+        run), "wall_seconds" (divided by ``workers``)}``.
+    Raises:
+        SweepError / SpecError / ConfigError: an invalid sweep, config or spec (before anything runs).
+    """
+    from mosaic.lab.data import load_dataset_spec
+    from mosaic.sweep import load_sweep, plan, read_status
+
+    paths, missing = sweeps_of(paper, scale, registry, sweeps_dir)
+    out = Path(out)
+    res = {"paper": paper, "scale": scale, "sweeps": [], "missing": missing, "trials": 0, "todo": 0, "seconds": 0.0}
+    for p in paths:
+        s = load_sweep(p)
+        folder = out / s.name
+        trials = plan(s, folder)
+        cache: dict[str, dict] = {}
+        rows, total = [], 0.0
+        for t in trials:
+            if t["cfg"].dataset.spec is not None:
+                load_dataset_spec(t["cfg"].dataset)
+            done = read_status(t["dir"]).get("status") == "done"
+            est = None
+            if estimate and not done:
+                key = json.dumps({k: v for k, v in t["values"].items() if k != "seed"}, sort_keys=True, default=str)
+                if key not in cache:
+                    cache[key] = _estimate(t["cfg"], scale)
+                est = cache[key]
+                total += est.get("seconds") or 0.0
+            rows.append({"id": t["id"], "values": t["values"], "done": done, "estimate": est})
+        res["sweeps"].append({"name": s.name, "path": str(p), "folder": str(folder), "trials": rows, "seconds": total,
+                              "claims": len(s.report.claims) if hasattr(s.report, "claims") else 0})
+        res["trials"] += len(rows)
+        res["todo"] += sum(not r["done"] for r in rows)
+        res["seconds"] += total
+    res["wall_seconds"] = res["seconds"] / max(1, workers)
+    return res
+
+
+def reproduce(paper: str, scale: str, out: str | Path, workers: int = 1, backend: str = "local", address: str | None = None,
+              registry: dict | None = None, sweeps_dir: str | Path | None = None,
+              on_progress: Callable[[str], None] | None = None, on_done: Callable[[dict], None] | None = None) -> dict:
+    """Run a paper's sweeps at a scale (resumably) and write its report.
+
+    Returns:
+        ``{"paper", "scale", "out", "page" (OUT/index.html), "claims" (every claim checked, with
+        the paper's statement), "sweeps": [{"name", "folder", "report", "trials", "done", "failed",
+        "seconds"}], "missing", "seconds"}``.
+    Raises:
+        MosaicError: an unknown paper or scale, or no sweep file of it; SweepError & co.: an invalid
+            sweep (before anything runs).
+    """
+    from mosaic.claims import check_sweep_claims
+    from mosaic.report import make_report
+    from mosaic.sweep import load_sweep, plan, run_sweep
+
+    reg = registry if registry is not None else load_registry()
+    paths, missing = sweeps_of(paper, scale, reg, sweeps_dir)
+    if not paths:
+        raise MosaicError(f"none of {paper}'s {scale} sweeps exists ({', '.join(missing)} under {sweeps_dir or SWEEPS_DIR}): "
+                          f"add them, or edit {REGISTRY_FILE}")
+    out = Path(out)
+    sweeps = [load_sweep(p) for p in paths]
+    for s in sweeps:  # validate every trial of every sweep before running any
+        plan(s, out / s.name)
+    statements = (reg[paper].get("statements") or {})
+    t0 = time.perf_counter()
+    results, claims = [], []
+    for s in sweeps:
+        folder = out / s.name
+        if on_progress:
+            on_progress(f"sweep {s.name} -> {folder}")
+        t1 = time.perf_counter()
+        _, df = run_sweep(s, folder, backend=backend, workers=workers, address=address, on_progress=on_progress, on_done=on_done)
+        page = make_report(folder)
+        sweep_dict = yaml.safe_load((folder / "sweep.yaml").read_text())
+        claims += check_sweep_claims(sweep_dict, df, statements)
+        st = df["status"] if "status" in df.columns else None
+        results.append({"name": s.name, "folder": str(folder), "report": str(page), "trials": len(df),
+                        "done": int((st == "done").sum()) if st is not None else len(df),
+                        "failed": int((st == "failed").sum()) if st is not None else 0, "seconds": time.perf_counter() - t1})
+    res = {"paper": paper, "scale": scale, "title": reg[paper].get("title", paper), "source": reg[paper].get("source"),
+           "statements": statements, "out": str(out), "sweeps": results, "missing": missing, "claims": claims,
+           "seconds": time.perf_counter() - t0}
+    res["page"] = str(write_reproduction_report(res, out))
+    return res
+
+
+def write_reproduction_report(res: dict, out: str | Path) -> Path:
+    """``OUT/index.html``, ``OUT/claims.json`` and ``OUT/claims.png``: per statement of the paper,
+    the claims that test it (effect, interval, verdict); claims without a statement; links to each
+    sweep's report. Returns the page's path."""
+    from mosaic.claims import claims_html, fmt_effect, write_claims
+
+    out = Path(out)
+    fig, _ = write_claims(res["claims"], out, title=f"{res['paper']} ({res['scale']})")
+    (out / "claims.json").write_text(json.dumps({k: res[k] for k in ("paper", "scale", "title", "source", "statements", "missing",
+                                                                     "sweeps", "claims", "seconds")}, indent=2, default=str) + "\n")
+    e = html.escape
+    parts = ["<!doctype html><html><head><meta charset='utf-8'>", f"<title>{e(res['title'])}: reproduction ({e(res['scale'])})</title>",
+             "<style>body{font-family:sans-serif;margin:24px;max-width:1300px}table.results{border-collapse:collapse;font-size:13px}"
+             "table.results td,table.results th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}blockquote{color:#333;"
+             "border-left:4px solid #aac;margin:8px 0;padding:4px 12px;background:#f4f4fa}img{max-width:100%}</style></head><body>",
+             f"<h1>{e(res['title'])}</h1><p>Scale <b>{e(res['scale'])}</b>; {len(res['sweeps'])} sweep(s) in "
+             f"{res['seconds'] / 60:.1f} min (finished trials of an earlier run are not re-run).</p>"]
+    if res.get("source"):
+        parts.append(f"<p><small>Statements: {e(res['source'])}.</small></p>")
+    if res["missing"]:
+        parts.append(f"<p style='color:#b00'>Registered sweeps without a file (skipped): {e(', '.join(res['missing']))}.</p>")
+    for key, text in (res.get("statements") or {}).items():
+        tested = [c for c in res["claims"] if c.get("paper_key") == key]
+        parts.append(f"<h2>{e(key)}</h2><blockquote>“{e(text)}”</blockquote>")
+        if not tested:
+            parts.append("<p><i>No claim of these sweeps tests this statement (give a claim <code>paper: "
+                         f"{e(key)}</code>).</i></p>")
+        for c in tested:
+            eff, iv = fmt_effect(c)
+            parts.append(f"<p>{e(c['sweep'] or '')}: <b>{e(c['name'])}</b> — effect {eff}, 95 % interval {iv}, "
+                         f"{c['seeds']} seeds: <b>{e(c['verdict'])}</b> ({e(c.get('why') or '')})</p>")
+    parts.append(claims_html(res["claims"], fig))
+    parts.append("<h2>Sweeps</h2><ul>" + "".join(
+        f"<li><a href='{e(str(Path(s['report']).relative_to(out)))}'>{e(s['name'])}</a>: {s['done']} of {s['trials']} trials done, "
+        f"{s['failed']} failed, {s['seconds'] / 60:.1f} min</li>" for s in res["sweeps"]) + "</ul></body></html>")
+    page = out / "index.html"
+    page.write_text("\n".join(parts))
+    return page
