@@ -6,6 +6,9 @@
   of every scored run and of ``mosaic evaluate --out``).
 - :func:`plot_curves` — metrics against a sweep axis, mean and standard deviation over seeds
   (``mosaic report``).
+- :func:`plot_layer_curve`, :func:`plot_rank_scatter`, :func:`plot_probe_vs_task`,
+  :func:`plot_generative_vs_discriminative` — the representation diagnostics' figures
+  (``RUN/analysis/*.png``, :mod:`mosaic.diagnostics.analyze`).
 
 matplotlib is imported inside the functions (Agg backend), so importing this module is cheap.
 Contact sheets of images are PIL, not matplotlib: :mod:`mosaic.preview`.
@@ -238,6 +241,115 @@ def plot_curves(df, x: str, lines: str | None, ys: list[str], out: Path, title: 
     if title:
         fig.suptitle(title, fontsize=10)
     return save_figure(fig, out)
+
+
+# ----------------------------------------------------------------------------------------------
+# representation diagnostics (mosaic.diagnostics; `mosaic analyze`, an `analysis:` config section)
+# ----------------------------------------------------------------------------------------------
+
+
+def plot_layer_curve(curve: dict, path: str | Path, title: str = "linear probes per layer") -> Path:
+    """Per-layer generalization (:func:`mosaic.diagnostics.probes.layer_curve`): mean concept-probe
+    accuracy on seen (``test_id``) and held-out (``test_ood``) combinations for each layer, the
+    last layer and the best layer by validation marked."""
+    plt = pyplot()
+    names = curve["layers"]
+    xs = np.arange(len(names))
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.2 + 0.7 * len(names)), 3.4), dpi=120)
+    for key, label, style in (("seen", "seen (test_id)", "o-"), ("held_out", "held-out (test_ood)", "s-")):
+        ys = [np.nan if v is None else v for v in curve.get(key, [])]
+        if ys and not all(np.isnan(ys)):
+            ax.plot(xs, ys, style, label=label)
+    best = curve.get("best_by_val")
+    if best in names:
+        ax.axvline(names.index(best), color="gray", ls=":", lw=1, label=f"best by validation: {best}")
+    ax.set_xticks(xs, names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("probe accuracy (mean over concepts)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best", framealpha=0.7)
+    ax.set_title(title, fontsize=10)
+    return save_figure(fig, path)
+
+
+def plot_rank_scatter(rank: dict, path: str | Path) -> Path:
+    """Rank axes of one ordinal concept (:func:`mosaic.diagnostics.rank.rank_axes`): the projection
+    of each test sample on the two-extremes and the fitted axis against its value, seen and
+    held-out, with Spearman ρ in the titles."""
+    plt = pyplot()
+    axes_ = [a for a in ("extremes", "fitted") if a in rank]
+    fig, axs = plt.subplots(1, len(axes_), figsize=(4.4 * len(axes_), 3.4), dpi=120, squeeze=False)
+    for ax, name in zip(axs[0], axes_):
+        r = rank[name]
+        parts = []
+        for split, marker in (("test_id", "o"), ("test_ood", "x"), ("test", "o")):
+            pts = np.asarray(r.get("points", {}).get(split) or [], dtype=float).reshape(-1, 2)
+            if len(pts):
+                rho = (r.get(split) or {}).get("spearman")
+                ax.scatter(pts[:, 0], pts[:, 1], s=10, marker=marker, alpha=0.6,
+                           label=f"{split} (ρ = {rho:.2f})" if isinstance(rho, (int, float)) else split)
+                parts.append(split)
+        ax.set_xlabel(f"{rank.get('concept', 'value')} (rank)")
+        ax.set_ylabel("projection on the axis")
+        ax.set_title(f"{name} axis", fontsize=10)
+        ax.grid(alpha=0.3)
+        if parts:
+            ax.legend(fontsize=8, framealpha=0.7)
+    return save_figure(fig, path)
+
+
+def plot_probe_vs_task(probes: dict, table: dict, path: str | Path) -> Path | None:
+    """Linear-probe accuracy next to the model's own task accuracy, seen vs held-out, per concept
+    (classifier: its heads; binding: its object accuracy next to the binding probe). None when
+    the run's table has no comparable row."""
+    plt = pyplot()
+    concept = probes.get("concept") or {}
+    rows = []  # (label, task seen, task held-out, probe seen, probe held-out)
+    for c in [k for k in (table.get("seen") or {}) if k not in ("n", "joint")]:
+        ps, ph = (concept.get("test_id") or {}).get(c), (concept.get("test_ood") or {}).get(c)
+        if ps is not None or ph is not None:
+            rows.append((c, table.get("seen", {}).get(c), table.get("held_out", {}).get(c), ps, ph))
+    b = probes.get("binding") or {}
+    if "object_accuracy" in (table.get("seen") or {}) and b:
+        rows.append((f"binding ({b.get('target')} | {b.get('key')})", table["seen"].get("object_accuracy"),
+                     (table.get("held_out") or {}).get("object_accuracy"), (b.get("test_id") or {}).get("accuracy"),
+                     (b.get("test_ood") or {}).get("accuracy")))
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.5 + 1.3 * len(rows)), 3.6), dpi=120)
+    xs = np.arange(len(rows))
+    wd = 0.2
+    labels = ("task, seen", "task, held-out", "probe, seen", "probe, held-out")
+    for j, lab in enumerate(labels):
+        vals = [np.nan if r[j + 1] is None else r[j + 1] for r in rows]
+        ax.bar(xs + (j - 1.5) * wd, vals, wd, label=lab, hatch="//" if "probe" in lab else None, alpha=0.85)
+    ax.set_xticks(xs, [r[0] for r in rows], fontsize=8)
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(0, 1.05)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8, ncol=2, framealpha=0.7)
+    ax.set_title("linear probe vs the model's task accuracy", fontsize=10)
+    return save_figure(fig, path)
+
+
+def plot_generative_vs_discriminative(dc: dict, path: str | Path) -> Path:
+    """Joint accuracy of the model's generated images (evaluator) next to the same model used as
+    a diffusion classifier on real test images, seen vs held-out combinations."""
+    plt = pyplot()
+    groups = [g for g in ("seen", "held_out") if g in dc or g in (dc.get("generation") or {})]
+    gen = [((dc.get("generation") or {}).get(g) or {}).get("joint") for g in groups]
+    dis = [(dc.get(g) or {}).get("joint") for g in groups]
+    fig, ax = plt.subplots(figsize=(4.6, 3.4), dpi=120)
+    xs = np.arange(len(groups))
+    ax.bar(xs - 0.18, [np.nan if v is None else v for v in gen], 0.36, label="generation (evaluator)")
+    ax.bar(xs + 0.18, [np.nan if v is None else v for v in dis], 0.36, label="diffusion classifier", hatch="//")
+    ax.set_xticks(xs, [g.replace("_", "-") for g in groups])
+    ax.set_ylabel("joint accuracy")
+    ax.set_ylim(0, 1.05)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8, framealpha=0.7)
+    ax.set_title("generative vs discriminative accuracy", fontsize=10)
+    return save_figure(fig, path)
 
 
 #: verdict -> colour of the claims figure
