@@ -191,3 +191,23 @@ def test_gpu_check_tiny_runs_every_code_path_on_cpu(tmp_path):
     assert e2e["status"] == "done" and e2e["images_sampled"] > 0 and "joint" in json.dumps(e2e["table"])
     md = (out / "gpu_check.md").read_text()
     assert "images/s" in md and "MFU" in md
+
+
+def test_a_sweep_measures_each_model_shape_once(tmp_path):
+    import time
+
+    cache: dict = {}
+    a = estimate_run(_cfg("experiments/train/quickstart_cpu.yaml", "training.steps=100", f"dataset.root={tmp_path}"),
+                     time_cpu=False, cache=cache)
+    t0 = time.perf_counter()
+    b = estimate_run(_cfg("experiments/train/quickstart_cpu.yaml", "training.steps=300", "dataset.overrides.holdout.rule.k=1",
+                          f"dataset.root={tmp_path}"), time_cpu=False, cache=cache)
+    reused = time.perf_counter() - t0
+    assert len(cache) == 1  # same model, image size, batch and precision: one measurement
+    assert b.train_flops_per_image == a.train_flops_per_image and b.train_flops_total == 3 * a.train_flops_total
+    assert b.train_images != a.train_images  # the dataset sizes are each run's own (k = 1 sees fewer combinations)
+    c = estimate_run(_cfg("experiments/train/quickstart_cpu.yaml", "training.batch_size=32", f"dataset.root={tmp_path}"),
+                     time_cpu=False, cache=cache)
+    assert len(cache) == 2 and c.train_flops_per_step == 2 * a.train_flops_per_step
+    assert reused < 5
+    assert not list(tmp_path.iterdir())

@@ -33,7 +33,8 @@ How each number is obtained (see README, "Cost estimate"):
 - **wall time on this machine**: a few real training steps (the task's loss, AdamW, gradient
   clipping, EMA) at the config's batch, or at a smaller batch scaled linearly when one step would
   take long; plus validation, sampling, scoring, the evaluator check and dataset generation from
-  measured per-image times (forward pass, scene parser, render + PNG encode).
+  measured per-image times (the real sampler `generate` on up to 48 images, forward pass, scene
+  parser, render + PNG encode).
 - **wall time on accelerators**: total FLOPs / (peak dense bf16 TFLOP/s x assumed MFU), never
   less than a kernel-launch floor (aten ops per step x :data:`LAUNCH_S`); CPU-side scoring as
   measured here. The peak table is :data:`ACCELERATORS`; the MFU is :data:`ASSUMED_MFU` unless
@@ -301,9 +302,10 @@ class Probe:
     make_batch: Callable[[int], dict]   # batch of b examples, like the loop's batches
     forward: Callable                   # (model, batch) -> output, no grad (sampling / evaluation)
     train_images: int
-    data_bytes: float                   # bytes of the training tensors
+    example_bytes: float                # bytes of one training example's tensors (image or tokens, condition or labels)
     fake_ok: bool = True                # the loss runs on fake tensors
     ema: bool = True
+    sample: Callable | None = None      # (model, n, steps) -> images: the real sampler (diffusion)
 
 
 def _spec_and_records(section, k: int):
@@ -376,10 +378,16 @@ def diffusion_probe(cfg, spec, records: list[dict], n_train: int) -> Probe:
         t = torch.full((len(x),), s.num_train_timesteps // 2, dtype=torch.long)
         return model_(x, t, batch["cond"])
 
+    def sample(model_, n: int, steps: int):
+        from mosaic.lab.diffusion import generate
+
+        sp = cfg.sampling
+        return generate(model_, noise.config, cond.encode(_cycle(records, n)), list(range(n)), image_size=size, guidance=sp.guidance,
+                        steps=steps, sampler=sp.sampler, batch_size=sp.batch_size, device="cpu")
+
     cond_row = cond.encode(records[:1])
-    data_bytes = n_train * (3 * size * size + cond_row[0].numel() * 8)
-    return Probe(f"diffusion ({m.backbone}, {m.conditioning})", spec, model, loss, make_batch, forward, n_train, data_bytes,
-                 ema=cfg.training.ema.enabled)
+    return Probe(f"diffusion ({m.backbone}, {m.conditioning})", spec, model, loss, make_batch, forward, n_train,
+                 3 * size * size + cond_row[0].numel() * 8, ema=cfg.training.ema.enabled, sample=sample)
 
 
 def transformer_probe(cfg, spec, records: list[dict], n_train: int) -> Probe:
@@ -418,7 +426,7 @@ def transformer_probe(cfg, spec, records: list[dict], n_train: int) -> Probe:
             return model_(batch["x"])
 
         return Probe(f"transformer (classifier, {kind})", spec, model, loss, make_batch, forward, n_train,
-                     n_train * (per_example + 8 * len(heads)), ema=cfg.training.ema.enabled)
+                     per_example + 8 * len(heads), ema=cfg.training.ema.enabled)
 
     from mosaic.lab.transformer.binding import swap_negatives
 
@@ -447,17 +455,17 @@ def transformer_probe(cfg, spec, records: list[dict], n_train: int) -> Probe:
     def forward(model_, batch):
         return model_.embed_scenes(batch["x"])
 
-    return Probe(f"transformer (binding, {kind})", spec, model, loss, make_batch, forward, n_train, n_train * per_example * 2,
+    return Probe(f"transformer (binding, {kind})", spec, model, loss, make_batch, forward, n_train, per_example * 2,
                  fake_ok=False, ema=cfg.training.ema.enabled)
 
 
-def make_probe(cfg, k: int = 64) -> tuple[Probe, bool]:
+def make_probe(cfg, k: int = 64, resolved=None) -> tuple[Probe, bool]:
     """The :class:`Probe` of a diffusion or transformer config and whether its dataset already exists.
 
     Raises:
         ConfigError, SpecError, DatasetError: the config, its spec or its dataset path is invalid.
     """
-    spec, records, n_train, exists = _spec_and_records(cfg.dataset, k)
+    spec, records, n_train, exists = resolved or _spec_and_records(cfg.dataset, k)
     if not records:
         raise ConfigError([("dataset", "the spec has no samples in any split: nothing to train on")])
     if hasattr(cfg, "objective"):
@@ -525,6 +533,19 @@ def _time_steps(probe: Probe, cfg, b: int, min_s: float = 1.5, max_steps: int = 
     fb.sort()
     op.sort()
     return fb[len(fb) // 2], op[len(op) // 2], float(sum(saved.values()))
+
+
+def _time_sampling(probe: Probe, n: int, steps: int = 3) -> float:
+    """Seconds per image per sampler step of the real sampler (``generate``: guidance, scheduler) on
+    ``n`` images, after a one-step warm-up."""
+    model = probe.model.eval()
+    try:
+        probe.sample(model, 2, 1)
+        t0 = time.perf_counter()
+        probe.sample(model, n, steps)
+        return (time.perf_counter() - t0) / (n * steps)
+    finally:
+        model.train()
 
 
 @torch.no_grad()
@@ -628,7 +649,7 @@ def _dtype(precision: str):
 
 
 def estimate_run(cfg, *, assumed_mfu: float = ASSUMED_MFU, accelerators: tuple[Accelerator, ...] = ACCELERATORS,
-                 time_cpu: bool = True, check_device_present: bool = True) -> Estimate:
+                 time_cpu: bool = True, check_device_present: bool = True, cache: dict | None = None) -> Estimate:
     """Estimate the cost of a diffusion or transformer run (``mosaic train ... --dry-run``,
     ``mosaic sweep --dry-run``, ``mosaic reproduce --dry-run``). Writes nothing.
 
@@ -639,6 +660,9 @@ def estimate_run(cfg, *, assumed_mfu: float = ASSUMED_MFU, accelerators: tuple[A
         accelerators: the projection table (default :data:`ACCELERATORS`).
         time_cpu: run a few real steps to project the time on this machine (False: FLOPs and memory only).
         check_device_present: refuse ``training.device: cuda`` on a machine without a GPU.
+        cache: a dict shared between calls (a sweep): the measurements (FLOPs, memory, step times,
+            render and parse times) are taken once per distinct model shape, image size, batch and
+            precision, and reused; steps, dataset sizes and sampling settings are each run's own.
     Returns:
         :class:`Estimate` (FLOPs, bytes, seconds), with ``warnings`` for accelerators whose memory
         the batch does not fit.
@@ -653,41 +677,90 @@ def estimate_run(cfg, *, assumed_mfu: float = ASSUMED_MFU, accelerators: tuple[A
     with torch_threads_restored():
         if cfg.training.threads:
             torch.set_num_threads(cfg.training.threads)
-        return _estimate(cfg, assumed_mfu, accelerators, time_cpu)
+        return _estimate(cfg, assumed_mfu, accelerators, time_cpu, {} if cache is None else cache)
 
 
-def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool) -> Estimate:
+def shape_key(cfg, spec) -> str:
+    """What the expensive measurements depend on: the model sections, the image size and concept
+    domains, the batch, precision, threads, EMA and the objective's options (not steps, not
+    dataset sizes, not sampling)."""
+    import json
+
+    d = cfg.model_dump(mode="json")
+    keep = {k: d.get(k) for k in ("model", "objective", "input", "classifier", "binding")}
+    tr = d["training"]
+    keep["training"] = {k: tr.get(k) for k in ("batch_size", "mixed_precision", "threads", "grad_clip")}
+    keep["ema"] = tr["ema"]["enabled"]
+    keep["image_size"] = spec.image.size
+    keep["domains"] = {c: [str(v) for v in spec.domain(c)] for c in spec.concepts}
+    return json.dumps(keep, sort_keys=True)
+
+
+def _scoring_key(spec, evaluator) -> str:
+    import json
+
+    d = spec.to_dict()
+    d.pop("splits", None)
+    d.pop("holdout", None)
+    return json.dumps([d, evaluator], sort_keys=True, default=str)
+
+
+def _measure(cfg, probe: Probe, time_cpu: bool) -> dict:
+    """The expensive, shape-dependent numbers of :func:`estimate_run` (see :func:`shape_key`)."""
     tr = cfg.training
-    torch.manual_seed(tr.seed)
-    probe, exists = make_probe(cfg)
     model = probe.model
-    P = sum(p.numel() for p in model.parameters())
-    B, A = tr.batch_size, tr.grad_accum
+    B = tr.batch_size
     gpu_prec, cpu_prec = _precisions(tr)
-    notes: list[str] = []
-
+    notes = []
     # FLOPs and activations: one step of PROBE_BATCH images on fake tensors in the accelerator's precision
     if probe.fake_ok:
         bb = PROBE_BATCH
         m = measure_step(model, probe.loss, probe.make_batch(bb), dtype=_dtype(gpu_prec), fake=True)
-        step_flops = m.flops / bb * B
     else:  # binding: queries per step grow with the batch but not in proportion; count a real step of the batch (capped)
         bb = max(2, min(B, 32))
         m = measure_step(model, probe.loss, probe.make_batch(bb), dtype=_dtype(gpu_prec), fake=False)
-        step_flops = m.flops / bb * B
         notes.append(f"binding: FLOPs counted on a real step of {bb} scenes and scaled to {B}")
-    per_img_flops, per_img_fwd, ops = m.flops / bb, m.forward_flops / bb, m.ops
-    a1 = m.saved_bytes_batched / bb
-    a0 = m.saved_bytes - m.saved_bytes_batched
-    static = P * (4 + 4 + 8 + (4 if probe.ema else 0))
-    data = probe.data_bytes if probe.data_bytes < DATA_ON_DEVICE_BYTES else 0.0
+    out = {"family": probe.family, "params": sum(p.numel() for p in model.parameters()), "flops_img": m.flops / bb,
+           "fwd_img": m.forward_flops / bb, "ops": m.ops, "a1": m.saved_bytes_batched / bb,
+           "a0": m.saved_bytes - m.saved_bytes_batched, "example_bytes": probe.example_bytes, "ema": probe.ema, "notes": notes,
+           # on the CPU: measured on the real timing steps below; without them, the accelerator's figure in fp32 (x2 for bf16)
+           "a1_cpu": m.saved_bytes_batched / bb * (2 if gpu_prec != cpu_prec else 1), "timed_b": 0, "fb": 0.0, "opt_s": 0.0,
+           "fwd_s": 0.0, "sample_s": 0.0, "threads": torch.get_num_threads()}
+    if time_cpu:
+        timed_b = max(1, min(B, int(CPU_TIMING_FLOPS // max(out["flops_img"], 1.0))))
+        fb, opt_s, saved_cpu = _time_steps(probe, cfg, timed_b)
+        fb_b = max(1, min(timed_b * 2, 64))
+        out.update(timed_b=timed_b, fb=fb, opt_s=opt_s, a1_cpu=saved_cpu / timed_b, fwd_s=_time_forward(probe, fb_b) / fb_b)
+        if probe.sample is not None:  # at the batch sampling runs at (capped): per-image cost grows with the batch on a CPU
+            out["sample_s"] = _time_sampling(probe, max(1, min(cfg.sampling.batch_size, 48)))
+        if timed_b < B:
+            notes.append(f"CPU time measured at batch {timed_b} and scaled linearly to {B}")
+    return out
+
+
+def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool, cache: dict) -> Estimate:
+    tr = cfg.training
+    torch.manual_seed(tr.seed)
+    resolved = _spec_and_records(cfg.dataset, 64)
+    spec, _, n_train, exists = resolved
+    key = ("shape", shape_key(cfg, spec), time_cpu)
+    if key not in cache:
+        probe, _ = make_probe(cfg, resolved=resolved)
+        cache[key] = _measure(cfg, probe, time_cpu)
+    me = cache[key]
+    P = me["params"]
+    B, A = tr.batch_size, tr.grad_accum
+    gpu_prec, cpu_prec = _precisions(tr)
+    notes: list[str] = list(me["notes"])
+    per_img_flops, per_img_fwd, ops, a0, a1, a1_cpu = me["flops_img"], me["fwd_img"], me["ops"], me["a0"], me["a1"], me["a1_cpu"]
+    step_flops = per_img_flops * B
+    static = P * (4 + 4 + 8 + (4 if me["ema"] else 0))
+    data_all = n_train * me["example_bytes"]
+    data = data_all if data_all < DATA_ON_DEVICE_BYTES else 0.0
     peak_gpu = static + data + a0 + a1 * B + RESERVE_BYTES
-    # on the CPU: measured on the real timing steps below; without them, the accelerator's figure in fp32 (x2 for bf16)
-    a1_cpu = a1 * (2 if gpu_prec != cpu_prec else 1)
     train_flops = step_flops * A * tr.steps
 
     # what runs around training: validation, sampling / evaluation forwards, scoring
-    spec = probe.spec
     sizes = spec.split_sizes()
     ev = cfg.evaluation
     n_val_runs = (tr.steps // tr.val_every if tr.val_every else 0) + (0 if tr.val_every and tr.steps % tr.val_every == 0 else 1)
@@ -701,6 +774,8 @@ def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool) -> Estimate
         val_loss_imgs = min(256, sizes.get("val", 0))
         val_gen = min(ev.val_samples, sizes.get("val", 0)) if ev.enabled else 0
         fwd_images = eval_images * s.steps * cfg_mult + n_val_runs * (val_loss_imgs + val_gen * ev.val_steps * cfg_mult)
+        sample_steps = eval_images * s.steps + n_val_runs * val_gen * ev.val_steps  # image x sampler step
+        plain_fwd = n_val_runs * val_loss_imgs
         parsed = (eval_images if ev.enabled else 0) + n_val_runs * val_gen
         checked = ev.check_n if ev.enabled else 0
         evaluator = ev.evaluator if ev.enabled else None
@@ -709,29 +784,26 @@ def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool) -> Estimate
         eval_images = sum(sizes.get(s_, 0) for s_ in splits)
         fwd_images = eval_images + n_val_runs * sizes.get("val", 0)
         parsed, checked, evaluator = 0, 0, None
+        sample_steps, plain_fwd = 0, fwd_images
     eval_flops = fwd_images * per_img_fwd
 
     # this machine
-    threads = torch.get_num_threads()
-    cpu_step = cpu_train = cpu_eval = cpu_gen = 0.0
-    timed_b = 0
+    cpu_step = cpu_train = cpu_eval = cpu_gen = model_s = 0.0
     if time_cpu:
-        timed_b = max(1, min(B, int(CPU_TIMING_FLOPS // max(per_img_flops, 1.0))))
-        fb, opt_s, saved_cpu = _time_steps(probe, cfg, timed_b)
-        a1_cpu = saved_cpu / timed_b
-        cpu_step = A * fb * B / timed_b + opt_s
+        cpu_step = A * me["fb"] * B / me["timed_b"] + me["opt_s"]
         cpu_train = cpu_step * tr.steps
-        fb_b = max(1, min(timed_b * 2, 64))
-        fwd_s = _time_forward(probe, fb_b) / fb_b
-        need_render = parsed or checked or not exists
-        render_s, parse_s = _time_scoring(spec, evaluator) if need_render else (0.0, 0.0)
-        cpu_eval = fwd_images * fwd_s + parsed * parse_s + checked * (render_s + parse_s)
+        render_s = parse_s = 0.0
+        if parsed or checked or not exists:
+            skey = ("scoring", _scoring_key(spec, evaluator))
+            if skey not in cache:
+                cache[skey] = _time_scoring(spec, evaluator)
+            render_s, parse_s = cache[skey]
+        model_s = plain_fwd * me["fwd_s"] + sample_steps * me["sample_s"]
+        cpu_eval = model_s + parsed * parse_s + checked * (render_s + parse_s)
         if not exists:
             workers = min(cfg.dataset.workers, os.cpu_count() or 1)
             cpu_gen = sum(sizes.values()) * render_s / workers
-        if timed_b < B:
-            notes.append(f"CPU time measured at batch {timed_b} and scaled linearly to {B}")
-    peak_cpu = static + probe.data_bytes + a1_cpu * B
+    peak_cpu = static + data_all + a1_cpu * B
     try:
         load = os.getloadavg()[0]
     except OSError:
@@ -749,9 +821,7 @@ def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool) -> Estimate
         step_s = max(per_step_gpu_flops / (peak * assumed_mfu), A * ops * LAUNCH_S)
         train_s = step_s * tr.steps
         fwd_gpu = eval_flops / (peak * assumed_mfu)
-        scoring_cpu = 0.0
-        if time_cpu and diffusion:
-            scoring_cpu = max(cpu_eval - fwd_images * fwd_s, 0.0)
+        scoring_cpu = max(cpu_eval - model_s, 0.0) if time_cpu else 0.0
         rows.append(AcceleratorRow(acc.name, acc.bf16_tflops, acc.memory_gb, fits, max_b, train_s, train_s + fwd_gpu + scoring_cpu))
         if not fits:
             fix = (f"lower training.batch_size to {max_b} or less (raise training.grad_accum to keep the global batch)"
@@ -760,17 +830,18 @@ def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool) -> Estimate
                             f"({gpu_prec}); it does not fit: {fix}")
     if gpu_prec != "fp32":
         notes.append("accelerator memory measured under CPU autocast as a stand-in for CUDA autocast")
-    if probe.family.startswith("diffusion") and cfg.model.conditioning == "caption":
+    if diffusion and cfg.model.conditioning == "caption":
         notes.append("caption vocabulary built from the sampled records (the run builds it from the whole dataset)")
     return Estimate(
-        name=cfg.name, family=probe.family, params=P, image_size=spec.image.size, batch_size=B, grad_accum=A, steps=tr.steps,
-        train_images=probe.train_images, precision_gpu=gpu_prec, precision_cpu=cpu_prec, train_flops_per_image=per_img_flops,
+        name=cfg.name, family=me["family"], params=P, image_size=spec.image.size, batch_size=B, grad_accum=A, steps=tr.steps,
+        train_images=n_train, precision_gpu=gpu_prec, precision_cpu=cpu_prec, train_flops_per_image=per_img_flops,
         forward_flops_per_image=per_img_fwd, train_flops_per_step=per_step_gpu_flops, train_flops_total=train_flops,
         eval_flops_total=eval_flops, eval_images=eval_images, ops_per_step=ops, activation_bytes_fixed=a0,
         activation_bytes_per_image=a1, activation_bytes_per_image_cpu=a1_cpu, static_bytes=static, data_bytes=data,
-        peak_bytes_gpu=peak_gpu, peak_bytes_cpu=peak_cpu, cpu_threads=threads, cpu_timed_batch=timed_b, cpu_step_s=cpu_step,
-        cpu_train_s=cpu_train, cpu_eval_s=cpu_eval, cpu_generate_s=cpu_gen, cpu_total_s=cpu_train + cpu_eval + cpu_gen,
-        cpu_load=load, assumed_mfu=assumed_mfu, accelerators=rows, warnings=warnings, notes=notes,
+        peak_bytes_gpu=peak_gpu, peak_bytes_cpu=peak_cpu, cpu_threads=me["threads"], cpu_timed_batch=me["timed_b"],
+        cpu_step_s=cpu_step, cpu_train_s=cpu_train, cpu_eval_s=cpu_eval, cpu_generate_s=cpu_gen,
+        cpu_total_s=cpu_train + cpu_eval + cpu_gen, cpu_load=load, assumed_mfu=assumed_mfu, accelerators=rows,
+        warnings=warnings, notes=notes,
     )
 
 
@@ -854,4 +925,4 @@ def print_estimate(est: Estimate, console=None) -> None:
 
 
 __all__ = ["ACCELERATORS", "ASSUMED_MFU", "Accelerator", "AcceleratorRow", "Estimate", "check_device", "estimate_run",
-           "measure_step", "print_estimate", "render_estimate", "sampled_images"]
+           "measure_step", "print_estimate", "render_estimate", "sampled_images", "shape_key"]
