@@ -512,18 +512,128 @@ def sweep_axes(sweep: dict) -> tuple[list[str], dict[str, list]]:
     return list(grid) + list(zp) + ["seed"], {**grid, **zp, "seed": list(sweep.get("seeds") or [])}
 
 
+RAW = "raw"
+"""Results columns ``<group>.raw.<metric>`` hold the evaluator's accuracy before abstention."""
+
+
+def without_abstention(claim: Claim) -> Claim | None:
+    """The same claim on the accuracy before abstention (every ``<group>.<metric>`` column read as
+    ``<group>.raw.<metric>``), or None when it names no such column."""
+    d = claim.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if isinstance(claim, DropClaim) and claim.y is not None:  # the short form: rebuilt from a and b
+        for k in ("y", "than", "x", "from", "to"):
+            d.pop(k, None)
+    changed = [False]
+
+    def raw(col: str) -> str:
+        parts = col.split(".")
+        if len(parts) == 2 and parts[0] in ("seen", "held_out", "test"):
+            changed[0] = True
+            return f"{parts[0]}.{RAW}.{parts[1]}"
+        return col
+
+    for key in ("y", "y_b"):
+        if isinstance(d.get(key), str):
+            d[key] = raw(d[key])
+    for key in ("a", "b"):
+        items = d.get(key)
+        if isinstance(items, dict) and "y" in items:
+            items["y"] = raw(items["y"])
+        elif isinstance(items, list):
+            for it in items:
+                it["y"] = raw(it["y"])
+    d.pop("name", None)
+    return parse_claim(d) if changed[0] else None
+
+
+def all_statements() -> dict[str, str]:
+    """Every paper statement of the reproduce registry by key (:mod:`mosaic.reproduce`); empty
+    when the registry cannot be read."""
+    try:
+        from mosaic.reproduce import load_registry
+
+        return {k: v for entry in load_registry().values() for k, v in (entry.get("statements") or {}).items()}
+    except Exception:  # the report does not depend on the registry
+        return {}
+
+
 def check_sweep_claims(sweep: dict, df, statements: dict[str, str] | None = None) -> list[dict]:
     """Every claim of a sweep (its ``report.claims``) checked on its results table ``df`` (finished
-    trials only); ``statements`` resolves a claim's ``paper`` key to the paper's words."""
+    trials only); ``statements`` resolves a claim's ``paper`` key to the paper's words. When the
+    results hold the accuracy before abstention (``<group>.raw.<metric>`` columns), each result also
+    gets ``without_abstention`` (``{"effect", "interval", "verdict"}`` of the same claim on them) and
+    ``changed_by_abstention`` (the verdicts differ)."""
     claims = ((sweep.get("report") or {}).get("claims")) or []
+    if statements is None:
+        statements = all_statements()
     axes, order = sweep_axes(sweep)
-    out = evaluate_claims(claims, finished_rows(df), axes, order)
-    for r in out:
+    rows = finished_rows(df)
+    out = []
+    for c in claims:
+        r = evaluate_claim(c, rows, axes, order)
+        alt = without_abstention(parse_claim(c))
+        if alt is not None and all(col in df.columns for col in alt.columns()):
+            w = evaluate_claim(alt, rows, axes, order)
+            r["without_abstention"] = {k: w[k] for k in ("effect", "interval", "verdict")}
+            r["changed_by_abstention"] = w["verdict"] != r["verdict"]
         if statements and r.get("paper") in statements:
             r["paper_key"] = r["paper"]
             r["paper"] = statements[r["paper"]]
         r["sweep"] = sweep.get("name")
+        out.append(r)
     return out
+
+
+#: metrics of the seen / held-out table by trainer (besides the spec's concepts)
+FAMILY_METRICS = {
+    "diffusion": ["joint", "quality"],
+    "classifier": ["joint"],
+    "binding": ["object_accuracy", "object_accuracy_swap_scenes", "no_swap_fraction", "swap_accuracy", "concept_accuracy"],
+}
+
+
+def expected_columns(kind: str, concepts: list[str], objective: str | None = None) -> list[str]:
+    """The results columns a sweep's trials will have (``metrics.*`` columns are not predicted:
+    claims may name them freely): ``seen.`` / ``held_out.`` / ``test.`` + the concepts and the
+    family's metrics (+ ``<group>.raw.*`` for diffusion), ``evaluator.joint``, ``time_s``,
+    ``abstention.abstained``, ``abstention.verdicts_changed``."""
+    fam = "diffusion" if kind == "diffusion" else (objective or "classifier")
+    metrics = FAMILY_METRICS.get(fam, ["joint"])
+    names = ([] if fam == "binding" else list(concepts)) + metrics
+    cols = [f"{g}.{m}" for g in ("seen", "held_out", "test") for m in names]
+    if kind == "diffusion":
+        cols += [f"{g}.{RAW}.{m}" for g in ("seen", "held_out", "test") for m in list(concepts) + ["joint"]]
+        cols += ["abstention.abstained", "abstention.verdicts_changed"]
+    return cols + ["evaluator.joint", "time_s"]
+
+
+def sweep_claim_problems(claims: list, trials: list[dict], kind: str) -> list[str]:
+    """The problems of a sweep's claims against the columns its planned trials will have
+    (:func:`expected_columns` of each distinct dataset spec; ``trials`` as from
+    :func:`mosaic.sweep.plan`, with ``cfg``); ``metrics.*`` columns are not checked."""
+    if not claims:
+        return []
+    from mosaic.lab.data import load_dataset_spec
+
+    cols: set[str] = set()
+    seen: set[str] = set()
+    for t in trials:
+        ds = t["cfg"].dataset
+        key = json.dumps(ds.model_dump(mode="json"), sort_keys=True)
+        if key in seen:
+            continue
+        seen.add(key)
+        if ds.spec is not None:
+            spec = load_dataset_spec(ds)
+        else:
+            from mosaic.spec import load_spec
+
+            spec = load_spec(ds.path)
+        cols |= set(expected_columns(kind, list(spec.concepts), getattr(t["cfg"], "objective", None)))
+    parsed = [parse_claim(c) for c in claims]
+    axes = list(trials[0]["values"]) if trials else []
+    unchecked = {y for c in parsed for y in c.columns() if y.startswith("metrics.")}
+    return claim_problems(parsed, axes, sorted(cols | unchecked))
 
 
 def fmt_effect(r: dict) -> tuple[str, str]:
@@ -542,17 +652,22 @@ def claims_html(results: list[dict], figure: str | None = None) -> str:
         return ""
     colors = {"holds": "#1a7a1a", "does not hold": "#b01010", "inconclusive": "#a06000"}
     rows = []
+    raw = any("without_abstention" in r for r in results)
     for r in results:
         e, iv = fmt_effect(r)
-        rows.append("<tr>" + "".join(f"<td>{x}</td>" for x in (
-            H.escape(r["name"]) + (f"<br><small>{H.escape(r['claim'])}</small>" if r["name"] != r["claim"] else ""),
-            H.escape(r.get("paper") or ""), e, iv, r.get("seeds", 0),
-            f"<b style='color:{colors.get(r['verdict'], '#333')}'>{H.escape(r['verdict'])}</b>", H.escape(r.get("why") or ""))) + "</tr>")
+        cells = [H.escape(r["name"]) + (f"<br><small>{H.escape(r['claim'])}</small>" if r["name"] != r["claim"] else ""),
+                 H.escape(r.get("paper") or ""), e, iv, r.get("seeds", 0),
+                 f"<b style='color:{colors.get(r['verdict'], '#333')}'>{H.escape(r['verdict'])}</b>", H.escape(r.get("why") or "")]
+        if raw:
+            w = r.get("without_abstention")
+            cells.append("-" if not w else f"{H.escape(w['verdict'])} ({fmt_effect(w)[0]}, {fmt_effect(w)[1]})"
+                         + (" <b>changed</b>" if r.get("changed_by_abstention") else ""))
+        rows.append("<tr>" + "".join(f"<td style='text-align:left'>{x}</td>" for x in cells) + "</tr>")
     parts = ["<h2>Claims</h2><p>Effect: mean over seeds of each seed's effect, positive in the claimed direction; "
              "interval: Student-t 95 % over seeds. A claim holds when the interval lies above its minimum effect (0 unless "
              "stated), does not hold when it lies below, and is inconclusive otherwise. Also in <a href='claims.json'>claims.json</a>.</p>",
              "<table class='results'><tr><th>claim</th><th>paper's statement</th><th>effect</th><th>95 % interval</th><th>seeds</th>"
-             "<th>verdict</th><th>why</th></tr>", *rows, "</table>"]
+             "<th>verdict</th><th>why</th>" + ("<th>without abstention</th>" if raw else "") + "</tr>", *rows, "</table>"]
     if figure:
         parts.append(f"<img src='{figure}' alt='claims: effects and intervals'>")
     return "\n".join(parts)

@@ -116,3 +116,26 @@ def test_sentences_and_validation():
     assert len(probs) == 2
     assert "report.claims[0]" in probs[0] and "did you mean 'spec.holdout.rule.n'" in probs[0]
     assert "report.claims[1]" in probs[1] and "column 'held_out.jiont'" in probs[1] and "did you mean 'held_out.joint'" in probs[1]
+
+
+def test_claims_checked_again_without_abstention():
+    import pandas as pd
+
+    from mosaic.claims import check_sweep_claims, without_abstention
+
+    c = parse_claim({"kind": "drop_exceeds", "y": "seen.count", "than": "seen.color", "x": "train", "from": "max", "to": "min"})
+    w = without_abstention(c)
+    assert w.columns() == ["seen.raw.count", "seen.raw.color"]
+    assert without_abstention(parse_claim({"kind": "at_least", "y": "metrics.x", "value": 0})) is None
+    # with abstention the held-out joint accuracy falls with n (blobs are no longer credited at large n);
+    # without it, it does not: the verdict changes and the report says so
+    rows = []
+    for s in range(3):
+        for n in (1, 2, 3):
+            rows.append({"trial": f"{n}-{s}", "status": "done", "seed": s, "spec.holdout.rule.n": n,
+                         "held_out.joint": 0.8 - 0.1 * n + 0.01 * s, "held_out.raw.joint": 0.7 + 0.01 * ((s + n) % 3)})
+    sweep = {"name": "t", "grid": {"spec.holdout.rule.n": [1, 2, 3]}, "seeds": [0, 1, 2],
+             "report": {"claims": [{"kind": "decreases", "y": "held_out.joint", "x": "n", "paper": "my statement"}]}}
+    (r,) = check_sweep_claims(sweep, pd.DataFrame(rows), statements={})
+    assert r["verdict"] == "holds" and r["without_abstention"]["verdict"] != "holds" and r["changed_by_abstention"]
+    assert r["paper"] == "my statement" and r["sweep"] == "t"
