@@ -40,7 +40,11 @@ from pydantic import Field, model_validator
 
 from mosaic.errors import MosaicError, SweepError
 from mosaic.io import atomic_write
+from mosaic.schema import SafeName, Seed
 from mosaic.schema import StrictModel as _Base
+
+#: keys of these sections hold dots themselves (``set.training.steps``: the key ``training.steps`` of ``set``)
+FLAT_SECTIONS = ("set.", "grid.", "zip.")
 
 
 class ReportSection(_Base):
@@ -56,16 +60,16 @@ class ReportSection(_Base):
 class SweepSpec(_Base):
     """A sweep file (see the module docstring)."""
 
-    name: str = Field(min_length=1)
+    name: SafeName = Field(description="sweep name; the folder defaults to data/sweeps/<name> (no '/', '..')")
     description: str = ""
     kind: Literal["diffusion", "transformer"]
     config: Path
     set: dict[str, Any] = Field(default_factory=dict, description="overrides of every trial (`spec.` keys: the dataset spec)")
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     zip: dict[str, list[Any]] = Field(default_factory=dict)
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1)
     seed_key: str = "training.seed"
-    timeout_s: float | None = Field(None, gt=0, description="per-trial time limit")
+    timeout_s: float | None = Field(None, gt=0, le=10**7, description="per-trial time limit")
     report: ReportSection = Field(default_factory=ReportSection)
 
     @model_validator(mode="after")
@@ -97,11 +101,20 @@ def load_sweep(path: str | Path, sets: list[str] | None = None) -> SweepSpec:
     """Read and validate a sweep YAML. Raises SweepError naming the field."""
     from pydantic import ValidationError
 
-    from mosaic.lab.config import apply_sets, read_config_yaml
+    from mosaic.kinds import check_kind
+    from mosaic.lab.config import _config_error, read_config_yaml
+    from mosaic.overrides import apply_overrides
 
     path = Path(path)
     try:
-        data = apply_sets(read_config_yaml(path), sets)
+        data = read_config_yaml(path)
+        check_kind(data, "sweep", str(path), SweepError)
+        if not isinstance(data, dict):
+            raise SweepError(f"a sweep is a YAML mapping (name:, kind:, config:, grid: ...), got {type(data).__name__}")
+        # `set.`, `grid.` and `zip.` keys take the rest of the path as one key: --set set.training.steps=5
+        # replaces that one override and keeps the rest of `set`
+        data = apply_overrides(data, sets, _config_error, example="set.training.steps=5", flat_prefixes=FLAT_SECTIONS,
+                               container="section")
         spec = SweepSpec.model_validate(data)
     except ValidationError as e:
         from mosaic.overrides import validation_problems
@@ -153,18 +166,47 @@ def trial_config(sweep: SweepSpec, values: dict[str, Any]) -> dict:
     from mosaic.lab.config import read_config_yaml, set_path
 
     raw = read_config_yaml(sweep.config)
-    overrides = {**sweep.set, **{k: v for k, v in values.items() if k != "seed"}}
-    for key, value in overrides.items():
+    overrides = list(sweep.set.items()) + [(k, v) for k, v in values.items() if k != "seed"]
+    for key, value in overrides:
+        if key == "spec" and isinstance(value, dict):  # `set: {spec: {holdout.rule.n: 3}}`
+            overrides += [(f"spec.{k}", v) for k, v in value.items()]
+            continue
         if key.startswith("spec."):
             ds = raw.setdefault("dataset", {})
             if ds.get("spec") is None:
                 raise SweepError(f"axis {key!r} overrides the dataset spec, but {sweep.config} has no dataset.spec (it uses dataset.path)")
             ds.setdefault("overrides", {})
             ds["overrides"] = {**(ds["overrides"] or {}), key[len("spec."):]: value}
+        elif isinstance(value, dict) and isinstance(_get_path(raw, key), dict):
+            raw = set_path(raw, key, _merged(_get_path(raw, key), value))  # a mapping merges into the section it names
         else:
             raw = set_path(raw, key, value)
     raw = set_path(raw, sweep.seed_key, values["seed"])
     return raw
+
+
+def _get_path(data: dict, key: str):
+    node = data
+    for part in key.split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _merged(base: dict, over: dict) -> dict:
+    """``base`` with ``over`` merged in, recursively (``over`` wins; keys are taken literally, so the
+    flat ``key.path`` entries of ``dataset.overrides`` stay flat)."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merged(out[k], v)
+        else:
+            out[k] = v
+    return out
 
 
 def _trainer(kind: str):
@@ -441,9 +483,31 @@ def collect(out: Path) -> "pd.DataFrame":  # noqa: F821
     return df
 
 
+def check_sweep_options(backend: str, workers: int = 1, address: str | None = None) -> None:
+    """Validate the run options before anything is written. Raises SweepError naming the option."""
+    problems = []
+    if backend not in ("local", "ray"):
+        from mosaic.vocab import closest
+
+        close = closest(backend, ["local", "ray"], cutoff=0.6)
+        problems.append(("--backend", f"{backend!r} is not one of local, ray" + (f": did you mean {close!r}?" if close else "")))
+    if not isinstance(workers, int) or workers < 1:
+        problems.append(("--workers", f"{workers!r}: give at least 1"))
+    if address and backend != "ray":
+        problems.append(("--address", f"{address!r} applies to --backend ray only: drop it or add --backend ray"))
+    if backend == "ray" and not problems:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            problems.append(("--backend", "ray needs Ray: pip install 'mosaic[ray]' (or use --backend local)"))
+    if problems:
+        raise SweepError(problems)
+
+
 def run_sweep(sweep: SweepSpec, out: Path, backend: str = "local", workers: int = 1, address: str | None = None,
               on_progress: Callable[[str], None] | None = None, on_done: Callable[[dict], None] | None = None):
     """Prepare, run (skipping finished trials) and collect a sweep. Returns ``(trials, results DataFrame)``."""
+    check_sweep_options(backend, workers, address)
     trials = prepare(sweep, out, on_progress)
     todo = [t for t in trials if read_status(t["dir"]).get("status") != "done"]
     for t in todo:

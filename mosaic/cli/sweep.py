@@ -27,9 +27,10 @@ def sweep_command(
 ) -> None:
     """Run a sweep: every trial (generate, train, sample, evaluate) in its own subprocess and run folder.
     Resumable: finished trials are skipped; failed ones are recorded and do not stop the others."""
-    from mosaic.sweep import expand, load_sweep, plan, run_sweep
+    from mosaic.sweep import check_sweep_options, expand, load_sweep, plan, run_sweep
 
     try:
+        check_sweep_options(backend, workers, address)  # before anything is read or written
         s = load_sweep(sweep, set_)
         folder = out or Path("data") / "sweeps" / s.name
         n = len(expand(s))

@@ -16,7 +16,11 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from mosaic.errors import ConfigError, TrainingError  # noqa: F401  (re-exported: tests and lab modules import them here)
 from mosaic.overrides import apply_overrides, read_yaml_file, set_in_place, validation_problems
-from mosaic.schema import StrictModel
+from mosaic.schema import SafeName, Seed, StrictModel
+
+#: bounds on user numbers that size loops and tensors (README "What is rejected")
+MAX_STEPS = 10**9
+MAX_BATCH = 2**20
 
 _Base = StrictModel  # the one strict base (mosaic.schema); the family configs subclass it
 
@@ -57,19 +61,20 @@ class TrainingSection(_Base):
     """Optimisation and run-keeping. ``batch_size`` is per process and micro-step; one optimizer
     step sees ``batch_size * grad_accum * processes`` images. ``steps`` counts optimizer steps."""
 
-    steps: int = Field(1000, ge=1)
-    batch_size: int = Field(64, ge=1)
-    grad_accum: int = Field(1, ge=1)
-    lr: float = Field(1e-4, gt=0)
+    steps: int = Field(1000, ge=1, le=MAX_STEPS)
+    batch_size: int = Field(64, ge=1, le=MAX_BATCH)
+    grad_accum: int = Field(1, ge=1, le=MAX_BATCH)
+    lr: float = Field(1e-4, gt=0, le=1e3, description="AdamW learning rate (finite, > 0)")
     lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
-    warmup_steps: int = Field(0, ge=0)
-    weight_decay: float = Field(0.01, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
+    warmup_steps: int = Field(0, ge=0, le=MAX_STEPS)
+    weight_decay: float = Field(0.01, ge=0, le=1e3)
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW (beta1, beta2), each in [0, 1)")
+    eps: float = Field(1e-8, gt=0, le=1.0, description="AdamW epsilon (> 0)")
     grad_clip: float | None = Field(1.0, gt=0, description="max global grad norm; null disables clipping")
     mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field("auto", description="auto: bf16 on a GPU that supports it, else fp32")
     device: Literal["auto", "cpu"] = "auto"
     threads: int | None = Field(None, ge=1, description="torch CPU threads per process (default: torch's)")
-    seed: int = Field(0, ge=0)
+    seed: Seed = 0
     ema: EMASection = Field(default_factory=EMASection)
     checkpoint_every: int = Field(500, ge=1)
     keep_checkpoints: int = Field(2, ge=1)
@@ -77,11 +82,18 @@ class TrainingSection(_Base):
     val_every: int = Field(500, ge=0, description="validate on `val` every N steps and at the end (0: only at the end)")
     tensorboard: bool = Field(False, description="also log to RUN/tensorboard (needs `pip install tensorboard`)")
 
+    @model_validator(mode="after")
+    def _optimizer(self):
+        for k, b in enumerate(self.betas):
+            if not 0 <= b < 1:
+                raise ValueError(f"training.betas[{k}] is {b}: AdamW needs each beta in [0, 1), e.g. [0.9, 0.999]")
+        return self
+
 
 class RunConfig(_Base):
     """Base of a lab config: run name, run directory, dataset and training sections."""
 
-    name: str = Field(min_length=1, description="run name; the run folder defaults to data/runs/<name>")
+    name: SafeName = Field(description="run name; the run folder defaults to data/runs/<name> (no '/', '..')")
     out: Path | None = Field(None, description="run folder (default data/runs/<name>)")
     dataset: DatasetSection
     training: TrainingSection = Field(default_factory=TrainingSection)

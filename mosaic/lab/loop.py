@@ -134,10 +134,23 @@ class RunFolder:
             raise TrainingError(f"run folder {self.root} does not exist (train one with `mosaic train ...`)")
         if not self.config.is_file():
             raise TrainingError(f"{self.root} is not a run folder: {self.config.name} is missing (train one with `mosaic train ...`)")
-        return yaml.safe_load(self.config.read_text())
+        return self._read(self.config, yaml.safe_load)
 
     def read_dataset(self) -> dict:
-        return json.loads(self.dataset.read_text())
+        return self._read(self.dataset, json.loads)
+
+    def _read(self, path: Path, parse) -> dict:
+        """A run file parsed as a mapping; TrainingError naming the file and the fix when damaged."""
+        try:
+            data = parse(path.read_bytes().decode("utf-8"))
+        except FileNotFoundError:
+            raise TrainingError(f"{path} is missing: {self.root} is not a whole run folder; give another --out, or delete the folder to start over") from None
+        except Exception as e:  # noqa: BLE001 - unreadable bytes, bad JSON or YAML
+            raise TrainingError(f"{path} is damaged ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}): restore it, "
+                                f"or delete the run folder {self.root} to start over (or give another --out)") from None
+        if not isinstance(data, dict):
+            raise TrainingError(f"{path} is damaged (not a mapping): restore it, or delete the run folder {self.root} to start over")
+        return data
 
     def dataset_root(self) -> Path:
         """The root of the run's dataset, checked against the fingerprint recorded when the run
@@ -162,7 +175,8 @@ class RunFolder:
             return []
         out = []
         for d in self.checkpoints.iterdir():
-            if d.is_dir() and d.name.startswith("checkpoint-") and not d.name.endswith(".tmp") and (d / "trainer_state.json").is_file():
+            # unfinished (.tmp) and damaged (.damaged) checkpoints do not count
+            if d.is_dir() and d.name.startswith("checkpoint-") and d.name[11:].isdigit() and (d / "trainer_state.json").is_file():
                 out.append((int(d.name.split("-")[1]), d))
         return sorted(out)
 
@@ -180,7 +194,7 @@ class RunFolder:
         """
         current = manifest_fingerprint(dataset_root)
         if self.config.is_file():
-            old = yaml.safe_load(self.config.read_text())
+            old = self._read(self.config, yaml.safe_load)
             diff = [d for d in config_diff(old, config) if d != "out"]
             if diff:
                 raise TrainingError(
@@ -322,6 +336,45 @@ def _last_good(run: RunFolder) -> str:
     return f"the last good checkpoint {last} is intact" if last else "no checkpoint was written yet"
 
 
+def load_latest_good_checkpoint(run: RunFolder, accelerator, state: dict, say: Callable[[str], None]) -> Path | None:
+    """Load the newest checkpoint that reads whole into ``accelerator`` (and its ``trainer_state.json``
+    into ``state``); returns its folder, or None when the run has none.
+
+    A damaged checkpoint (unreadable ``trainer_state.json``, or ``accelerator.load_state`` failing on a
+    truncated or corrupt weight, optimizer or RNG file) is named, renamed to ``<name>.damaged`` by the
+    main process (kept for inspection, never picked again) and the previous one is used.
+
+    Raises:
+        TrainingError: every checkpoint is damaged (each named, with what to do).
+    """
+    damaged = []
+    for _, ck in reversed(run.checkpoint_list()):
+        try:
+            st = json.loads((ck / "trainer_state.json").read_bytes().decode("utf-8"))
+            if not isinstance(st, dict) or not isinstance(st.get("step"), int):
+                raise ValueError("no step recorded")
+            accelerator.load_state(str(ck))
+        except Exception as e:  # noqa: BLE001 - any failure to read a checkpoint back is damage
+            reason = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            damaged.append((str(ck), reason))
+            say(f"checkpoint {ck} is damaged ({reason}); trying the previous one")
+            if accelerator.is_main_process:
+                try:
+                    os.replace(ck, ck.with_name(ck.name + ".damaged"))
+                except OSError:
+                    pass
+            continue
+        state.update(st)
+        if damaged:
+            say(f"resuming from {ck} (step {st['step']}) instead of the damaged {', '.join(Path(d).name for d, _ in damaged)}")
+        return ck
+    if damaged:
+        raise TrainingError([(d, f"damaged checkpoint ({why})") for d, why in damaged]
+                            + [("", f"no readable checkpoint is left in {run.checkpoints}: delete the run folder {run.root} "
+                                    "to start over, or give another --out")])
+    return None
+
+
 def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log: Callable[[str], None] | None = None) -> dict:
     """Train ``task`` for ``cfg.steps`` optimizer steps, resuming from the run's latest checkpoint.
 
@@ -350,7 +403,7 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
     rank, world = accelerator.process_index, accelerator.num_processes
     model = task.model
     params = sum(p.numel() for p in model.parameters())
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
     lr_sched = _lr_scheduler(cfg, optimizer)
     model, optimizer, lr_sched = accelerator.prepare(model, optimizer, lr_sched)
     inner = accelerator.unwrap_model(model)
@@ -371,10 +424,8 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
 
     state = {"step": 0, "best": None, "best_step": None, "train_time_s": 0.0, "val": {}}
     resumed_at = 0
-    ckpt = run.latest_checkpoint()
+    ckpt = load_latest_good_checkpoint(run, accelerator, state, say)
     if ckpt is not None:
-        accelerator.load_state(str(ckpt))
-        state.update(json.loads((ckpt / "trainer_state.json").read_text()))
         resumed_at = state["step"]
         if accelerator.is_main_process:
             run.truncate_logs(state["step"])

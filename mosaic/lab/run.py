@@ -16,6 +16,7 @@ transformer lab (:mod:`mosaic.lab.transformer`) are the two families.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -24,8 +25,10 @@ from typing import Callable
 
 import torch
 
+from mosaic.errors import TrainingError
 from mosaic.lab.config import RunConfig
 from mosaic.lab.loop import RunFolder, Task
+from mosaic.locks import FolderLock
 
 
 @dataclass
@@ -74,7 +77,7 @@ def finished_metrics(run: RunFolder, config: dict | None = None) -> dict | None:
 
         if [d for d in config_diff(run.read_config(), config) if d != "out"]:
             return None
-    return {**json.loads(run.metrics.read_text()), "already_done": True}
+    return {**run._read(run.metrics, json.loads), "already_done": True}
 
 
 def pick_checkpoint(run: RunFolder, wanted: str) -> str:
@@ -101,8 +104,8 @@ def run(cfg: RunConfig, family: Family, say: Callable[[str], None] = print, on_g
 
 
 def _run(cfg: RunConfig, family: Family, say, on_generate) -> dict:
-    from mosaic.lab.data import manifest_fingerprint, resolve_dataset
-    from mosaic.lab.loop import make_accelerator, train
+    from mosaic.lab.data import resolve_dataset
+    from mosaic.lab.loop import make_accelerator
 
     t_start = time.perf_counter()
     run_folder = RunFolder(cfg.run_dir())
@@ -118,6 +121,16 @@ def _run(cfg: RunConfig, family: Family, say, on_generate) -> dict:
     ctx = RunContext(run_folder, root, accelerator, say, time.perf_counter() - t0)
     torch.manual_seed(cfg.training.seed)  # the one seeding point: the initial weights follow training.seed
     task = family.build_task(cfg, root, run_folder)  # before the run folder is touched: config errors leave nothing behind
+    # one process trains in a run folder at a time: a second `mosaic train` on it stops here, naming the first
+    lock = FolderLock(run_folder.root, TrainingError, "run folder") if accelerator.is_main_process else contextlib.nullcontext()
+    with lock:
+        return _train_locked(cfg, family, say, run_folder, config, root, accelerator, task, ctx, t_start)
+
+
+def _train_locked(cfg, family, say, run_folder, config, root, accelerator, task, ctx, t_start) -> dict:
+    from mosaic.lab.data import manifest_fingerprint
+    from mosaic.lab.loop import train
+
     with accelerator.main_process_first():
         status = run_folder.open(config, root, accelerator.is_main_process)
     if status == "done" and run_folder.metrics.is_file():

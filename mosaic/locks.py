@@ -1,0 +1,193 @@
+"""Process safety for folders that one process writes at a time (datasets, run folders), and worker
+processes that never outlive the process that started them.
+
+:class:`FolderLock` is an exclusive ``fcntl.flock`` on a lock file *next to* the folder
+(``<parent>/.<name>.lock``, so ``--overwrite`` can delete the folder while holding it, and a new run
+folder stays empty). The kernel releases a ``flock`` when its process dies, even by ``kill -9``: a
+lock left by a dead process is stale by construction and is taken over, never waited for. The file
+holds the owner's pid, host and start time, for the message a second process gets::
+
+    another process (pid 4242 on host1, since 2026-12-01 07:12:03) is writing data/count: wait for
+    it to finish or stop it; a lock held by a dead process is taken over by itself
+
+:func:`die_with_parent` is the initializer of every worker pool: on Linux it asks the kernel to
+send the worker SIGKILL when its parent dies (``prctl(PR_SET_PDEATHSIG)``), and everywhere a daemon
+thread polls the parent pid, so killing the main process (even with ``kill -9``) leaves no worker
+behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+try:  # POSIX
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: locks are advisory files only
+    fcntl = None
+
+from mosaic.errors import MosaicError
+
+
+def lock_path(folder: str | Path) -> Path:
+    """The lock file of ``folder``: ``<parent>/.<name>.lock``."""
+    folder = Path(folder).absolute()
+    return folder.parent / f".{folder.name}.lock"
+
+
+def lock_owner(folder: str | Path) -> dict | None:
+    """The owner record (``pid``, ``host``, ``since``) of a live lock on ``folder``, or None when
+    nobody holds it (no file, or a stale file left by a dead process)."""
+    p = lock_path(folder)
+    if fcntl is None or not p.is_file():
+        return None
+    try:
+        fd = os.open(p, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_owner(p)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_owner(p: Path) -> dict:
+    try:
+        return json.loads(p.read_text(encoding="utf-8") or "{}")
+    except (OSError, ValueError):
+        return {}
+
+
+class FolderLock:
+    """An exclusive, crash-safe lock on a folder (see the module docstring).
+
+    Args:
+        folder: the folder to protect (need not exist yet; its parent is created).
+        error: the MosaicError class raised when another live process holds the lock.
+        what: how the folder is named in the message (``dataset``, ``run folder``).
+
+    Use as a context manager, or :meth:`acquire` / :meth:`release`. Re-entrant within a process
+    (a nested acquire of a folder this process already holds is a no-op).
+
+    Raises:
+        error: another live process holds the lock (message: its pid, host and start time).
+        error: the lock file cannot be created (unwritable parent folder).
+    """
+
+    _held: dict[str, int] = {}  # lock path -> depth, per process
+
+    def __init__(self, folder: str | Path, error: type[MosaicError] = MosaicError, what: str = "folder"):
+        self.folder = Path(folder)
+        self.path = lock_path(folder)
+        self.error, self.what = error, what
+        self.fd: int | None = None
+
+    def acquire(self) -> "FolderLock":
+        key = str(self.path)
+        if FolderLock._held.get(key):
+            FolderLock._held[key] += 1
+            return self
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise self.error(f"cannot create {self.path.parent} for {self.what} {self.folder}: {e.strerror}; "
+                             "give a writable location") from None
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise self.error(f"cannot write the lock file {self.path} of {self.what} {self.folder}: {e.strerror}; "
+                                 "give a writable location") from None
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    owner = _read_owner(self.path)
+                    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner["since"])) if "since" in owner else "?"
+                    raise self.error(
+                        f"another process (pid {owner.get('pid', '?')} on {owner.get('host', '?')}, since {since}) is writing "
+                        f"{self.what} {self.folder}: wait for it to finish or stop it (a lock held by a process that died "
+                        f"is taken over by itself; the lock file is {self.path})") from None
+            # the file may have been unlinked by its previous owner between our open and flock
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode())
+        self.fd = fd
+        FolderLock._held[key] = 1
+        return self
+
+    def release(self) -> None:
+        key = str(self.path)
+        depth = FolderLock._held.get(key, 0)
+        if depth > 1:
+            FolderLock._held[key] = depth - 1
+            return
+        FolderLock._held.pop(key, None)
+        if self.fd is not None:
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
+            os.close(self.fd)  # closing releases the flock
+            self.fd = None
+
+    def __enter__(self) -> "FolderLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def check_unlocked(folder: str | Path, error: type[MosaicError] = MosaicError, what: str = "folder") -> None:
+    """Raise ``error`` when another live process holds the lock of ``folder`` (this process's own
+    lock does not count)."""
+    if FolderLock._held.get(str(lock_path(folder))):
+        return
+    owner = lock_owner(folder)
+    if owner is not None:
+        raise error(f"another process (pid {owner.get('pid', '?')} on {owner.get('host', '?')}) is writing {what} {folder}: "
+                    "wait for it to finish or stop it")
+
+
+# ------------------------------------------------------------------------------------------------
+# workers die with their parent
+# ------------------------------------------------------------------------------------------------
+
+def die_with_parent() -> None:
+    """Initializer of worker processes: end this process when its parent dies (see the module
+    docstring). Safe to call more than once."""
+    parent = os.getppid()
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the watchdog thread alone
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch():
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="mosaic-parent-watch", daemon=True).start()
