@@ -163,3 +163,42 @@ def test_a_damaged_run_file_is_named_with_the_fix(tmp_path, dataset, name):
     (out / name).write_bytes(b"\x00\x01{{{ not: [yaml")
     with pytest.raises(TrainingError, match=rf"{name} is damaged.*(restore|delete)"):
         run(_cfg(out, dataset), _Family(), say=lambda s: None)
+
+
+# ------------------------------------------------------------------------------------------------
+# mosaic sample never silently replaces earlier samples
+# ------------------------------------------------------------------------------------------------
+
+def test_sample_folders_carry_every_setting_or_refuse(tmp_path):
+    from mosaic.dataset import generate
+    from mosaic.spec import parse_spec
+
+    spec = {**SPEC, "splits": {"train": 8, "val": 2, "test": 3}}
+    ds = tmp_path / "data"
+    generate(parse_spec(spec), ds)
+    cfg = {"name": "s", "out": str(tmp_path / "run"), "dataset": {"path": str(ds)},
+           "model": {"backbone": "unet", "cond_dim": 16, "unet": {"block_out_channels": [8, 16], "cross_attention": [False, True],
+                                                                  "heads": 2, "norm_num_groups": 4}},
+           "training": {"steps": 1, "batch_size": 4, "device": "cpu", "threads": 1, "val_every": 0, "ema": {"enabled": False}},
+           "sampling": {"steps": 1, "n_per_combination": 1, "batch_size": 8}, "evaluation": {"enabled": False, "select": "loss"}}
+    import yaml
+
+    cp = tmp_path / "cfg.yaml"
+    cp.write_text(yaml.safe_dump(cfg))
+    assert runner.invoke(app, ["train", "diffusion", str(cp)]).exit_code == 0
+    base = ["sample", str(tmp_path / "run"), "--checkpoint", "final", "--no-score", "--steps", "1"]
+    for extra in (["-k", "1"], ["-k", "2"], ["-k", "1", "--guidance", "3"], ["-k", "1", "--sampler", "dpm"]):
+        r = runner.invoke(app, base + extra)
+        assert r.exit_code == 0, r.output
+    folders = sorted(p.name for p in (tmp_path / "run" / "samples").iterdir())
+    assert len(folders) == 4 + 1, folders  # the run's own samples + four distinct ones
+    assert "test_final_g2_ddim1_k1_s0" in folders and "test_final_g2_ddim1_k2_s0" in folders
+    # an explicit --out that holds samples of other settings is refused, and kept
+    out = tmp_path / "mine"
+    assert runner.invoke(app, base + ["-k", "1", "--out", str(out)]).exit_code == 0
+    before = (out / "metadata.jsonl").read_bytes()
+    r = runner.invoke(app, base + ["-k", "2", "--out", str(out)])
+    assert r.exit_code == 2 and "other settings" in r.output and "n_per_combination 1 -> 2" in r.output
+    assert (out / "metadata.jsonl").read_bytes() == before
+    # the very same settings again: allowed (same images)
+    assert runner.invoke(app, base + ["-k", "1", "--out", str(out)]).exit_code == 0

@@ -34,7 +34,7 @@ class DatasetSection(_Base):
     spec: Path | None = Field(None, description="spec YAML generated on demand when `path` is not given")
     overrides: dict[str, Any] = Field(default_factory=dict, description="spec overrides {key.path: value}, e.g. {image.size: 32}")
     root: Path = Field(Path("data"), description="parent directory of datasets generated from `spec`")
-    workers: int = Field(2, ge=1, description="generation worker processes")
+    workers: int = Field(2, ge=1, le=1024, description="generation worker processes")
 
     @model_validator(mode="after")
     def _one_source(self):
@@ -53,8 +53,8 @@ class EMASection(_Base):
     enabled: bool = True
     decay: float = Field(0.9999, gt=0, lt=1)
     warmup: bool = True
-    power: float = Field(0.75, gt=0)
-    update_after_step: int = Field(0, ge=0)
+    power: float = Field(0.75, gt=0, le=100)
+    update_after_step: int = Field(0, ge=0, le=10**9)
 
 
 class TrainingSection(_Base):
@@ -70,16 +70,16 @@ class TrainingSection(_Base):
     weight_decay: float = Field(0.01, ge=0, le=1e3)
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW (beta1, beta2), each in [0, 1)")
     eps: float = Field(1e-8, gt=0, le=1.0, description="AdamW epsilon (> 0)")
-    grad_clip: float | None = Field(1.0, gt=0, description="max global grad norm; null disables clipping")
+    grad_clip: float | None = Field(1.0, gt=0, le=1e6, description="max global grad norm; null disables clipping")
     mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field("auto", description="auto: bf16 on a GPU that supports it, else fp32")
     device: Literal["auto", "cpu"] = "auto"
-    threads: int | None = Field(None, ge=1, description="torch CPU threads per process (default: torch's)")
+    threads: int | None = Field(None, ge=1, le=1024, description="torch CPU threads per process (default: torch's)")
     seed: Seed = 0
     ema: EMASection = Field(default_factory=EMASection)
-    checkpoint_every: int = Field(500, ge=1)
-    keep_checkpoints: int = Field(2, ge=1)
-    log_every: int = Field(20, ge=1)
-    val_every: int = Field(500, ge=0, description="validate on `val` every N steps and at the end (0: only at the end)")
+    checkpoint_every: int = Field(500, ge=1, le=MAX_STEPS)
+    keep_checkpoints: int = Field(2, ge=1, le=10**6)
+    log_every: int = Field(20, ge=1, le=MAX_STEPS)
+    val_every: int = Field(500, ge=0, le=MAX_STEPS, description="validate on `val` every N steps and at the end (0: only at the end)")
     tensorboard: bool = Field(False, description="also log to RUN/tensorboard (needs `pip install tensorboard`)")
 
     @model_validator(mode="after")

@@ -51,6 +51,11 @@ class Family:
         the dataset."""
         raise NotImplementedError
 
+    def check(self, cfg: RunConfig, spec) -> None:
+        """Check ``cfg`` against the dataset's spec (model shape against the image size, evaluator,
+        concepts) before any dataset is generated or any folder created. Raise ConfigError naming
+        the field. Default: nothing to check."""
+
     def opened(self, cfg: RunConfig, task: Task, ctx: RunContext) -> None:
         """Called once the run folder is open (every process), before training."""
 
@@ -78,6 +83,22 @@ def finished_metrics(run: RunFolder, config: dict | None = None) -> dict | None:
         if [d for d in config_diff(run.read_config(), config) if d != "out"]:
             return None
     return {**run._read(run.metrics, json.loads), "already_done": True}
+
+
+def dataset_spec(cfg: RunConfig):
+    """The spec of the dataset a config names, without generating anything: ``dataset.spec`` with
+    its overrides, or the spec recorded in the manifest of ``dataset.path``.
+
+    Raises:
+        SpecError: the spec is invalid. DatasetError: ``dataset.path`` is no complete dataset.
+    """
+    from mosaic.lab.data import load_dataset_spec, resolve_dataset
+
+    if cfg.dataset.spec is not None:
+        return load_dataset_spec(cfg.dataset)
+    from mosaic.dataset import spec_of
+
+    return spec_of(resolve_dataset(cfg.dataset, generate=False))
 
 
 def pick_checkpoint(run: RunFolder, wanted: str) -> str:
@@ -113,6 +134,7 @@ def _run(cfg: RunConfig, family: Family, say, on_generate) -> dict:
     done = finished_metrics(run_folder, config)  # cheap path: a finished run with the same config is a no-op
     if done is not None:
         return done
+    family.check(cfg, dataset_spec(cfg))  # the whole config against the spec: nothing is generated or written before
     accelerator = make_accelerator(cfg.training, run_folder.root)
     t0 = time.perf_counter()
     # the main process generates first; then one process per node (a node without the shared file system makes its own copy)

@@ -20,6 +20,22 @@ class DiffusionFamily(Family):
     def build_task(self, cfg: DiffusionConfig, root: Path, run: RunFolder) -> DiffusionTask:
         return DiffusionTask(cfg, root, run)
 
+    def check(self, cfg: DiffusionConfig, spec) -> None:
+        """The backbone against the spec's image size, and the evaluator, before anything is written.
+
+        Raises:
+            ConfigError: see :func:`mosaic.lab.diffusion.model.check_model_fits`; an evaluator that is
+                neither ``parser`` nor a directory made by ``mosaic evaluator train``.
+        """
+        from mosaic.errors import ConfigError
+        from mosaic.lab.diffusion.model import check_model_fits
+
+        check_model_fits(cfg.model, spec.image.size)
+        ev = cfg.evaluation
+        if ev.enabled and str(ev.evaluator) != "parser" and not (Path(ev.evaluator) / "config.json").is_file():
+            raise ConfigError([("evaluation.evaluator", f"{str(ev.evaluator)!r} is neither 'parser' nor a directory made by "
+                                "`mosaic evaluator train SPEC --out DIR` (no config.json there)")])
+
     def opened(self, cfg: DiffusionConfig, task: DiffusionTask, ctx: RunContext) -> None:
         if ctx.accelerator.is_main_process:
             task.keep_vocab(ctx.run)

@@ -45,6 +45,29 @@ class TransformerFamily(Family):
     def build_task(self, cfg: TransformerConfig, root: Path, run: RunFolder) -> Task:
         return build_task(cfg, root)
 
+    def check(self, cfg: TransformerConfig, spec) -> None:
+        """The model shape against the spec's image size, the token form and the classifier's
+        concepts, before anything is written. Raises ConfigError (or TokenizationError) naming the field."""
+        from mosaic.errors import ConfigError
+
+        m, problems = cfg.model, []
+        if m.width % m.heads:
+            problems.append(("model.heads", f"{m.heads} must divide model.width {m.width}"))
+        if cfg.input.kind == "image":
+            size = cfg.input.image_size or spec.image.size
+            if size % m.patch:
+                problems.append(("model.patch", f"{m.patch} must divide the image size {size} (input.image_size or the spec's image.size)"))
+            if m.stem == "conv" and m.patch % 2:
+                problems.append(("model.patch", f"{m.patch} must be even with model.stem conv"))
+        if cfg.objective == "classifier" and cfg.classifier.concepts:
+            unknown = [c for c in cfg.classifier.concepts if c not in spec.concepts]
+            if unknown:
+                problems.append(("classifier.concepts", f"{unknown} are not concepts of the dataset's spec ({list(spec.concepts)})"))
+        if problems:
+            raise ConfigError(problems)
+        if cfg.objective == "binding" or cfg.input.kind == "tokens":
+            SceneTokenizer.from_spec(spec)
+
     def describe(self, cfg: TransformerConfig, task: Task, status: str, ctx: RunContext) -> str:
         n_params = sum(p.numel() for p in task.model.parameters())
         what = f"{cfg.objective} on {cfg.input.kind}" + (f" ({cfg.model.stem} stem, patch {cfg.model.patch})" if cfg.input.kind == "image" else "")
