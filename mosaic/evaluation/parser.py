@@ -70,7 +70,7 @@ _SPECK_MIN_PX = 4.0  # dropped specks of at least this area (px² of a 64 px ima
 #: any measure below its threshold is ``unreadable``. Calibrated with
 #: :func:`mosaic.evaluation.quality.calibrate_abstention` on mild and strong degraded renders of
 #: the shipped specs (see the README, "Abstention"); a clean render scores about 1 on each.
-ABSTAIN_THRESHOLDS: dict[str, float] = {"iou": 0.9, "fragments": 0.85, "area": 0.7}
+ABSTAIN_THRESHOLDS: dict[str, float] = {"iou": 0.9, "fragments": 0.85, "area": 0.45}
 _MEASURE_TEXT = {"iou": "shape match (soft IoU)", "fragments": "share of the object in one region", "area": "area against the spec's size"}
 
 
@@ -102,7 +102,8 @@ class Parse:
         problems: reasons for every value that could not be read, plus the parser's own notes
             (dropped specks, split regions, poor shape fits).
         ious: per object, the soft IoU of its best shape hypothesis (1.0 = exact).
-        quality: the match quality of the read, in [0, 1]: the lowest of ``measures``.
+        quality: the match quality of the read, in [0, 1]: the lowest of ``measures`` (0 for a
+            read without objects where the spec always draws some).
         measures: ``{"iou", "fragments", "area"}`` (:meth:`SceneParser._quality`).
         raw_values: the values before abstention (equal to ``values`` unless ``abstained``).
         abstained: True when a measure fell below its threshold and abstention is on: every
@@ -174,6 +175,11 @@ class SceneParser:
                         if sh != "circle":
                             h.rotations = _merge_rotations(h.rotations, new.rotations)
         self.colors = colors
+        # the fewest objects a scene of the spec holds (an empty read of a spec that never draws an
+        # empty scene has match quality 0)
+        self._min_objects = sum(int(min(float(v) for v in (allowed_values(spec, t.repeat) or [0]))) for t in spec.templates)
+        self._max_objects = {t.name: int(max(float(v) for v in allowed_values(spec, t.repeat))) for t in spec.templates
+                             if allowed_values(spec, t.repeat)}
         self.rgb = np.array([spec.rgb(c) for c in colors], dtype=np.float64)  # [K, 3]
         self.hypotheses = hyps
         self._lab = srgb_to_lab(np.vstack([self.bg[None], self.rgb]))  # [K+1, 3], 0 = background
@@ -252,7 +258,17 @@ class SceneParser:
         scene = Scene(side, tuple(int(v) for v in self.bg), objects)
         reading = read_labels(scene, self.spec)
         matches = [self._match(o, a, m, side) for o, (a, m) in zip(objects, maps)]
-        quality = self._quality(objects, [m[0] for m in matches], shares, specks, side, [m[1] for m in matches])
+        # objects no template can take, and objects beyond a template's largest count (a second
+        # region where the spec draws one object: the smaller ones), count as fragments
+        area_of = [_unit_area(o.shape) * (o.size * side / 2) ** 2 for o in objects]
+        groups, unmatched = assign_templates(scene, self.spec) if objects else ({}, [])
+        surplus = list(unmatched)
+        for name, idx in groups.items():
+            most = self._max_objects.get(name)
+            if most is not None and len(idx) > most:
+                surplus += sorted(idx, key=lambda i: area_of[i])[: len(idx) - most]
+        extra = sum(area_of[i] for i in surplus)
+        quality = self._quality(objects, [m[0] for m in matches], shares, specks, side, [m[1] for m in matches], extra)
         values, problems = dict(reading.values), list(reading.problems) + notes
         below = {m: v for m, v in quality.items() if v < self.thresholds[m]}
         abstained = bool(self.abstain and below)
@@ -260,7 +276,8 @@ class SceneParser:
             problems.append("unreadable (abstained): " + "; ".join(f"{_MEASURE_TEXT[m]} {v:.2f} < {self.thresholds[m]:.2f}"
                                                                     for m, v in below.items()))
             values = {c: None for c in values}
-        return Parse(scene, values, problems, ious, quality=min(quality.values()), measures=quality,
+        q = min(quality.values()) if objects or self._min_objects == 0 else 0.0
+        return Parse(scene, values, problems, ious, quality=q, measures=quality,
                      raw_values=dict(reading.values), abstained=abstained, matches=[m[0] for m in matches])
 
     def _match(self, obj: SceneObject, alpha: np.ndarray, domain: np.ndarray, side: int) -> tuple[float, float]:
@@ -300,7 +317,7 @@ class SceneParser:
             best = iou
         return best, level
 
-    def _quality(self, objects, matches, shares, specks, side, levels=None) -> dict[str, float]:
+    def _quality(self, objects, matches, shares, specks, side, levels=None, extra: float = 0.0) -> dict[str, float]:
         """The match-quality measures of one read, each in [0, 1] (1 = a clean render):
 
         - ``iou``: the lowest size-normalised match over the objects: ``1 - (1 - m) r / 8`` for
@@ -310,18 +327,20 @@ class SceneParser:
           wrong shape costs a shortfall of its own; the normalisation puts every object on the
           scale of a 16 px wide one, so that one threshold serves small and large objects;
         - ``fragments``: the lowest share of an object's coverage in its main connected region,
-          and one minus the share of object-coloured mass left in dropped specks (one object drawn
-          in two pieces scores about the smaller piece's complement);
+          and one minus the share of object-coloured mass left in dropped specks and in objects
+          no template of the spec can take (one object drawn in two pieces scores about the
+          smaller piece's complement);
         - ``area``: the lowest ratio between an object's area (corrected for its interior level,
           ``levels``) and the nearest area its shape may have in the spec
           (``min(a / a_spec, a_spec / a)``; 1 inside an allowed size range).
 
         An image without objects scores 1 on every measure (nothing to judge; its values say
-        what is missing)."""
+        what is missing, and it is not abstained on), but its overall ``quality`` is 0 when the
+        spec never draws an empty scene."""
         if not objects:
             return {"iou": 1.0, "fragments": 1.0, "area": 1.0}
-        total = sum(_unit_area(o.shape) * (o.size * side / 2) ** 2 for o in objects)
-        frag = min(min(shares), 1.0 - sum(specks) / (total + sum(specks))) if total > 0 else 1.0
+        total = sum(_unit_area(o.shape) * (o.size * side / 2) ** 2 for o in objects)  # px², unmatched ones (``extra``) included
+        frag = min(min(shares), 1.0 - (sum(specks) + extra) / (total + sum(specks))) if total > 0 else 1.0
         area = 1.0
         for o, lv in zip(objects, levels or [1.0] * len(objects)):
             h = self.hypotheses.get(o.color, {}).get(o.shape)
