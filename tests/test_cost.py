@@ -211,3 +211,17 @@ def test_a_sweep_measures_each_model_shape_once(tmp_path):
     assert len(cache) == 2 and c.train_flops_per_step == 2 * a.train_flops_per_step
     assert reused < 5
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("preset", ["classifier_coverage_vit", "binding_tokens"])
+def test_transformer_configs_are_estimated_through_their_tasks_loss(preset, tmp_path):
+    from mosaic.lab.config import load_config
+    from mosaic.lab.transformer import TransformerConfig
+
+    cfg = load_config(TransformerConfig, ROOT / "experiments/train" / f"{preset}.yaml", [f"dataset.root={tmp_path}"])
+    est = estimate_run(cfg, time_cpu=False)
+    assert est.params > 10_000 and est.train_flops_per_image > 6 * est.params * 0.5
+    assert est.train_flops_per_step == pytest.approx(est.train_flops_per_image * cfg.training.batch_size)
+    assert est.activation_bytes_per_image > 0 and est.peak_bytes_gpu > est.static_bytes
+    assert ("binding" in est.family) == (preset == "binding_tokens")
+    assert not list(tmp_path.iterdir())
