@@ -38,7 +38,10 @@ class LocalExecutor:
             from concurrent.futures import ProcessPoolExecutor
             from multiprocessing import get_context
 
-            self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
+            from mosaic.locks import die_with_parent
+
+            # workers end with this process, even when it is killed with SIGKILL (no orphans)
+            self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=die_with_parent)
         self.window = max(2, 2 * workers)
 
     def submit(self, fn, *args):

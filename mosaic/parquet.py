@@ -276,8 +276,16 @@ def generate_parquet(
     on_progress: Callable[[int, int], None] | None = None,
     backend: str = "local",
     address: str | None = None,
+    verify: bool = False,
 ) -> dict:
     """Generate the dataset of ``spec`` into ``out`` as Parquet shards; resume an interrupted run.
+
+    On a finished dataset it runs a quick check (every shard present, of the recorded size, its
+    footer and rows; ``verify``: also every shard's sha256) and rewrites the damaged shards,
+    byte-identically (:func:`mosaic.verify.check_and_repair`); the returned manifest then lists them
+    under ``repaired`` (not written to disk). The folder is locked while this runs
+    (:class:`mosaic.locks.FolderLock`): another process generating into it, or ``--overwrite``-ing
+    it, stops with an error naming this one.
 
     Args:
         workers: processes rendering row groups (1 = in this process). The bytes do not depend on it.
@@ -295,7 +303,7 @@ def generate_parquet(
             the leak check failed.
         LayoutError: the layout search failed (checked on a few samples before anything is written).
     """
-    from mosaic.executors import check_backend, make_executor
+    from mosaic.executors import check_backend
 
     out = Path(out)
     check_backend(backend)
@@ -305,10 +313,26 @@ def generate_parquet(
     for split, n in sizes.items():
         for i in range(min(n, 4)):
             sample_record(spec, split, i)
+    from mosaic.locks import FolderLock
+
+    with FolderLock(out, DatasetError, "dataset"):
+        return _generate_parquet_locked(spec, out, workers, overwrite, masks, shard_bytes, renderer, on_progress, backend, address,
+                                        verify, sizes)
+
+
+def _generate_parquet_locked(spec, out, workers, overwrite, masks, shard_bytes, renderer, on_progress, backend, address, verify,
+                             sizes) -> dict:
+    from mosaic.executors import make_executor
+
     existing = check_out_dir(out, spec, masks, overwrite, "parquet")
     if existing is not None and existing.get("status") == "complete":
+        from mosaic.verify import check_and_repair
+
+        report = check_and_repair(out, deep=verify, on_progress=None)
         if on_progress:
             on_progress(sum(sizes.values()), sum(sizes.values()))
+        if not report.ok:
+            return {**read_manifest(out), "repaired": [d.path for d in report.damage]}
         return existing
     if existing is not None:
         was = existing.get("parquet", {}).get("shard_bytes")

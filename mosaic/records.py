@@ -60,9 +60,14 @@ def read_manifest(root: str | Path) -> dict:
     if not path.is_file():
         raise DatasetError(f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with `mosaic generate SPEC --out {root}`)")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise DatasetError(f"{path} is not valid JSON ({e}); regenerate the dataset with --overwrite") from None
+        man = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:  # not UTF-8, not JSON (truncated, overwritten)
+        raise DatasetError(f"{path} is damaged ({type(e).__name__}: {str(e)[:120]}): restore it from a copy, or regenerate the "
+                           f"dataset with `mosaic generate SPEC --out {root} --overwrite`") from None
+    if not isinstance(man, dict):
+        raise DatasetError(f"{path} is damaged (not a mapping): restore it from a copy, or regenerate the dataset with "
+                           f"`mosaic generate SPEC --out {root} --overwrite`")
+    return man
 
 
 def spec_of(root: str | Path) -> Spec:

@@ -337,7 +337,7 @@ def run_trial(kind: str, tdir: str, env: dict | None = None, timeout_s: float | 
     status.update(status="running", started=time.time(), host=os.uname().nodename, error=None)
     write_status(tdir, status)
     t0 = time.perf_counter()
-    full_env = {**os.environ, **(env or {})}
+    full_env = {**os.environ, **(env or {}), "MOSAIC_DIE_WITH_PARENT": "1"}  # the trial ends if this process dies
     with open(tdir / "log.txt", "ab") as log:
         try:
             proc = subprocess.run(trial_command(status.get("kind", kind), tdir), stdout=log, stderr=subprocess.STDOUT,

@@ -33,6 +33,21 @@ SPEC = {
 }
 
 
+
+@pytest.fixture(autouse=True)
+def _time_limit():
+    """A case that is not refused may run on (e.g. training for 10**30 steps): fail it after 300 s."""
+    import signal as _signal
+
+    def boom(*_):
+        raise TimeoutError("ran past 300 s: the input was not refused and the command ran on")
+
+    old = _signal.signal(_signal.SIGALRM, boom)
+    _signal.alarm(300)
+    yield
+    _signal.alarm(0)
+    _signal.signal(_signal.SIGALRM, old)
+
 # ------------------------------------------------------------------------------------------------
 # helpers
 # ------------------------------------------------------------------------------------------------
@@ -202,3 +217,195 @@ def test_sample_folders_carry_every_setting_or_refuse(tmp_path):
     assert (out / "metadata.jsonl").read_bytes() == before
     # the very same settings again: allowed (same images)
     assert runner.invoke(app, base + ["-k", "1", "--out", str(out)]).exit_code == 0
+
+
+# ------------------------------------------------------------------------------------------------
+# datasets: verify, quick check and byte-identical repair, locks, kill, unwritable --out
+# ------------------------------------------------------------------------------------------------
+
+DS_SPEC = {
+    "name": "faultds", "image": {"size": 16},
+    "concepts": {"color": {"values": ["red", "green", "blue"]}, "shape": {"values": ["circle", "square"]}},
+    "objects": [{"name": "o", "shape": {"concept": "shape"}, "color": {"concept": "color"}, "size": 0.5}],
+    "splits": {"train": 10, "val": 3, "test": 3},
+}
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and ".mosaic" not in p.parts}
+
+
+@pytest.fixture
+def ds(tmp_path):
+    import yaml
+
+    sp = tmp_path / "spec.yaml"
+    sp.write_text(yaml.safe_dump(DS_SPEC))
+    out = tmp_path / "ds"
+    r = runner.invoke(app, ["generate", str(sp), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    return sp, out
+
+
+def _damage_all(out: Path):
+    f = out / "train" / "images" / "000001.png"
+    f.write_bytes(f.read_bytes()[:-30])                                    # truncated
+    (out / "train" / "images" / "000002.png").unlink()                     # missing
+    (out / "test" / "images" / "000000.png").write_bytes(b"GIF89a not a png at all, no")  # undecodable
+    lines = (out / "train" / "metadata.jsonl").read_text().splitlines()
+    rec = json.loads(lines[3])
+    rec["caption"] = "a forged caption"
+    lines[3] = json.dumps(rec, sort_keys=True)
+    (out / "train" / "metadata.jsonl").write_text("\n".join(lines) + "\n")  # a metadata line that does not match
+
+
+def test_the_manifest_records_a_digest_per_file(ds):
+    _, out = ds
+    man = json.loads((out / "manifest.json").read_text())
+    sums = (out / man["checksums"]["file"]).read_text().splitlines()
+    assert man["checksums"]["files"] == len(sums) == 10 + 3 + 3 + 3  # every image and each split's metadata.jsonl
+    import hashlib
+
+    digest, _, rel = sums[1].partition("  ")
+    assert hashlib.sha256((out / rel).read_bytes()).hexdigest() == digest
+
+
+def test_verify_reports_each_fault_and_generate_repairs_them_byte_identically(ds):
+    sp, out = ds
+    pristine = _snapshot(out)
+    r = runner.invoke(app, ["verify", str(out)])
+    assert r.exit_code == 0 and "OK" in r.output
+    _damage_all(out)
+    f = out / "val" / "images" / "000001.png"                            # altered, same size: only digests see it
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    f.write_bytes(bytes(data))
+    r = runner.invoke(app, ["verify", str(out)])
+    assert r.exit_code == 1, r.output
+    for needle in ("train/images/000001.png: truncated", "train/images/000002.png: missing", "test/images/000000.png: undecodable",
+                   "train/metadata.jsonl:4: metadata", "val/images/000001.png: altered"):
+        assert needle in r.output, (needle, r.output)
+    # a rerun of generate: the quick check finds and regenerates all but the same-size alteration
+    r = runner.invoke(app, ["generate", str(sp), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "repaired" in r.output
+    now = _snapshot(out)
+    assert [k for k in pristine if now.get(k) != pristine[k]] == ["val/images/000001.png"]
+    # --verify: the full digest check finds the rest
+    r = runner.invoke(app, ["generate", str(sp), "--out", str(out), "--verify"])
+    assert r.exit_code == 0, r.output
+    assert _snapshot(out) == pristine
+
+
+def test_verify_repair_flag(ds):
+    _, out = ds
+    pristine = _snapshot(out)
+    _damage_all(out)
+    r = runner.invoke(app, ["verify", str(out), "--repair"])
+    assert r.exit_code == 0 and "repaired" in r.output, r.output
+    assert _snapshot(out) == pristine
+
+
+@pytest.mark.parametrize("content", [b"{\"format\": \"mosaic-dat", b"\xff\xfe\x00garbage", b"[1, 2]"], ids=["truncated", "binary", "not-a-mapping"])
+def test_a_damaged_manifest_is_named_with_what_to_do(ds, content):
+    sp, out = ds
+    (out / "manifest.json").write_bytes(content)
+    for args in (["verify", str(out)], ["generate", str(sp), "--out", str(out)], ["validate", str(out)]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2, (args, r.output, r.exception)
+        assert "manifest.json" in r.output and ("--overwrite" in r.output or "restore" in r.output), r.output
+        assert "Traceback" not in r.output
+
+
+def test_parquet_shards_are_verified_and_repaired(tmp_path):
+    from mosaic.parquet import generate_parquet
+    from mosaic.spec import parse_spec
+
+    out = tmp_path / "pq"
+    generate_parquet(parse_spec(DS_SPEC), out)
+    pristine = _snapshot(out)
+    shard = next((out / "data").glob("train-*.parquet"))
+    shard.write_bytes(shard.read_bytes()[:100])
+    r = runner.invoke(app, ["verify", str(out)])
+    assert r.exit_code == 1 and f"data/{shard.name}" in r.output, r.output
+    generate_parquet(parse_spec(DS_SPEC), out)  # a rerun on a finished dataset: quick check, then the shard is rewritten
+    assert _snapshot(out) == pristine
+    (out / "data" / shard.name).unlink()
+    r = runner.invoke(app, ["verify", str(out), "--repair"])
+    assert r.exit_code == 0 and "repaired" in r.output, r.output
+    assert _snapshot(out) == pristine
+
+
+def test_overwrite_never_deletes_a_folder_another_process_writes(ds):
+    sp, out = ds
+    holder = _hold_lock(out)
+    try:
+        r = runner.invoke(app, ["generate", str(sp), "--out", str(out), "--overwrite"])
+        assert r.exit_code == 2 and f"pid {holder.pid}" in r.output, r.output
+        assert (out / "manifest.json").is_file()
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder died (kill -9 leaves its lock file): the stale lock is taken over
+    r = runner.invoke(app, ["generate", str(sp), "--out", str(out), "--overwrite"])
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("where", ["file-parent", "proc"])
+def test_an_unwritable_out_is_a_clean_error(tmp_path, where):
+    import yaml
+
+    sp = tmp_path / "spec.yaml"
+    sp.write_text(yaml.safe_dump(DS_SPEC))
+    if where == "file-parent":
+        (tmp_path / "afile").write_text("x")
+        out = tmp_path / "afile" / "ds"
+    else:
+        out = Path("/proc/mosaic-cannot-write/ds")
+    r = runner.invoke(app, ["generate", str(sp), "--out", str(out)])
+    assert r.exit_code == 2, (r.output, r.exception)
+    assert "Traceback" not in r.output and str(out.parent) in r.output
+
+
+def _children(pid: int) -> set[int]:
+    out = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out |= {int(x) for x in (task / "children").read_text().split()}
+        except OSError:
+            pass
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs /proc")
+def test_killing_generate_leaves_no_worker_behind(tmp_path):
+    import yaml
+
+    sp = tmp_path / "spec.yaml"
+    sp.write_text(yaml.safe_dump({**DS_SPEC, "image": {"size": 64}, "splits": {"train": 20000, "val": 3, "test": 3}}))
+    p = subprocess.Popen([sys.executable, "-m", "mosaic.cli", "generate", str(sp), "--out", str(tmp_path / "ds"), "--workers", "2"],
+                         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    kids: set[int] = set()
+    t0 = time.time()
+    while time.time() - t0 < 120 and not any((tmp_path / "ds" / ".mosaic" / "parts").glob("*.jsonl")):
+        kids |= _children(p.pid)
+        time.sleep(0.2)
+    kids |= _children(p.pid)
+    assert len(kids) >= 2, "workers never started"
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    t0 = time.time()
+    while time.time() - t0 < 15 and any(_alive(k) for k in kids):
+        time.sleep(0.2)
+    left = [k for k in kids if _alive(k)]
+    for k in left:  # do not leave them to the next test
+        os.kill(k, signal.SIGKILL)
+    assert not left, f"worker processes {left} outlived the killed main process"

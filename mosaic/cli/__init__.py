@@ -4,6 +4,7 @@ Every command group lives in its own module and is registered here, explicitly, 
 ``mosaic --help`` lists them:
 
 - :mod:`mosaic.cli.data` — ``validate``, ``generate``, ``preview``
+- :mod:`mosaic.cli.verify` — ``verify``
 - :mod:`mosaic.cli.splits` — ``splits``
 - :mod:`mosaic.cli.evaluate` — ``evaluator check|train``, ``evaluate``
 - :mod:`mosaic.cli.train` — ``train diffusion|transformer``, ``sample``
@@ -20,13 +21,14 @@ from __future__ import annotations
 
 import typer
 
-from mosaic.cli import audit, data, evaluate, reproduce, splits, sweep, train
+from mosaic.cli import audit, data, evaluate, reproduce, splits, sweep, train, verify
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="mosaic: controlled datasets and a training lab for compositional generalization.")
 
 app.command("validate")(data.validate)
 app.command("generate")(data.generate)
 app.command("preview")(data.preview)
+app.command("verify")(verify.verify)
 app.command("splits")(splits.splits)
 app.add_typer(evaluate.evaluator_app, name="evaluator")
 app.command("evaluate")(evaluate.evaluate)

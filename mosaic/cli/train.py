@@ -112,7 +112,7 @@ def sample(
     evaluator: Annotated[Optional[str], typer.Option("--evaluator", help="parser, or a trained evaluator directory")] = None,
     no_score: Annotated[bool, typer.Option("--no-score", help="Only write images and metadata.jsonl")] = False,
     no_abstain: Annotated[bool, typer.Option("--no-abstain", help="The parser credits the nearest allowed shape however poor the match (default: the config's evaluation.abstain)")] = False,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default RUN/samples/<splits>_<checkpoint>_g<guidance>_<sampler><steps>)")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default RUN/samples/<splits>_<checkpoint>_g<guidance>_<sampler><steps>_k<K>_s<seed>; a folder of other settings is refused)")] = None,
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", min=1)] = None,
     device: Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:1 ... (default: cuda when available)")] = "auto",
 ) -> None:

@@ -93,8 +93,11 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
     """
     from mosaic.evaluation.metrics import score, write_metrics
 
+    from mosaic.evaluation.provenance import check_spec_reads
+
     d = Path(images_dir)
     records = read_folder(d)
+    check_spec_reads(records, spec, d)  # a concept the spec cannot read, or another dataset's images: refuse
     images = _load_images(d, records)
     t = time.perf_counter()
     preds, reads = _predict_any_size(evaluator, images, batch_size)

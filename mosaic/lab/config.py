@@ -157,7 +157,10 @@ def load_config(cls: type[C], path: str | Path, sets: list[str] | None = None) -
     Raises:
         ConfigError: missing file, YAML syntax error, malformed override, or invalid fields.
     """
+    from mosaic.kinds import check_kind
+
     data = read_config_yaml(path)
+    check_kind(data, "training config", str(path), lambda m: ConfigError(m, str(path)))
     if not isinstance(data, dict):
         raise ConfigError(f"a config is a YAML mapping, got {type(data).__name__}", str(path))
     return validate_config(cls, apply_sets(data, sets), source=str(path))

@@ -3,11 +3,16 @@ on top of the lab's run, dataset and training sections (:mod:`mosaic.lab.config`
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from mosaic.lab.config import RunConfig, _Base
+from mosaic.schema import Seed
+
+#: bounds on model shape (README "What is rejected"): channel/token widths and depths
+MAX_WIDTH = 16384
+MAX_DEPTH = 256
 
 
 class UNetSection(_Base):
@@ -15,12 +20,12 @@ class UNetSection(_Base):
     ``cross_attention`` (does the level's block attend to the condition tokens); the mid block
     always does. Every level but the last halves the resolution."""
 
-    block_out_channels: list[int] = Field(default_factory=lambda: [32, 64, 64], min_length=1)
+    block_out_channels: list[Annotated[int, Field(ge=1, le=MAX_WIDTH)]] = Field(default_factory=lambda: [32, 64, 64], min_length=1, max_length=8)
     cross_attention: list[bool] = Field(default_factory=lambda: [False, True, True])
-    layers_per_block: int = Field(1, ge=1)
-    heads: int = Field(4, ge=1, description="attention heads (diffusers calls it attention_head_dim)")
+    layers_per_block: int = Field(1, ge=1, le=MAX_DEPTH)
+    heads: int = Field(4, ge=1, le=1024, description="attention heads (diffusers calls it attention_head_dim)")
     norm_num_groups: int = Field(8, ge=1)
-    transformer_layers_per_block: int = Field(1, ge=1)
+    transformer_layers_per_block: int = Field(1, ge=1, le=MAX_DEPTH)
 
     @model_validator(mode="after")
     def _levels(self):
@@ -35,9 +40,9 @@ class DiTSection(_Base):
     ``heads * head_dim``, ``num_layers`` blocks (self-attention, cross-attention, MLP)."""
 
     patch_size: int = Field(4, ge=1)
-    num_layers: int = Field(4, ge=1)
-    heads: int = Field(4, ge=1)
-    head_dim: int = Field(32, ge=8)
+    num_layers: int = Field(4, ge=1, le=MAX_DEPTH)
+    heads: int = Field(4, ge=1, le=1024)
+    head_dim: int = Field(32, ge=8, le=MAX_WIDTH)
     dropout: float = Field(0.0, ge=0, lt=1)
 
 
@@ -45,7 +50,7 @@ class TextSection(_Base):
     """The caption encoder (``model.conditioning: caption``), trained jointly."""
 
     layers: int = Field(2, ge=1)
-    heads: int = Field(4, ge=1)
+    heads: int = Field(4, ge=1, le=1024)
     max_len: int = Field(32, ge=4)
     dropout: float = Field(0.0, ge=0, lt=1)
 
@@ -65,7 +70,7 @@ class DiffusionModelSection(_Base):
     backbone: Literal["unet", "dit"] = "unet"
     conditioning: Literal["factorized", "caption", "combination"] = Field(
         "factorized", description="factorized: one token per concept; caption: text encoder; combination: baseline only")
-    cond_dim: int = Field(64, ge=8, description="condition token width")
+    cond_dim: int = Field(64, ge=8, le=MAX_WIDTH, description="condition token width")
     cond_dropout: float = Field(0.1, ge=0, lt=1, description="per-sample probability of the null condition (classifier-free guidance)")
     unet: UNetSection = Field(default_factory=UNetSection)
     dit: DiTSection = Field(default_factory=DiTSection)
@@ -78,10 +83,10 @@ class SamplingSection(_Base):
 
     sampler: Literal["ddim", "dpm"] = "ddim"
     steps: int = Field(50, ge=1, le=1000)
-    guidance: float = Field(2.0, ge=0, description="classifier-free guidance scale (1: plain conditional, 0: unconditional)")
-    n_per_combination: int | None = Field(8, ge=1, description="images per combination; null: one per record of the split")
-    batch_size: int = Field(256, ge=1)
-    seed: int = Field(0, ge=0)
+    guidance: float = Field(2.0, ge=0, le=1000, description="classifier-free guidance scale (1: plain conditional, 0: unconditional)")
+    n_per_combination: int | None = Field(8, ge=1, le=100_000, description="images per combination; null: one per record of the split")
+    batch_size: int = Field(256, ge=1, le=2**20)
+    seed: Seed = 0
     checkpoint: Literal["best", "final"] = Field("best", description="best: selected on val; final: the last weights")
 
 

@@ -132,6 +132,35 @@ def open_run(run_dir: str | Path) -> tuple[DiffusionConfig, RunFolder, Path]:
     return cfg, run, run.dataset_root()
 
 
+def samples_folder_name(splits: list[str], checkpoint: str, guidance: float, sampler: str, steps: int,
+                        n_per_combination: int | None, seed: int) -> str:
+    """``<splits joined by +>_<checkpoint>_g<guidance>_<sampler><steps>_k<K or all>_s<seed>``: every
+    setting that changes the images is in the name."""
+    k = f"k{n_per_combination}" if n_per_combination else "kall"
+    return f"{'+'.join(splits)}_{checkpoint}_g{guidance:g}_{sampler}{steps}_{k}_s{seed}"
+
+
+def refuse_other_samples(out: Path, key: dict) -> None:
+    """Raise DatasetError when ``out`` holds samples made with other settings than ``key`` (or
+    anything that is not a samples folder): earlier samples are never silently replaced. A folder
+    made with the very same settings is made again (same images, same scores)."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise DatasetError(f"--out {out} is a file: give a folder")
+    if not any(out.iterdir()):
+        return
+    try:
+        old = json.loads((out / "sampling.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise DatasetError(f"{out} exists and holds no readable sampling.json (not samples of this command, or damaged): "
+                           "give another --out, or delete it") from None
+    diff = [f"{k} {old.get(k)!r} -> {v!r}" for k, v in key.items() if old.get(k) != v]
+    if diff:
+        raise DatasetError(f"{out} holds samples made with other settings ({'; '.join(diff)}): they are kept; give another --out, "
+                           "or delete that folder to replace them")
+
+
 def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, n_per_combination: int | None, guidance: float,
                      steps: int, sampler: str, checkpoint: str, score: bool, out: Path | None = None, batch_size: int | None = None,
                      device=None, autocast: str = "no", evaluator: str | None = None, check_n: int = 0, say=print,
@@ -170,7 +199,15 @@ def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, 
     for s in splits:
         recs = choose_records(read_metadata(task.root, s), task.concepts, n_per_combination)
         records += [(s, i, r) for i, r in enumerate(recs)]
-    out = Path(out) if out is not None else run.root / "samples" / f"{'+'.join(splits)}_{checkpoint}_g{guidance:g}_{sampler}{steps}"
+    seed = task.cfg.sampling.seed
+    ev_name = str(evaluator or task.cfg.evaluation.evaluator) if score else None
+    ab = (task.cfg.evaluation.abstain if abstain is None else abstain) if score else None
+    # every setting that changes the images or their scores: two different samplings never share a folder
+    key = {"splits": list(splits), "n_per_combination": n_per_combination, "guidance": guidance, "steps": steps, "sampler": sampler,
+           "checkpoint": checkpoint, "seed": seed, "evaluator": ev_name, "abstain": ab}
+    out = Path(out) if out is not None else run.root / "samples" / samples_folder_name(splits, checkpoint, guidance, sampler, steps,
+                                                                                        n_per_combination, seed)
+    refuse_other_samples(out, key)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "images").mkdir(parents=True)
@@ -208,8 +245,7 @@ def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, 
     with (tmp / "metadata.jsonl").open("w") as f:
         for m in meta:
             f.write(json.dumps(m, sort_keys=True) + "\n")
-    settings = {"splits": splits, "n_per_combination": n_per_combination, "guidance": guidance, "steps": steps, "sampler": sampler,
-                "checkpoint": checkpoint, "seed": task.cfg.sampling.seed, "images": len(meta), "seconds": seconds}
+    settings = {**key, "images": len(meta), "seconds": seconds}
     (tmp / "sampling.json").write_text(json.dumps(settings, indent=2) + "\n")
     result = {"out": str(out), "n": len(meta), "seconds": seconds, "metrics": None, "evaluator_check": None}
     preds = None

@@ -1,0 +1,49 @@
+"""``mosaic verify DIR``: check a generated dataset (either storage form) against its manifest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from mosaic.cli.common import console, err_console, fail
+from mosaic.errors import MosaicError
+
+
+def verify(
+    dataset: Annotated[Path, typer.Argument(help="Dataset folder (made by `mosaic generate`)")],
+    quick: Annotated[bool, typer.Option("--quick", help="Only counts, presence, PNG trailers and sizes (no digests): what a rerun of `mosaic generate` checks")] = False,
+    repair: Annotated[bool, typer.Option("--repair", help="Regenerate the damaged samples (byte-identical) after the check")] = False,
+    max_lines: Annotated[int, typer.Option("--max-lines", min=1, help="Damaged files listed at most")] = 50,
+) -> None:
+    """Check every file of a dataset against the digests its manifest records: reports each missing,
+    truncated, undecodable or altered file and each metadata line that does not match. Exit status 0
+    when whole, 1 when damaged (fix it with --repair or by rerunning `mosaic generate`), 2 for bad input."""
+    from mosaic.verify import repair as do_repair
+    from mosaic.verify import verify as do_verify
+
+    try:
+        report = do_verify(dataset, deep=not quick)
+        if repair and not report.ok:
+            after = do_repair(dataset, report)
+            if after.ok:
+                console.print(f"[green]repaired[/] {dataset}: {len(report.damage)} damaged file(s) or line(s) regenerated, byte-identical")
+                return
+            report = after
+    except MosaicError as e:
+        fail(e)
+    kind = "quick" if quick else "full"
+    if report.ok:
+        console.print(f"[green]OK[/] {dataset} ({report.storage}, {report.files} files, {kind} check)")
+        return
+    err_console.print(f"[bold red]damaged[/] {escape(str(dataset))} ({report.storage}, {len(report.damage)} problem(s), {kind} check):")
+    for d in report.damage[:max_lines]:
+        err_console.print(f"  {escape(d.path)}: {d.problem}: {escape(d.detail)}", highlight=False)
+    if len(report.damage) > max_lines:
+        err_console.print(f"  ... and {len(report.damage) - max_lines} more")
+    fix = ("rerun the same `mosaic generate` command (it regenerates the damaged samples byte-identically) or "
+           f"`mosaic verify {dataset} --repair`") if report.repairable else "rerun the same `mosaic generate` command to finish it"
+    err_console.print(f"fix: {fix}")
+    raise typer.Exit(1)

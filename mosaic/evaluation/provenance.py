@@ -1,0 +1,79 @@
+"""Honest measurement: refuse to score images with a spec that cannot read what they intend.
+
+Scoring only the concepts a spec and the images' metadata share would report, e.g., 100 % joint
+accuracy for images whose other concepts were never read. :func:`check_spec_reads` refuses:
+
+- a concept the metadata intends that the spec does not have (the evaluator cannot read it);
+- images that come from a dataset (a split folder of a generated dataset, or a run's samples
+  folder, whose run recorded its dataset's manifest) whose concepts or domains differ from the
+  spec's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mosaic.errors import MosaicError
+
+
+def source_spec(images_dir: str | Path) -> tuple[dict, str] | None:
+    """The spec data of the dataset the images come from, and the file it was read from, or None.
+
+    Looks for ``images_dir/../manifest.json`` (a split folder of a dataset) and
+    ``images_dir/../../dataset_manifest.json`` (``RUN/samples/<name>``: the run's copy of its
+    dataset's manifest). An unreadable file is skipped (the folder may be anything)."""
+    d = Path(images_dir).absolute()
+    for cand in (d.parent / "manifest.json", d.parent.parent / "dataset_manifest.json"):
+        if cand.is_file():
+            try:
+                man = json.loads(cand.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(man, dict) and isinstance(man.get("spec"), dict):
+                return man["spec"], str(cand)
+    return None
+
+
+def _domains(spec_data: dict) -> dict[str, list] | None:
+    from mosaic.spec import parse_spec
+
+    try:
+        s = parse_spec(spec_data)
+    except MosaicError:
+        return None
+    return {c: [str(v) for v in s.domain(c)] for c in s.concepts}
+
+
+def check_spec_reads(records: list[dict], spec, images_dir: str | Path | None = None) -> None:
+    """Raise MosaicError when ``spec`` cannot read every concept the records intend, or when the
+    images come from a dataset whose concepts or domains differ from ``spec``'s (see the module
+    docstring). The message names the concepts and the fix (``--spec`` the images were made for,
+    e.g. the dataset folder)."""
+    mine = {c: [str(v) for v in spec.domain(c)] for c in spec.concepts}
+    intended = sorted({c for r in records for c in (r.get("concepts") or {})})
+    unread = [c for c in intended if c not in mine]
+    fix = "give --spec the spec the images were made for (a dataset folder works: its manifest holds the spec)"
+    if unread:
+        raise MosaicError([("--spec", f"the spec cannot read concept(s) {', '.join(map(repr, unread))} that the images' metadata "
+                            f"intends (it reads {', '.join(mine)}): scoring only the shared concepts would report joint accuracy "
+                            f"over concepts never read; {fix}")])
+    if images_dir is None:
+        return
+    src = source_spec(images_dir)
+    if src is None:
+        return
+    theirs = _domains(src[0])
+    if theirs is None:
+        return
+    problems = []
+    for c in sorted(set(theirs) | set(mine)):
+        if c not in mine:
+            problems.append(f"concept {c!r} of the images' dataset is missing from the spec")
+        elif c not in theirs:
+            problems.append(f"concept {c!r} of the spec is not in the images' dataset")
+        elif theirs[c] != mine[c]:
+            problems.append(f"concept {c!r} has values {theirs[c]} in the images' dataset but {mine[c]} in the spec")
+    if problems:
+        raise MosaicError([("--spec", f"the images come from a dataset ({src[1]}) whose concepts differ from the spec's: "
+                            f"{'; '.join(problems)}; {fix}")])

@@ -1,0 +1,451 @@
+"""Checking a generated dataset against its manifest, and repairing it byte-identically.
+
+Both storage forms are covered by one :func:`verify`:
+
+- **imagefolder**: at the end of generation :func:`write_checksums` reads every file back and
+  writes ``OUT/checksums.sha256`` (``sha256sum`` format, paths relative to ``OUT``:
+  ``sha256sum -c checksums.sha256`` works there); the manifest records that file's sha256, the
+  number of files and the bytes per split (``manifest["checksums"]``).
+- **parquet**: the manifest lists every shard with its rows, bytes and sha256
+  (:mod:`mosaic.parquet`).
+
+The **quick** check (what a rerun of ``mosaic generate`` on a finished dataset does) reads no image
+data: the manifest, each split's ``metadata.jsonl`` (line count, JSON, indices, its sha256), every
+image's and mask's presence, its PNG signature and ``IEND`` trailer (a truncated PNG loses it) and
+the bytes per split; Parquet: every shard's presence, size, footer and row count. The **deep**
+check (``mosaic verify``, ``mosaic generate --verify``) adds every file's sha256 and, for
+metadata lines, a comparison with the record the spec produces.
+
+:func:`repair` regenerates exactly the damaged samples (imagefolder) or shards (Parquet): samples
+are pure functions of ``(spec, split, index)``, so the rewritten files are byte-identical to the
+originals, which the recorded digests confirm.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from mosaic.errors import DatasetError
+from mosaic.io import atomic_write
+
+CHECKSUMS = "checksums.sha256"
+MANIFEST = "manifest.json"
+_PNG_SIG = b"\x89PNG\r\n\x1a\n"
+_PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"
+
+
+@dataclass
+class Damage:
+    """One problem found: ``path`` relative to the dataset root, the ``split`` and sample ``index``
+    it belongs to (None for whole files), what is wrong (``problem``: ``missing``, ``truncated``,
+    ``undecodable``, ``altered``, ``metadata``, ``manifest``), and a human ``detail``."""
+
+    path: str
+    problem: str
+    detail: str
+    split: str | None = None
+    index: int | None = None
+
+
+@dataclass
+class VerifyReport:
+    """The result of :func:`verify`: ``root``, ``storage``, ``deep``, the number of ``files``
+    checked and every :class:`Damage` found (``ok`` when none)."""
+
+    root: str
+    storage: str
+    deep: bool
+    files: int = 0
+    damage: list[Damage] = field(default_factory=list)
+    repairable: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return not self.damage
+
+    def problems(self) -> list[tuple[str, str]]:
+        """``(path, message)`` pairs, one per damaged file or line."""
+        return [(d.path, f"{d.problem}: {d.detail}") for d in self.damage]
+
+    def to_dict(self) -> dict:
+        return {"root": self.root, "storage": self.storage, "deep": self.deep, "files": self.files, "ok": self.ok,
+                "damage": [d.__dict__ for d in self.damage]}
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file, read in 4 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_manifest_checked(root: str | Path) -> dict:
+    """The manifest of ``root``, or DatasetError naming the file and what to do (missing, not
+    UTF-8, not JSON, not a mapping, no spec)."""
+    root = Path(root)
+    path = root / MANIFEST
+    if not root.is_dir():
+        raise DatasetError(f"{root} is not a directory: give a dataset folder (made by `mosaic generate SPEC --out DIR`)")
+    if not path.is_file():
+        raise DatasetError(f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with `mosaic generate SPEC --out {root}`)")
+    try:
+        man = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise DatasetError(f"{path} is damaged ({type(e).__name__}: {str(e)[:120]}): the dataset cannot be checked without it; "
+                           f"regenerate it with `mosaic generate SPEC --out {root} --overwrite`, or restore the file from a copy") from None
+    if not isinstance(man, dict) or not isinstance(man.get("spec"), dict) or not isinstance(man.get("splits"), dict):
+        raise DatasetError(f"{path} is damaged (not a mosaic manifest: spec or splits missing): regenerate with "
+                           f"`mosaic generate SPEC --out {root} --overwrite`, or restore the file from a copy")
+    return man
+
+
+# ------------------------------------------------------------------------------------------------
+# checksums (imagefolder)
+# ------------------------------------------------------------------------------------------------
+
+def _split_files(root: Path, split: str, records: list[dict]) -> list[str]:
+    out = []
+    for r in records:
+        out.append(f"{split}/{r['file_name']}")
+        if r.get("mask_file_name"):
+            out.append(f"{split}/{r['mask_file_name']}")
+    return out
+
+
+def write_checksums(root: str | Path, records: dict[str, list[dict]]) -> dict:
+    """Read every file of an imagefolder dataset back and write ``root/checksums.sha256``.
+
+    Args:
+        records: split -> its records (``file_name``, optional ``mask_file_name``), in index order.
+    Returns:
+        The manifest entry: ``{"file", "sha256", "files", "bytes": {split: total bytes of its images and masks}}``.
+    """
+    root = Path(root)
+    lines, per_split = [], {}
+    for split, recs in records.items():
+        total = 0
+        for rel in [f"{split}/metadata.jsonl"] + _split_files(root, split, recs):
+            p = root / rel
+            data = p.read_bytes()
+            if not rel.endswith("metadata.jsonl"):
+                total += len(data)
+            lines.append(f"{hashlib.sha256(data).hexdigest()}  {rel}")
+        per_split[split] = total
+    text = "\n".join(lines) + "\n"
+    atomic_write(root / CHECKSUMS, text)
+    return {"file": CHECKSUMS, "sha256": hashlib.sha256(text.encode()).hexdigest(), "files": len(lines), "bytes": per_split}
+
+
+def _read_checksums(root: Path, man: dict, report: VerifyReport) -> dict[str, str] | None:
+    rec = man.get("checksums")
+    if not rec:
+        return None
+    p = root / rec.get("file", CHECKSUMS)
+    if not p.is_file():
+        report.damage.append(Damage(p.name, "missing", "the file digests are gone; samples can be checked for truncation only"))
+        return None
+    data = p.read_bytes()
+    if hashlib.sha256(data).hexdigest() != rec.get("sha256"):
+        report.damage.append(Damage(p.name, "altered", "the file digests differ from the manifest's record of them"))
+        return None
+    out = {}
+    for line in data.decode("utf-8").splitlines():
+        digest, _, rel = line.partition("  ")
+        out[rel] = digest
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# verify
+# ------------------------------------------------------------------------------------------------
+
+def verify(root: str | Path, deep: bool = False, manifest: dict | None = None) -> VerifyReport:
+    """Check the dataset at ``root`` against its manifest (see the module docstring).
+
+    Args:
+        deep: also compare every file's sha256 (and, without recorded digests, every metadata line
+            with the record the spec produces).
+    Returns:
+        A :class:`VerifyReport` listing each missing, truncated, undecodable or altered file and each
+        metadata line that does not match.
+    Raises:
+        DatasetError: ``root`` is not a dataset, or its manifest is missing or damaged.
+    """
+    root = Path(root)
+    man = manifest or read_manifest_checked(root)
+    storage = man.get("storage", "imagefolder")
+    report = VerifyReport(str(root), storage, deep)
+    if man.get("status") != "complete":
+        report.damage.append(Damage(MANIFEST, "incomplete", f"status {man.get('status')!r}: generation did not finish; "
+                                    "rerun the same `mosaic generate` command to resume"))
+        report.repairable = False
+        return report
+    if storage == "parquet":
+        _verify_parquet(root, man, report)
+    else:
+        _verify_imagefolder(root, man, report)
+    return report
+
+
+def _verify_parquet(root: Path, man: dict, report: VerifyReport) -> None:
+    from mosaic.parquet import verify_parquet
+
+    report.files = sum(len(v) for v in man.get("shards", {}).values())
+    try:
+        verify_parquet(root, man, deep=report.deep)
+    except DatasetError as e:
+        for path, msg in e.problems:
+            if not path:
+                continue
+            problem = "missing" if "missing" in msg else ("altered" if "sha256" in msg else "truncated" if "bytes" in msg else "undecodable")
+            report.damage.append(Damage(path, problem, msg))
+
+
+def _png_state(p: Path) -> tuple[str, str] | None:
+    """None when the file looks whole (signature and IEND trailer), else (problem, detail)."""
+    try:
+        size = p.stat().st_size
+        with p.open("rb") as f:
+            head = f.read(8)
+            if size < 8 + 12:
+                return "truncated", f"{size} bytes, too short for a PNG"
+            f.seek(size - 12)
+            tail = f.read(12)
+    except FileNotFoundError:
+        return "missing", "file is missing"
+    except OSError as e:
+        return "undecodable", f"cannot be read: {e.strerror}"
+    if head != _PNG_SIG:
+        return "undecodable", "not a PNG (wrong signature)"
+    if tail != _PNG_END:
+        return "truncated", "the PNG ends early (no IEND chunk)"
+    return None
+
+
+def _verify_imagefolder(root: Path, man: dict, report: VerifyReport) -> None:
+    sums = _read_checksums(root, man, report)
+    recorded_bytes = (man.get("checksums") or {}).get("bytes", {})
+    spec = None
+    for split, info in man["splits"].items():
+        n = int(info.get("count", 0))
+        meta = root / split / "metadata.jsonl"
+        rel_meta = f"{split}/metadata.jsonl"
+        records: dict[int, dict] = {}
+        if not meta.is_file():
+            if n:
+                report.damage.append(Damage(rel_meta, "missing", f"metadata of split {split!r} is missing", split))
+        else:
+            report.files += 1
+            raw = meta.read_bytes()
+            altered = sums is not None and hashlib.sha256(raw).hexdigest() != sums.get(rel_meta)
+            lines = raw.split(b"\n")
+            if lines and lines[-1] == b"":
+                lines.pop()
+            bad_lines = []
+            for k, line in enumerate(lines):
+                try:
+                    rec = json.loads(line.decode("utf-8"))
+                    if not isinstance(rec, dict) or rec.get("index") != k or not isinstance(rec.get("file_name"), str):
+                        raise ValueError("not a record of this index")
+                    records[k] = rec
+                except (UnicodeDecodeError, ValueError):
+                    bad_lines.append(k)
+            if len(lines) != n:
+                report.damage.append(Damage(rel_meta, "truncated" if len(lines) < n else "altered",
+                                            f"{len(lines)} lines, the manifest records {n} samples", split))
+            for k in bad_lines:
+                report.damage.append(Damage(f"{rel_meta}:{k + 1}", "metadata", f"line {k + 1} is not the record of sample {k}", split, k))
+            if (altered or report.deep and sums is None) and not bad_lines:
+                if spec is None:
+                    from mosaic.records import spec_from_data
+
+                    spec = spec_from_data(man["spec"])
+                for k in _mismatched_lines(spec, split, records, bool(man.get("masks"))):
+                    report.damage.append(Damage(f"{rel_meta}:{k + 1}", "metadata", f"line {k + 1} differs from the record the spec "
+                                                f"gives sample {k}", split, k))
+                if altered and not any(d.split == split and d.problem == "metadata" for d in report.damage):
+                    report.damage.append(Damage(rel_meta, "altered", "its sha256 differs from the recorded one", split))
+        total = 0
+        for index in range(n):
+            rec = records.get(index) or {"file_name": f"images/{index:06d}.png",
+                                         **({"mask_file_name": f"masks/{index:06d}.png"} if man.get("masks") else {})}
+            for key in ("file_name", "mask_file_name"):
+                if not rec.get(key):
+                    continue
+                rel = f"{split}/{rec[key]}"
+                p = root / rel
+                report.files += 1
+                state = _png_state(p)
+                if state is not None:
+                    report.damage.append(Damage(rel, state[0], state[1], split, index))
+                    continue
+                total += p.stat().st_size
+                if report.deep and sums is not None and sha256_file(p) != sums.get(rel):
+                    report.damage.append(Damage(rel, "altered", "its sha256 differs from the recorded one", split, index))
+                elif report.deep and sums is None:
+                    try:
+                        from PIL import Image
+
+                        with Image.open(p) as im:
+                            im.load()
+                    except Exception as e:  # noqa: BLE001 - any decoder failure is damage
+                        report.damage.append(Damage(rel, "undecodable", f"{type(e).__name__}: {e}", split, index))
+        if split in recorded_bytes and not any(d.split == split and d.index is not None for d in report.damage) \
+                and total != recorded_bytes[split]:
+            if sums is not None and not report.deep:  # some file changed size without losing its trailer: find it
+                for index in range(n):
+                    rec = records.get(index, {})
+                    for key in ("file_name", "mask_file_name"):
+                        if rec.get(key):
+                            rel = f"{split}/{rec[key]}"
+                            if sha256_file(root / rel) != sums.get(rel):
+                                report.damage.append(Damage(rel, "altered", "its sha256 differs from the recorded one", split, index))
+            else:
+                report.damage.append(Damage(split, "altered", f"images hold {total} bytes, the manifest records {recorded_bytes[split]}", split))
+
+
+def _mismatched_lines(spec, split: str, records: dict[int, dict], masks: bool) -> list[int]:
+    from mosaic.dataset import sample_record
+
+    bad = []
+    for k, rec in sorted(records.items()):
+        want, _ = sample_record(spec, split, k)
+        if masks:
+            want["mask_file_name"] = f"masks/{k:06d}.png"
+        if json.loads(json.dumps(want, sort_keys=True)) != rec:
+            bad.append(k)
+    return bad
+
+
+# ------------------------------------------------------------------------------------------------
+# repair
+# ------------------------------------------------------------------------------------------------
+
+def expected_sample(spec, split: str, index: int, masks: bool, renderer: str = "pillow") -> tuple[dict, bytes, bytes | None]:
+    """The record, image PNG bytes and mask PNG bytes (or None) the generator writes for one sample
+    (the same functions as :mod:`mosaic.dataset`, so the bytes are identical)."""
+    from mosaic.dataset import png_bytes, sample_record
+    from renderers import get_renderer
+
+    rec, scene = sample_record(spec, split, index)
+    image, mask = get_renderer(renderer, supersample=spec.image.supersample).render_one(scene)
+    if masks:
+        rec["mask_file_name"] = f"masks/{index:06d}.png"
+    return rec, png_bytes(image), png_bytes(mask) if masks else None
+
+
+def repair(root: str | Path, report: VerifyReport, on_progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+    """Regenerate what ``report`` found damaged, byte-identically, then verify again.
+
+    Imagefolder: each damaged image or mask is rendered again from ``(spec, split, index)``;
+    a damaged ``metadata.jsonl`` is rewritten from the records the spec produces. Parquet: each
+    damaged shard is written again (:func:`mosaic.parquet.generate_parquet` resumes it).
+
+    Returns:
+        The report of a new check of the same depth as ``report``.
+    Raises:
+        DatasetError: the dataset cannot be repaired (incomplete, digests missing or altered,
+            or the rewritten bytes do not match the recorded digests: mosaic or a library that
+            determines the bytes changed since the dataset was made; the message says which).
+    """
+    root = Path(root)
+    man = read_manifest_checked(root)
+    if report.ok:
+        return report
+    if not report.repairable:
+        raise DatasetError(report.problems(), source=str(root))
+    from mosaic.records import spec_from_data
+
+    spec = spec_from_data(man["spec"])
+    if man.get("storage", "imagefolder") == "parquet":
+        return _repair_parquet(root, man, spec, report, on_progress)
+    if any(d.path == CHECKSUMS for d in report.damage):
+        raise DatasetError([(CHECKSUMS, "the recorded file digests are damaged, so damaged samples cannot be told apart: "
+                             f"regenerate with `mosaic generate SPEC --out {root} --overwrite`, or restore the file")], source=str(root))
+    sums = _read_checksums(root, man, VerifyReport(str(root), "imagefolder", True)) or {}
+    masks = bool(man.get("masks"))
+    renderer = man.get("renderer", {}).get("name", "pillow")
+    samples = sorted({(d.split, d.index) for d in report.damage if d.index is not None and d.problem != "metadata"})
+    meta_splits = sorted({d.split for d in report.damage if d.split and (d.problem == "metadata" or d.path.endswith("metadata.jsonl")
+                                                                            or d.index is None)})
+    total = len(samples) + len(meta_splits)
+    for k, (split, index) in enumerate(samples):
+        rec, img, mask = expected_sample(spec, split, index, masks, renderer)
+        for rel, data in ((f"{split}/{rec['file_name']}", img), (f"{split}/{rec.get('mask_file_name')}", mask)):
+            if data is None:
+                continue
+            if sums and hashlib.sha256(data).hexdigest() != sums.get(rel):
+                raise DatasetError([(rel, "regenerating it gives other bytes than the recorded digest: this mosaic "
+                                     f"(versions {_versions()}) differs from the one that made the dataset "
+                                     f"({man.get('versions')}); regenerate the dataset with --overwrite")], source=str(root))
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(root / rel, data)
+        if on_progress:
+            on_progress(k + 1, total)
+    for split in meta_splits:
+        from mosaic.dataset import sample_record
+
+        lines = []
+        for index in range(int(man["splits"][split]["count"])):
+            rec, _ = sample_record(spec, split, index)
+            if masks:
+                rec["mask_file_name"] = f"masks/{index:06d}.png"
+            lines.append(json.dumps(rec, sort_keys=True))
+        data = ("\n".join(lines) + "\n").encode() if lines else b""
+        rel = f"{split}/metadata.jsonl"
+        if sums and hashlib.sha256(data).hexdigest() != sums.get(rel):
+            raise DatasetError([(rel, "the records the spec gives differ from the recorded digest: this mosaic "
+                                 f"({_versions()}) differs from the one that made the dataset; regenerate it with --overwrite")],
+                               source=str(root))
+        atomic_write(root / rel, data)
+    return verify(root, deep=report.deep, manifest=man)  # rewritten bytes were checked against their digests above
+
+
+def _versions() -> dict:
+    from mosaic.records import package_versions
+
+    return package_versions()
+
+
+def _repair_parquet(root: Path, man: dict, spec, report: VerifyReport, on_progress) -> VerifyReport:
+    from mosaic.io import atomic_write_json
+    from mosaic.parquet import generate_parquet
+
+    names = {Path(d.path).name for d in report.damage}
+    for split, lst in man.get("shards", {}).items():
+        for k, s in enumerate(lst):
+            if s["name"] in names:
+                (root / ".mosaic" / "shards" / f"{split}-{k:05d}.json").unlink(missing_ok=True)
+                (root / "data" / s["name"]).unlink(missing_ok=True)
+    atomic_write_json(root / MANIFEST, {**man, "status": "incomplete"})
+    generate_parquet(spec, root, masks=bool(man.get("masks")), shard_bytes=man["parquet"]["shard_bytes"],
+                     renderer=man.get("renderer", {}).get("name", "pillow"), on_progress=on_progress)
+    new = read_manifest_checked(root)
+    for split, lst in man.get("shards", {}).items():
+        for old, cur in zip(lst, new.get("shards", {}).get(split, [])):
+            if old["name"] in names and old["sha256"] != cur["sha256"]:
+                raise DatasetError([(f"data/{old['name']}", "the regenerated shard differs from the recorded digest: this mosaic "
+                                     "differs from the one that made the dataset; regenerate it with --overwrite")], source=str(root))
+    return verify(root, deep=report.deep, manifest=new)
+
+
+def check_and_repair(root: str | Path, deep: bool = False, on_progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+    """What ``mosaic generate`` does on a finished dataset: a quick check (``deep``: a full one),
+    then :func:`repair` of whatever is damaged. Returns the first check's report (``damage`` lists
+    what was repaired).
+
+    Raises:
+        DatasetError: the damage cannot be repaired (see :func:`repair`).
+    """
+    report = verify(root, deep=deep)
+    if not report.ok:
+        after = repair(root, report, on_progress)
+        if not after.ok:
+            raise DatasetError(after.problems(), source=str(root))
+    return report

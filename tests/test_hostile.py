@@ -1,0 +1,545 @@
+"""Hostile input: every case must end in exit status 2, a message naming the field (or file), no
+traceback, and nothing written (issue 13). Table-driven cases plus hypothesis strategies that
+generate specs and configs with extreme values."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from mosaic.cli import app
+
+runner = CliRunner()
+
+SPEC = {
+    "name": "h",
+    "image": {"size": 32},
+    "concepts": {"color": {"values": ["red", "green", "blue"]}, "shape": {"values": ["circle", "square"]}},
+    "objects": [{"name": "o", "shape": {"concept": "shape"}, "color": {"concept": "color"}, "size": 0.4,
+                 "rotation": {"range": [0, 90]}}],
+    "splits": {"train": 12, "val": 2, "test": 2},
+}
+
+POSITION_SPEC = {
+    "name": "p",
+    "image": {"size": 32},
+    "concepts": {"position": {"angle_bins": {"n": 4, "width": 45, "gap": 45, "start": 0, "margin": 1.0}}},
+    "objects": [{"name": "target", "shape": "circle", "color": "red", "size": 0.2},
+                {"name": "reference", "shape": "square", "color": "blue", "size": 0.2}],
+    "positions": [{"target": "target", "reference": "reference", "concept": "position", "distance": [0.25, 0.4]}],
+    "relations": [],
+    "splits": {"train": 8, "val": 2, "test": 2},
+}
+
+
+def config(tmp_path, spec_path, **over):
+    cfg = {
+        "name": "hostile",
+        "out": str(tmp_path / "run"),
+        "dataset": {"spec": str(spec_path), "root": str(tmp_path / "data"), "workers": 1},
+        "model": {"backbone": "unet", "unet": {"block_out_channels": [8, 16], "cross_attention": [False, True], "heads": 2,
+                                              "norm_num_groups": 4}},
+        "training": {"steps": 2, "batch_size": 4, "device": "cpu", "checkpoint_every": 1, "val_every": 0},
+        "sampling": {"steps": 2, "n_per_combination": 1},
+        "evaluation": {"val_samples": 0, "select": "loss", "check_n": 0},
+    }
+    for k, v in over.items():
+        node = cfg
+        parts = k.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = v
+    return cfg
+
+
+def put(d: dict, path: str, value):
+    node = d
+    parts = path.split(".")
+    for p in parts[:-1]:
+        node = node[int(p)] if isinstance(node, list) else node.setdefault(p, {})
+    last = parts[-1]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return d
+
+
+def invoke(args):
+    r = runner.invoke(app, [str(a) for a in args])
+    out = r.output + (str(r.exception) if r.exception and not isinstance(r.exception, SystemExit) else "")
+    return r.exit_code, out, r
+
+
+def files_under(p):
+    return sorted(str(x.relative_to(p)) for x in p.rglob("*")) if p.exists() else []
+
+
+def assert_clean(code, out, needle, r=None):
+    assert code == 2, f"exit {code}: {out[-2000:]}"
+    assert "Traceback" not in out
+    assert r is None or r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    if needle:
+        needles = [needle] if isinstance(needle, str) else needle
+        assert any(n in out for n in needles), f"none of {needles} in: {out[-2000:]}"
+
+
+
+@pytest.fixture(autouse=True)
+def _time_limit():
+    """A case that is not refused may run on (e.g. training for 10**30 steps): fail it after 120 s."""
+    import signal as _signal
+
+    def boom(*_):
+        raise TimeoutError("ran past 120 s: the input was not refused and the command ran on")
+
+    old = _signal.signal(_signal.SIGALRM, boom)
+    _signal.alarm(120)
+    yield
+    _signal.alarm(0)
+    _signal.signal(_signal.SIGALRM, old)
+
+# ------------------------------------------------------------------------------------------------
+# 1. numbers in specs
+# ------------------------------------------------------------------------------------------------
+
+NAN, INF = float("nan"), float("inf")
+
+SPEC_NUMBER_CASES = [
+    # (base, path, value, field named)
+    (SPEC, "objects.0.rotation", {"range": [0, NAN]}, "objects[0].rotation"),
+    (SPEC, "objects.0.rotation", INF, "objects[0].rotation"),
+    (SPEC, "objects.0.rotation", -INF, "objects[0].rotation"),
+    (SPEC, "objects.0.size", NAN, "objects[0].size"),
+    (SPEC, "objects.0.size", {"choice": [0.2, INF]}, "objects[0].size"),
+    (SPEC, "concepts.color.distribution", {"kind": "weights", "weights": [1, NAN, 1]}, "concepts.color"),
+    (SPEC, "concepts.color.distribution", {"kind": "weights", "weights": [1, INF, 1]}, "concepts.color"),
+    (SPEC, "concepts.color.distribution", {"kind": "geometric", "ratio": INF}, "concepts.color"),
+    (SPEC, "concepts.color.distribution", {"kind": "zipf", "exponent": NAN}, "concepts.color"),
+    (SPEC, "concepts.color.distribution", {"kind": "zipf", "exponent": 1e308}, "concepts.color"),
+    (SPEC, "layout.min_gap", NAN, "layout.min_gap"),
+    (SPEC, "sizes", {"big": NAN}, "sizes"),
+    (SPEC, "colors", {"mine": [255, 0, NAN]}, "colors"),
+    (POSITION_SPEC, "positions.0.distance", [0.25, NAN], "positions[0].distance"),
+    (POSITION_SPEC, "positions.0.distance", [0.25, INF], "positions[0].distance"),
+    (POSITION_SPEC, "concepts.position.angle_bins.width", NAN, "concepts.position.angle_bins"),
+    (POSITION_SPEC, "concepts.position.angle_bins.start", INF, "concepts.position.angle_bins"),
+    (POSITION_SPEC, "concepts.position.angle_bins.margin", NAN, "concepts.position.angle_bins"),
+    # integers beyond what the code can represent, sizes beyond memory
+    (SPEC, "seed", 2**80, "seed"),
+    (SPEC, "seed", -1, "seed"),
+    (SPEC, "splits.train", 10**30, "splits.train"),
+    (SPEC, "splits.train", 10**12, "splits.train"),
+    (SPEC, "image.size", 10**6, "image.size"),
+    (SPEC, "image.size", 2**70, "image.size"),
+    (SPEC, "image.supersample", 10**5, "image.supersample"),
+    (SPEC, "layout.max_tries", 10**18, "layout.max_tries"),
+    (SPEC, "layout.max_restarts", 10**18, "layout.max_restarts"),
+    (SPEC, "objects.0.repeat", {"range": [1, 10**9]}, "objects[0].repeat"),
+]
+
+
+def _spec_case_id(c):
+    return f"{c[1]}={c[2]!r}"[:60]
+
+
+@pytest.mark.parametrize("base, path, value, field", SPEC_NUMBER_CASES, ids=[_spec_case_id(c) for c in SPEC_NUMBER_CASES])
+def test_spec_numbers_are_rejected_naming_the_field(tmp_path, base, path, value, field):
+    import copy
+
+    d = put(copy.deepcopy(base), path, value)
+    p = tmp_path / "spec.yaml"
+    p.write_text(yaml.safe_dump(d))
+    out = tmp_path / "ds"
+    code, text, r = invoke(["generate", p, "--out", out])
+    assert_clean(code, text, field, r)
+    assert not out.exists()
+
+
+def test_huge_domain_is_bounded_before_allocation(tmp_path):
+    d = {**SPEC, "concepts": {**SPEC["concepts"], "n": {"range": [1, 10**12]}},
+         "objects": [{**SPEC["objects"][0], "repeat": {"concept": "n"}}]}
+    p = tmp_path / "spec.yaml"
+    p.write_text(yaml.safe_dump(d))
+    code, text, r = invoke(["validate", p])
+    assert_clean(code, text, "concepts.n", r)
+
+
+def test_huge_combination_grid_is_bounded(tmp_path):
+    d = {**SPEC, "concepts": {"a": {"range": [1, 5000]}, "b": {"range": [1, 5000]}, "c": {"range": [1, 5000]}},
+         "objects": [{"name": "o", "shape": "circle", "color": "red", "size": 0.05, "repeat": {"concept": "a"}},
+                     {"name": "q", "shape": "square", "color": "blue", "size": 0.05, "repeat": {"concept": "b"}},
+                     {"name": "r", "shape": "star", "color": "green", "size": 0.05, "repeat": {"concept": "c"}}],
+         "holdout": {"concepts": ["a", "b", "c"], "rule": {"kind": "diagonal", "n": 1}}}
+    p = tmp_path / "spec.yaml"
+    p.write_text(yaml.safe_dump(d))
+    code, text, r = invoke(["validate", p])
+    assert_clean(code, text, ["holdout", "concepts"], r)
+
+
+# ------------------------------------------------------------------------------------------------
+# 1. numbers in configs and sweeps
+# ------------------------------------------------------------------------------------------------
+
+CONFIG_NUMBER_CASES = [
+    ("training.lr", NAN, "training.lr"),
+    ("training.lr", INF, "training.lr"),
+    ("training.lr", 0.0, "training.lr"),
+    ("training.betas", [0.9, 1.5], "training.betas"),
+    ("training.betas", [NAN, 0.9], "training.betas"),
+    ("training.betas", [-0.1, 0.9], "training.betas"),
+    ("training.betas", [0.9, 1.0], "training.betas"),
+    ("training.weight_decay", INF, "training.weight_decay"),
+    ("training.weight_decay", NAN, "training.weight_decay"),
+    ("training.eps", 0.0, "training.eps"),
+    ("training.eps", NAN, "training.eps"),
+    ("training.grad_clip", INF, "training.grad_clip"),
+    ("training.ema.power", INF, "training.ema.power"),
+    ("training.steps", 10**30, "training.steps"),
+    ("training.seed", 2**80, "training.seed"),
+    ("training.batch_size", 10**12, "training.batch_size"),
+    ("training.warmup_steps", 10**30, "training.warmup_steps"),
+    ("model.schedule.snr_gamma", NAN, "model.schedule.snr_gamma"),
+    ("model.schedule.snr_gamma", INF, "model.schedule.snr_gamma"),
+    ("model.cond_dropout", NAN, "model.cond_dropout"),
+    ("sampling.guidance", NAN, "sampling.guidance"),
+    ("sampling.guidance", INF, "sampling.guidance"),
+    ("sampling.seed", 2**80, "sampling.seed"),
+    ("sampling.n_per_combination", 10**12, "sampling.n_per_combination"),
+    ("model.cond_dim", 10**12, "model.cond_dim"),
+    ("model.unet.block_out_channels", [8, 10**12], "model.unet"),
+]
+
+
+@pytest.mark.parametrize("path, value, field", CONFIG_NUMBER_CASES, ids=[f"{c[0]}={c[1]!r}"[:60] for c in CONFIG_NUMBER_CASES])
+def test_config_numbers_are_rejected_naming_the_field(tmp_path, path, value, field):
+    sp = tmp_path / "spec.yaml"
+    sp.write_text(yaml.safe_dump(SPEC))
+    cp = tmp_path / "cfg.yaml"
+    cp.write_text(yaml.safe_dump(config(tmp_path, sp, **{path: value})))
+    code, text, r = invoke(["train", "diffusion", cp])
+    assert_clean(code, text, field, r)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
+
+
+def test_sweep_timeout_nan_is_rejected(tmp_path):
+    sp = tmp_path / "spec.yaml"
+    sp.write_text(yaml.safe_dump(SPEC))
+    cp = tmp_path / "cfg.yaml"
+    cp.write_text(yaml.safe_dump(config(tmp_path, sp)))
+    sw = tmp_path / "sweep.yaml"
+    sw.write_text(yaml.safe_dump({"name": "s", "kind": "diffusion", "config": str(cp), "timeout_s": NAN,
+                                  "grid": {"training.lr": [1e-3, NAN]}}))
+    code, text, r = invoke(["sweep", sw, "--out", tmp_path / "sw", "--dry-run"])
+    assert_clean(code, text, "timeout_s", r)
+    assert not (tmp_path / "sw").exists()
+
+
+def test_sweep_axis_value_nan_is_rejected_naming_the_trial(tmp_path):
+    sp = tmp_path / "spec.yaml"
+    sp.write_text(yaml.safe_dump(SPEC))
+    cp = tmp_path / "cfg.yaml"
+    cp.write_text(yaml.safe_dump(config(tmp_path, sp)))
+    sw = tmp_path / "sweep.yaml"
+    sw.write_text(yaml.safe_dump({"name": "s", "kind": "diffusion", "config": str(cp), "grid": {"training.lr": [1e-3, NAN]}}))
+    code, text, r = invoke(["sweep", sw, "--out", tmp_path / "sw"])
+    assert_clean(code, text, "training.lr", r)
+    assert not (tmp_path / "sw").exists()
+
+
+# hypothesis: extreme floats anywhere a spec or config takes a number
+
+EXTREME_FLOATS = st.sampled_from([NAN, INF, -INF, 1e308, -1e308, 5e-324, -0.0])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(path=st.sampled_from(["objects.0.size", "objects.0.rotation", "layout.min_gap", "image.supersample", "seed",
+                             "splits.train", "image.size", "layout.max_tries"]),
+       value=st.one_of(EXTREME_FLOATS, st.integers(min_value=2**40, max_value=2**200), st.integers(max_value=-1)))
+def test_hypothesis_extreme_spec_values_never_traceback(tmp_path, path, value):
+    import copy
+
+    from mosaic.errors import MosaicError
+    from mosaic.spec import parse_spec
+
+    d = put(copy.deepcopy(SPEC), path, value)
+    try:
+        s = parse_spec(d)
+    except MosaicError as e:
+        assert path.split(".")[0] in str(e)
+        return
+    # accepted: then it must be finite and within the stated bounds
+    sizes = s.split_sizes()
+    assert all(0 <= n <= 10**8 for n in sizes.values())
+    assert s.image.size <= 4096
+    assert not (isinstance(value, float) and not math.isfinite(value))
+
+
+@settings(max_examples=40, deadline=None)
+@given(path=st.sampled_from(["training.lr", "training.weight_decay", "training.betas.0", "training.betas.1", "training.grad_clip",
+                             "training.ema.decay", "training.ema.power", "sampling.guidance", "model.cond_dropout",
+                             "training.steps", "training.batch_size", "training.seed"]),
+       value=st.one_of(EXTREME_FLOATS, st.integers(min_value=2**63, max_value=2**200)))
+def test_hypothesis_extreme_config_values_never_traceback(path, value):
+    from mosaic.errors import ConfigError
+    from mosaic.lab.config import validate_config
+    from mosaic.lab.diffusion import DiffusionConfig
+
+    import pathlib
+    d = config(pathlib.Path("/nonexistent"), "spec.yaml")
+    d["training"]["betas"] = [0.9, 0.999]
+    put(d, path, value)
+    try:
+        validate_config(DiffusionConfig, d)
+    except ConfigError as e:
+        assert path.rsplit(".", 1)[0].split(".")[0] in str(e)
+        return
+    assert isinstance(value, float) and math.isfinite(value) and abs(value) < 1e300 or value == 0
+
+
+# ------------------------------------------------------------------------------------------------
+# 2. files
+# ------------------------------------------------------------------------------------------------
+
+BILLION_LAUGHS = """
+a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+name: *i
+"""
+
+
+@pytest.mark.parametrize("command", [["validate"], ["train", "diffusion"], ["sweep"], ["splits"]])
+@pytest.mark.parametrize("content, needle", [
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00", ["UTF-8", "binary"]),
+    ("name: caf\xe9\nobjects: []\n".encode("latin-1"), "UTF-8"),
+    (b"name: x\x00\x01\x02", ["binary", "UTF-8", "control"]),
+    (BILLION_LAUGHS.encode(), "alias"),
+], ids=["png", "latin1", "nul", "billion-laughs"])
+def test_unreadable_files_are_named(tmp_path, command, content, needle):
+    p = tmp_path / "bad.yaml"
+    p.write_bytes(content)
+    code, text, r = invoke(command + [p] + (["--out", tmp_path / "o"] if command == ["sweep"] else []))
+    assert_clean(code, text, needle, r)
+    assert "bad.yaml" in text
+    assert not (tmp_path / "o").exists()
+
+
+def test_billion_laughs_in_set_value(tmp_path):
+    p = tmp_path / "spec.yaml"
+    p.write_text(yaml.safe_dump(SPEC))
+    laughs = "[" + ",".join(["*x"] * 9) + "]"
+    value = "&x [" + ",".join(["lol"] * 9) + "]"
+    # a --set value is one YAML document: nest aliases inside it
+    doc = "{a: &a [l,l,l,l,l,l,l,l,l], b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a], c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b], " \
+          "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c], e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d], f: [*e,*e,*e,*e,*e,*e,*e,*e,*e]}"
+    del laughs, value
+    code, text, r = invoke(["validate", p, "--set", f"description={doc}"])
+    assert_clean(code, text, ["alias", "--set"], r)
+
+
+WRONG_KIND = [
+    (["validate"], "config", "training config"),
+    (["validate"], "sweep", "sweep"),
+    (["train", "diffusion"], "spec", "spec"),
+    (["train", "diffusion"], "sweep", "sweep"),
+    (["sweep"], "config", "training config"),
+    (["sweep"], "spec", "spec"),
+    (["splits"], "config", "training config"),
+]
+
+
+@pytest.mark.parametrize("command, kind, needle", WRONG_KIND, ids=[f"{' '.join(c[0])}<-{c[1]}" for c in WRONG_KIND])
+def test_wrong_kind_of_file_is_named(tmp_path, command, kind, needle):
+    sp = tmp_path / "spec.yaml"
+    sp.write_text(yaml.safe_dump(SPEC))
+    cp = tmp_path / "cfg.yaml"
+    cp.write_text(yaml.safe_dump(config(tmp_path, sp)))
+    sw = tmp_path / "sweep.yaml"
+    sw.write_text(yaml.safe_dump({"name": "s", "kind": "diffusion", "config": str(cp), "grid": {"training.lr": [1e-3]}}))
+    path = {"spec": sp, "config": cp, "sweep": sw}[kind]
+    code, text, r = invoke(command + [path] + (["--out", tmp_path / "o"] if command == ["sweep"] else []))
+    assert_clean(code, text, f"looks like a {needle}", r)
+    assert text.count("unknown field") <= 1, text
+
+
+# ------------------------------------------------------------------------------------------------
+# 3. validate before writing; names never escape their root
+# ------------------------------------------------------------------------------------------------
+
+def test_model_too_large_for_image_size_writes_nothing(tmp_path):
+    sp = tmp_path / "spec.yaml"
+    sp.write_text(yaml.safe_dump({**SPEC, "image": {"size": 8}}))
+    cp = tmp_path / "cfg.yaml"
+    cp.write_text(yaml.safe_dump(config(tmp_path, sp, **{"model.unet": {"block_out_channels": [8, 8, 8, 8, 8],
+                                                                        "cross_attention": [False] * 4 + [True],
+                                                                        "heads": 2, "norm_num_groups": 4}})))
+    code, text, r = invoke(["train", "diffusion", cp])
+    assert_clean(code, text, "model.unet", r)
+    assert not (tmp_path / "data").exists(), files_under(tmp_path / "data")
+    assert not (tmp_path / "run").exists()
+
+
+def test_dit_patch_not_tiling_writes_nothing(tmp_path):
+    sp = tmp_path / "spec.yaml"
+    sp.write_text(yaml.safe_dump(SPEC))
+    cp = tmp_path / "cfg.yaml"
+    cfg = config(tmp_path, sp, **{"model.backbone": "dit", "model.dit": {"patch_size": 5, "num_layers": 1, "heads": 2, "head_dim": 8}})
+    del cfg["model"]["unet"]
+    cp.write_text(yaml.safe_dump(cfg))
+    code, text, r = invoke(["train", "diffusion", cp])
+    assert_clean(code, text, "patch_size", r)
+    assert not (tmp_path / "data").exists(), files_under(tmp_path / "data")
+    assert not (tmp_path / "run").exists()
+
+
+def test_evaluator_dir_missing_writes_nothing(tmp_path):
+    sp = tmp_path / "spec.yaml"
+    sp.write_text(yaml.safe_dump(SPEC))
+    cp = tmp_path / "cfg.yaml"
+    cp.write_text(yaml.safe_dump(config(tmp_path, sp, **{"evaluation.evaluator": str(tmp_path / "nope")})))
+    code, text, r = invoke(["train", "diffusion", cp])
+    assert_clean(code, text, "evaluation.evaluator", r)
+    assert not (tmp_path / "data").exists() and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", "/abs", "..", ".", "x\x00y", "a\\b"])
+def test_config_name_cannot_leave_the_runs_root(tmp_path, name, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sp = tmp_path / "spec.yaml"
+    sp.write_text(yaml.safe_dump(SPEC))
+    cfg = config(tmp_path, sp, name=name)
+    del cfg["out"]
+    cp = tmp_path / "cfg.yaml"
+    cp.write_text(yaml.safe_dump(cfg))
+    code, text, r = invoke(["train", "diffusion", cp])
+    assert_clean(code, text, "name", r)
+    assert sorted(os.listdir(tmp_path)) == ["cfg.yaml", "spec.yaml"]
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", "/abs", "..", "x\x00y"])
+def test_spec_name_cannot_leave_the_dataset_root(tmp_path, name):
+    sp = tmp_path / "spec.yaml"
+    sp.write_text(yaml.safe_dump({**SPEC, "name": name}))
+    code, text, r = invoke(["validate", sp])
+    assert_clean(code, text, "name", r)
+
+
+@pytest.mark.parametrize("name", ["../../escape", "a/b", "/abs"])
+def test_sweep_name_cannot_leave_the_sweeps_root(tmp_path, name, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sp = tmp_path / "spec.yaml"
+    sp.write_text(yaml.safe_dump(SPEC))
+    cp = tmp_path / "cfg.yaml"
+    cp.write_text(yaml.safe_dump(config(tmp_path, sp)))
+    sw = tmp_path / "sweep.yaml"
+    sw.write_text(yaml.safe_dump({"name": name, "kind": "diffusion", "config": str(cp), "grid": {"training.lr": [1e-3]}}))
+    code, text, r = invoke(["sweep", sw, "--dry-run"])
+    assert_clean(code, text, "name", r)
+
+
+# ------------------------------------------------------------------------------------------------
+# 7. sweeps: options validated before writing; --set merges
+# ------------------------------------------------------------------------------------------------
+
+def _sweep(tmp_path, **extra):
+    sp = tmp_path / "spec.yaml"
+    sp.write_text(yaml.safe_dump(SPEC))
+    cp = tmp_path / "cfg.yaml"
+    cp.write_text(yaml.safe_dump(config(tmp_path, sp)))
+    sw = tmp_path / "sweep.yaml"
+    sw.write_text(yaml.safe_dump({"name": "s", "kind": "diffusion", "config": str(cp),
+                                  "set": {"training.steps": 3, "training.batch_size": 2, "training.lr": 0.01},
+                                  "grid": {"training.warmup_steps": [0]}, **extra}))
+    return sw
+
+
+@pytest.mark.parametrize("opts, needle", [
+    (["--backend", "slurm"], "--backend"),
+    (["--backend", "local", "--address", "auto"], "--address"),
+])
+def test_sweep_options_are_checked_before_writing(tmp_path, opts, needle):
+    sw = _sweep(tmp_path)
+    code, text, r = invoke(["sweep", sw, "--out", tmp_path / "sw"] + opts)
+    assert_clean(code, text, needle, r)
+    assert not (tmp_path / "sw").exists() and not (tmp_path / "data").exists()
+
+
+def test_sweep_set_merges_into_nested_set(tmp_path):
+    from mosaic.sweep import expand, load_sweep, trial_config
+
+    sw = _sweep(tmp_path)
+    s = load_sweep(sw, ["set.training.steps=5"])
+    raw = trial_config(s, expand(s)[0])
+    assert raw["training"]["steps"] == 5
+    assert raw["training"]["batch_size"] == 2 and raw["training"]["lr"] == 0.01 and raw["training"]["device"] == "cpu"
+
+
+def test_sweep_set_merges_into_nested_mapping_form(tmp_path):
+    from mosaic.sweep import expand, load_sweep, trial_config
+
+    sw = _sweep(tmp_path)
+    d = yaml.safe_load(sw.read_text())
+    d["set"] = {"training": {"steps": 3, "batch_size": 2}}
+    sw.write_text(yaml.safe_dump(d))
+    s = load_sweep(sw, ["set.training.steps=5"])
+    raw = trial_config(s, expand(s)[0])
+    assert raw["training"]["steps"] == 5 and raw["training"]["batch_size"] == 2
+    assert raw["training"]["device"] == "cpu" and raw["training"]["checkpoint_every"] == 1  # the config's own keys stay
+
+
+def test_sweep_grid_keys_with_dots_are_addressable(tmp_path):
+    from mosaic.sweep import expand, load_sweep
+
+    sw = _sweep(tmp_path)
+    s = load_sweep(sw, ["grid.training.warmup_steps=[0, 1]", "grid.spec.holdout.rule.n=[1]"])
+    assert s.grid["training.warmup_steps"] == [0, 1] and s.grid["spec.holdout.rule.n"] == [1]
+    assert len(expand(s)) == 2
+
+
+# ------------------------------------------------------------------------------------------------
+# 6. honest measurement
+# ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small_dataset(tmp_path_factory):
+    from mosaic.dataset import generate
+    from mosaic.spec import parse_spec
+
+    root = tmp_path_factory.mktemp("hostile") / "ds"
+    generate(parse_spec({**SPEC, "splits": {"train": 6, "val": 2, "test": 6}}), root)
+    return root
+
+
+def test_evaluate_refuses_a_spec_that_cannot_read_an_intended_concept(tmp_path, small_dataset):
+    only_color = {**SPEC, "concepts": {"color": SPEC["concepts"]["color"]},
+                  "objects": [{**SPEC["objects"][0], "shape": "circle"}]}
+    p = tmp_path / "color_only.yaml"
+    p.write_text(yaml.safe_dump(only_color))
+    code, text, r = invoke(["evaluate", small_dataset / "test", "--spec", p, "--out", tmp_path / "ev", "--check-n", "0"])
+    assert_clean(code, text, "cannot read concept(s) 'shape'", r)
+    assert not (tmp_path / "ev").exists()
+
+
+def test_evaluate_refuses_images_of_a_dataset_with_other_domains(tmp_path, small_dataset):
+    wider = {**SPEC, "concepts": {**SPEC["concepts"], "color": {"values": ["red", "green", "blue", "yellow"]}}}
+    p = tmp_path / "wider.yaml"
+    p.write_text(yaml.safe_dump(wider))
+    code, text, r = invoke(["evaluate", small_dataset / "test", "--spec", p, "--out", tmp_path / "ev", "--check-n", "0"])
+    assert_clean(code, text, "concept 'color' has values", r)
+    assert not (tmp_path / "ev").exists()
+    # the dataset's own spec is accepted
+    code, text, r = invoke(["evaluate", small_dataset / "test", "--spec", small_dataset, "--out", tmp_path / "ok", "--check-n", "0"])
+    assert code == 0, text
