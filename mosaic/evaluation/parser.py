@@ -70,7 +70,7 @@ _SPECK_MIN_PX = 4.0  # dropped specks of at least this area (px² of a 64 px ima
 #: any measure below its threshold is ``unreadable``. Calibrated with
 #: :func:`mosaic.evaluation.quality.calibrate_abstention` on mild and strong degraded renders of
 #: the shipped specs (see the README, "Abstention"); a clean render scores about 1 on each.
-ABSTAIN_THRESHOLDS: dict[str, float] = {"iou": 0.9, "fragments": 0.85, "area": 0.45}
+ABSTAIN_THRESHOLDS: dict[str, float] = {"iou": 0.81, "fragments": 0.85, "area": 0.45}
 _MEASURE_TEXT = {"iou": "shape match (soft IoU)", "fragments": "share of the object in one region", "area": "area against the spec's size"}
 
 
@@ -307,11 +307,14 @@ class SceneParser:
         a = alpha / level
         sm = _MATCH_SMOOTH
         a = np.clip(ndimage.gaussian_filter(a, sm, mode="constant"), 0.0, 1.0)
+
+        def iou_at(cv, b):
+            c = ndimage.gaussian_filter(cv, b * side / 64.0, mode="constant") if b else cv
+            return _soft_iou(a, np.clip(ndimage.gaussian_filter(np.where(domain, c, 0.0), sm, mode="constant"), 0.0, 1.0))
+
         best = 0.0
         for b in self._blurs:  # sharp to blurred; the IoU rises to the image's blur, then falls: stop there
-            c = ndimage.gaussian_filter(cov, b * side / 64.0, mode="constant") if b else cov
-            c = np.clip(ndimage.gaussian_filter(np.where(domain, c, 0.0), sm, mode="constant"), 0.0, 1.0)
-            iou = _soft_iou(a, c)
+            iou = iou_at(cov, b)
             if iou < best:
                 break
             best = iou
