@@ -324,16 +324,20 @@ def _generate_parquet_locked(spec, out, workers, overwrite, masks, shard_bytes, 
                              sizes) -> dict:
     from mosaic.executors import make_executor
 
-    existing = check_out_dir(out, spec, masks, overwrite, "parquet")
-    if existing is not None and existing.get("status") == "complete":
-        from mosaic.verify import check_and_repair
+    from mosaic.verify import check_repaired_shards, mark_shards_for_regeneration
+    from mosaic.verify import verify as verify_dataset
 
-        report = check_and_repair(out, deep=verify, on_progress=None)
-        if on_progress:
-            on_progress(sum(sizes.values()), sum(sizes.values()))
-        if not report.ok:
-            return {**read_manifest(out), "repaired": [d.path for d in report.damage]}
-        return existing
+    existing = check_out_dir(out, spec, masks, overwrite, "parquet")
+    repaired: list[str] = []
+    if existing is not None and existing.get("status") == "complete":
+        report = verify_dataset(out, deep=verify, manifest=existing)  # quick check (verify: every shard's sha256)
+        if report.ok:
+            if on_progress:
+                on_progress(sum(sizes.values()), sum(sizes.values()))
+            return existing
+        repaired = [d.path for d in report.damage]
+        mark_shards_for_regeneration(out, report)  # then resume below: exactly those shards are written again
+        existing = read_manifest(out)
     if existing is not None:
         was = existing.get("parquet", {}).get("shard_bytes")
         if was != int(shard_bytes):
@@ -356,7 +360,11 @@ def _generate_parquet_locked(spec, out, workers, overwrite, masks, shard_bytes, 
             raise
         raise DatasetError(f"generation stopped: {e}. Rerun the same command to resume.") from e
     executor.close()
-    return finalize_parquet(spec, out, masks, renderer, plan, shard_bytes)
+    man = finalize_parquet(spec, out, masks, renderer, plan, shard_bytes)
+    if existing is not None and existing.get("repairing"):
+        check_repaired_shards(out, existing)
+        return {**man, "repaired": repaired or existing["repairing"]["shards"]}
+    return man
 
 
 def finalize_parquet(spec: Spec, out: Path, masks: bool, renderer: str, plan: dict, shard_bytes: int) -> dict:
@@ -417,29 +425,11 @@ def verify_parquet(out: str | Path, manifest: dict | None = None, deep: bool = F
     Raises:
         DatasetError: listing every missing or damaged shard by name (``data/<name>``).
     """
+    from mosaic.verify import check_shards
+
     out = Path(out)
     man = manifest or read_manifest(out)
-    problems = []
-    for split, lst in man.get("shards", {}).items():
-        for s in lst:
-            p = out / "data" / s["name"]
-            where = f"data/{s['name']}"
-            if not p.is_file():
-                problems.append((where, "shard is missing"))
-                continue
-            size = p.stat().st_size
-            if size != s["bytes"]:
-                problems.append((where, f"shard is damaged: {size} bytes, the manifest records {s['bytes']}"))
-                continue
-            try:
-                rows = pq.ParquetFile(p).metadata.num_rows
-            except Exception as e:  # noqa: BLE001 - any unreadable footer is damage
-                problems.append((where, f"shard is damaged: {e}"))
-                continue
-            if rows != s["rows"]:
-                problems.append((where, f"shard is damaged: {rows} rows, the manifest records {s['rows']}"))
-            elif deep and _sha256(p) != s["sha256"]:
-                problems.append((where, "shard is damaged: its sha256 differs from the manifest's"))
+    problems = check_shards(out, man, deep)  # the one shard check (mosaic.verify), shared with `mosaic verify`
     if problems:
         problems.append(("", f"regenerate the dataset (`mosaic generate ... --format parquet --out {out} --overwrite`) or restore the shards"))
         raise DatasetError(problems, source=str(out))

@@ -165,12 +165,14 @@ def _read_checksums(root: Path, man: dict, report: VerifyReport) -> dict[str, st
 # verify
 # ------------------------------------------------------------------------------------------------
 
-def verify(root: str | Path, deep: bool = False, manifest: dict | None = None) -> VerifyReport:
+def verify(root: str | Path, deep: bool = False, manifest: dict | None = None, sample_fn=None) -> VerifyReport:
     """Check the dataset at ``root`` against its manifest (see the module docstring).
 
     Args:
         deep: also compare every file's sha256 (and, without recorded digests, every metadata line
             with the record the spec produces).
+        sample_fn: ``(spec, split, index) -> (record, scene)`` of the generator that wrote the
+            dataset (default :func:`mosaic.records.sample_record`).
     Returns:
         A :class:`VerifyReport` listing each missing, truncated, undecodable or altered file and each
         metadata line that does not match.
@@ -189,22 +191,45 @@ def verify(root: str | Path, deep: bool = False, manifest: dict | None = None) -
     if storage == "parquet":
         _verify_parquet(root, man, report)
     else:
-        _verify_imagefolder(root, man, report)
+        _verify_imagefolder(root, man, report, sample_fn)
     return report
 
 
-def _verify_parquet(root: Path, man: dict, report: VerifyReport) -> None:
-    from mosaic.parquet import verify_parquet
+def check_shards(root: Path, man: dict, deep: bool = False) -> list[tuple[str, str]]:
+    """``(data/<shard>, message)`` for each shard a Parquet manifest lists that is missing, of
+    another size, has an unreadable footer or another row count, or (``deep``) another sha256."""
+    import pyarrow.parquet as pq
 
-    report.files = sum(len(v) for v in man.get("shards", {}).values())
-    try:
-        verify_parquet(root, man, deep=report.deep)
-    except DatasetError as e:
-        for path, msg in e.problems:
-            if not path:
+    problems = []
+    for split, lst in man.get("shards", {}).items():
+        for s in lst:
+            p = root / "data" / s["name"]
+            where = f"data/{s['name']}"
+            if not p.is_file():
+                problems.append((where, "shard is missing"))
                 continue
-            problem = "missing" if "missing" in msg else ("altered" if "sha256" in msg else "truncated" if "bytes" in msg else "undecodable")
-            report.damage.append(Damage(path, problem, msg))
+            size = p.stat().st_size
+            if size != s["bytes"]:
+                problems.append((where, f"shard is damaged: {size} bytes, the manifest records {s['bytes']}"))
+                continue
+            try:
+                rows = pq.ParquetFile(p).metadata.num_rows
+            except Exception as e:  # noqa: BLE001 - any unreadable footer is damage
+                problems.append((where, f"shard is damaged: {e}"))
+                continue
+            if rows != s["rows"]:
+                problems.append((where, f"shard is damaged: {rows} rows, the manifest records {s['rows']}"))
+            elif deep and sha256_file(p) != s["sha256"]:
+                problems.append((where, "shard is damaged: its sha256 differs from the manifest's"))
+    return problems
+
+
+def _verify_parquet(root: Path, man: dict, report: VerifyReport) -> None:
+    report.files = sum(len(v) for v in man.get("shards", {}).values())
+    for path, msg in check_shards(root, man, report.deep):
+        problem = ("missing" if "missing" in msg else "altered" if "sha256" in msg else "truncated" if "bytes" in msg
+                   else "undecodable")
+        report.damage.append(Damage(path, problem, msg))
 
 
 def _png_state(p: Path) -> tuple[str, str] | None:
@@ -228,7 +253,7 @@ def _png_state(p: Path) -> tuple[str, str] | None:
     return None
 
 
-def _verify_imagefolder(root: Path, man: dict, report: VerifyReport) -> None:
+def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=None) -> None:
     sums = _read_checksums(root, man, report)
     recorded_bytes = (man.get("checksums") or {}).get("bytes", {})
     spec = None
@@ -266,7 +291,7 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport) -> None:
                     from mosaic.records import spec_from_data
 
                     spec = spec_from_data(man["spec"])
-                for k in _mismatched_lines(spec, split, records, bool(man.get("masks"))):
+                for k in _mismatched_lines(spec, split, records, bool(man.get("masks")), sample_fn):
                     report.damage.append(Damage(f"{rel_meta}:{k + 1}", "metadata", f"line {k + 1} differs from the record the spec "
                                                 f"gives sample {k}", split, k))
                 if altered and not any(d.split == split and d.problem == "metadata" for d in report.damage):
@@ -310,12 +335,13 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport) -> None:
                 report.damage.append(Damage(split, "altered", f"images hold {total} bytes, the manifest records {recorded_bytes[split]}", split))
 
 
-def _mismatched_lines(spec, split: str, records: dict[int, dict], masks: bool) -> list[int]:
-    from mosaic.dataset import sample_record
+def _mismatched_lines(spec, split: str, records: dict[int, dict], masks: bool, sample_fn=None) -> list[int]:
+    from mosaic.records import sample_record
 
+    sample_fn = sample_fn or sample_record
     bad = []
     for k, rec in sorted(records.items()):
-        want, _ = sample_record(spec, split, k)
+        want, _ = sample_fn(spec, split, k)
         if masks:
             want["mask_file_name"] = f"masks/{k:06d}.png"
         if json.loads(json.dumps(want, sort_keys=True)) != rec:
@@ -327,44 +353,49 @@ def _mismatched_lines(spec, split: str, records: dict[int, dict], masks: bool) -
 # repair
 # ------------------------------------------------------------------------------------------------
 
-def expected_sample(spec, split: str, index: int, masks: bool, renderer: str = "pillow") -> tuple[dict, bytes, bytes | None]:
-    """The record, image PNG bytes and mask PNG bytes (or None) the generator writes for one sample
-    (the same functions as :mod:`mosaic.dataset`, so the bytes are identical)."""
-    from mosaic.dataset import png_bytes, sample_record
+def expected_sample(spec, split: str, index: int, masks: bool, renderer: str = "pillow", sample_fn=None,
+                    png_fn=None) -> tuple[dict, bytes, bytes | None]:
+    """The record, image PNG bytes and mask PNG bytes (or None) the generator writes for one sample.
+
+    ``sample_fn`` / ``png_fn``: the record and PNG functions of the generator that wrote the
+    dataset (default :func:`mosaic.records.sample_record` / :func:`mosaic.records.png_bytes`), so
+    the bytes are identical."""
+    from mosaic.records import png_bytes, sample_record
     from renderers import get_renderer
 
-    rec, scene = sample_record(spec, split, index)
+    sample_fn, png_fn = sample_fn or sample_record, png_fn or png_bytes
+    rec, scene = sample_fn(spec, split, index)
     image, mask = get_renderer(renderer, supersample=spec.image.supersample).render_one(scene)
     if masks:
         rec["mask_file_name"] = f"masks/{index:06d}.png"
-    return rec, png_bytes(image), png_bytes(mask) if masks else None
+    return rec, png_fn(image), png_fn(mask) if masks else None
 
 
-def repair(root: str | Path, report: VerifyReport, on_progress: Callable[[int, int], None] | None = None) -> VerifyReport:
-    """Regenerate what ``report`` found damaged, byte-identically, then verify again.
+def repair(root: str | Path, report: VerifyReport, sample_fn=None, png_fn=None,
+           on_progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+    """Regenerate, byte-identically, what ``report`` found damaged in an imagefolder dataset, then
+    check again (same depth).
 
-    Imagefolder: each damaged image or mask is rendered again from ``(spec, split, index)``;
-    a damaged ``metadata.jsonl`` is rewritten from the records the spec produces. Parquet: each
-    damaged shard is written again (:func:`mosaic.parquet.generate_parquet` resumes it).
+    Each damaged image or mask is rendered again from ``(spec, split, index)``; a damaged
+    ``metadata.jsonl`` is rewritten from the records the spec produces. ``sample_fn`` / ``png_fn``:
+    as :func:`expected_sample`. (Parquet: :func:`mark_shards_for_regeneration`, then the generator
+    resumes.)
 
-    Returns:
-        The report of a new check of the same depth as ``report``.
     Raises:
-        DatasetError: the dataset cannot be repaired (incomplete, digests missing or altered,
-            or the rewritten bytes do not match the recorded digests: mosaic or a library that
-            determines the bytes changed since the dataset was made; the message says which).
+        DatasetError: the dataset cannot be repaired (incomplete, digests missing or altered, or the
+            rewritten bytes do not match the recorded digests: mosaic or a library that determines the
+            bytes changed since the dataset was made; the message says which).
     """
     root = Path(root)
     man = read_manifest_checked(root)
     if report.ok:
         return report
-    if not report.repairable:
+    if not report.repairable or man.get("storage", "imagefolder") != "imagefolder":
         raise DatasetError(report.problems(), source=str(root))
-    from mosaic.records import spec_from_data
+    from mosaic.records import sample_record, spec_from_data
 
     spec = spec_from_data(man["spec"])
-    if man.get("storage", "imagefolder") == "parquet":
-        return _repair_parquet(root, man, spec, report, on_progress)
+    sample_fn = sample_fn or sample_record
     if any(d.path == CHECKSUMS for d in report.damage):
         raise DatasetError([(CHECKSUMS, "the recorded file digests are damaged, so damaged samples cannot be told apart: "
                              f"regenerate with `mosaic generate SPEC --out {root} --overwrite`, or restore the file")], source=str(root))
@@ -376,7 +407,7 @@ def repair(root: str | Path, report: VerifyReport, on_progress: Callable[[int, i
                                                                             or d.index is None)})
     total = len(samples) + len(meta_splits)
     for k, (split, index) in enumerate(samples):
-        rec, img, mask = expected_sample(spec, split, index, masks, renderer)
+        rec, img, mask = expected_sample(spec, split, index, masks, renderer, sample_fn, png_fn)
         for rel, data in ((f"{split}/{rec['file_name']}", img), (f"{split}/{rec.get('mask_file_name')}", mask)):
             if data is None:
                 continue
@@ -389,11 +420,9 @@ def repair(root: str | Path, report: VerifyReport, on_progress: Callable[[int, i
         if on_progress:
             on_progress(k + 1, total)
     for split in meta_splits:
-        from mosaic.dataset import sample_record
-
         lines = []
         for index in range(int(man["splits"][split]["count"])):
-            rec, _ = sample_record(spec, split, index)
+            rec, _ = sample_fn(spec, split, index)
             if masks:
                 rec["mask_file_name"] = f"masks/{index:06d}.png"
             lines.append(json.dumps(rec, sort_keys=True))
@@ -404,7 +433,7 @@ def repair(root: str | Path, report: VerifyReport, on_progress: Callable[[int, i
                                  f"({_versions()}) differs from the one that made the dataset; regenerate it with --overwrite")],
                                source=str(root))
         atomic_write(root / rel, data)
-    return verify(root, deep=report.deep, manifest=man)  # rewritten bytes were checked against their digests above
+    return verify(root, deep=report.deep, manifest=man, sample_fn=sample_fn)  # rewritten bytes were checked above
 
 
 def _versions() -> dict:
@@ -413,39 +442,54 @@ def _versions() -> dict:
     return package_versions()
 
 
-def _repair_parquet(root: Path, man: dict, spec, report: VerifyReport, on_progress) -> VerifyReport:
+def mark_shards_for_regeneration(root: str | Path, report: VerifyReport) -> list[str]:
+    """For a Parquet dataset: delete each damaged shard and its finished-shard record and mark the
+    manifest ``incomplete``, so that :func:`mosaic.parquet.generate_parquet` (which resumes) writes
+    exactly those shards again, byte-identically. Returns the shard names."""
     from mosaic.io import atomic_write_json
-    from mosaic.parquet import generate_parquet
 
+    root = Path(root)
+    man = read_manifest_checked(root)
     names = {Path(d.path).name for d in report.damage}
+    hit = []
     for split, lst in man.get("shards", {}).items():
         for k, s in enumerate(lst):
             if s["name"] in names:
                 (root / ".mosaic" / "shards" / f"{split}-{k:05d}.json").unlink(missing_ok=True)
                 (root / "data" / s["name"]).unlink(missing_ok=True)
-    atomic_write_json(root / MANIFEST, {**man, "status": "incomplete"})
-    generate_parquet(spec, root, masks=bool(man.get("masks")), shard_bytes=man["parquet"]["shard_bytes"],
-                     renderer=man.get("renderer", {}).get("name", "pillow"), on_progress=on_progress)
-    new = read_manifest_checked(root)
-    for split, lst in man.get("shards", {}).items():
-        for old, cur in zip(lst, new.get("shards", {}).get(split, [])):
-            if old["name"] in names and old["sha256"] != cur["sha256"]:
-                raise DatasetError([(f"data/{old['name']}", "the regenerated shard differs from the recorded digest: this mosaic "
-                                     "differs from the one that made the dataset; regenerate it with --overwrite")], source=str(root))
-    return verify(root, deep=report.deep, manifest=new)
+                hit.append(s["name"])
+    atomic_write_json(root / MANIFEST, {**man, "status": "incomplete", "repairing": {"shards": hit, "was": man.get("shards")}})
+    return hit
 
 
-def check_and_repair(root: str | Path, deep: bool = False, on_progress: Callable[[int, int], None] | None = None) -> VerifyReport:
-    """What ``mosaic generate`` does on a finished dataset: a quick check (``deep``: a full one),
-    then :func:`repair` of whatever is damaged. Returns the first check's report (``damage`` lists
-    what was repaired).
+def check_repaired_shards(root: str | Path, man: dict) -> None:
+    """After a Parquet repair: every rewritten shard must have its recorded sha256.
+
+    Raises:
+        DatasetError: a regenerated shard differs (another mosaic or library made the dataset)."""
+    was = (man.get("repairing") or {}).get("was") or {}
+    names = set((man.get("repairing") or {}).get("shards") or [])
+    root = Path(root)
+    for split, lst in was.items():
+        for s in lst:
+            if s["name"] in names and sha256_file(root / "data" / s["name"]) != s["sha256"]:
+                raise DatasetError([(f"data/{s['name']}", "the regenerated shard differs from the recorded digest: this mosaic "
+                                     f"({_versions()}) differs from the one that made the dataset; regenerate it with --overwrite")],
+                                   source=str(root))
+
+
+def check_and_repair(root: str | Path, deep: bool = False, sample_fn=None, png_fn=None,
+                     on_progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+    """What ``mosaic generate`` does on a finished imagefolder dataset: a quick check (``deep``: a
+    full one), then :func:`repair` of whatever is damaged. Returns the first check's report
+    (``damage`` lists what was repaired).
 
     Raises:
         DatasetError: the damage cannot be repaired (see :func:`repair`).
     """
-    report = verify(root, deep=deep)
+    report = verify(root, deep=deep, sample_fn=sample_fn)
     if not report.ok:
-        after = repair(root, report, on_progress)
+        after = repair(root, report, sample_fn, png_fn, on_progress)
         if not after.ok:
             raise DatasetError(after.problems(), source=str(root))
     return report

@@ -21,13 +21,14 @@ def verify(
     """Check every file of a dataset against the digests its manifest records: reports each missing,
     truncated, undecodable or altered file and each metadata line that does not match. Exit status 0
     when whole, 1 when damaged (fix it with --repair or by rerunning `mosaic generate`), 2 for bad input."""
-    from mosaic.verify import repair as do_repair
+    from mosaic.dataset import sample_record
+    from mosaic.repair import repair_dataset
     from mosaic.verify import verify as do_verify
 
     try:
-        report = do_verify(dataset, deep=not quick)
+        report = do_verify(dataset, deep=not quick, sample_fn=sample_record)
         if repair and not report.ok:
-            after = do_repair(dataset, report)
+            after = repair_dataset(dataset, report)
             if after.ok:
                 console.print(f"[green]repaired[/] {dataset}: {len(report.damage)} damaged file(s) or line(s) regenerated, byte-identical")
                 return
