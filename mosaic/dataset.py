@@ -70,9 +70,14 @@ def read_manifest(root: str | Path) -> dict:
     if not path.is_file():
         raise DatasetError(f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with `mosaic generate SPEC --out {root}`)")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise DatasetError(f"{path} is not valid JSON ({e}); regenerate the dataset with --overwrite") from None
+        man = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:  # not UTF-8, not JSON (truncated, overwritten)
+        raise DatasetError(f"{path} is damaged ({type(e).__name__}: {str(e)[:120]}): restore it from a copy, or regenerate the "
+                           f"dataset with `mosaic generate SPEC --out {root} --overwrite`") from None
+    if not isinstance(man, dict):
+        raise DatasetError(f"{path} is damaged (not a mapping): restore it from a copy, or regenerate the dataset with "
+                           f"`mosaic generate SPEC --out {root} --overwrite`")
+    return man
 
 
 def read_metadata(root: str | Path, split: str) -> list[dict]:
@@ -206,8 +211,16 @@ def generate(
     shard_size: int = DEFAULT_SHARD_SIZE,
     renderer: str = "pillow",
     on_progress: Callable[[int, int], None] | None = None,
+    verify: bool = False,
 ) -> dict:
     """Generate the dataset of ``spec`` into ``out``; resume an interrupted run of the same spec.
+
+    On a finished dataset it runs a quick check (counts, presence, PNG trailers, sizes; ``verify``:
+    every file's sha256) and regenerates exactly the damaged samples, byte-identically
+    (:func:`mosaic.verify.check_and_repair`); the returned manifest then lists them under
+    ``repaired`` (not written to disk). The folder is locked while this runs
+    (:class:`mosaic.locks.FolderLock`): a second process generating into it, or ``--overwrite``-ing
+    it, stops with an error naming this one; worker processes end with this one.
 
     Args:
         workers: processes (1 = in this process). The output does not depend on it.
@@ -226,15 +239,30 @@ def generate(
     for split, n in sizes.items():
         for i in range(min(n, 4)):
             sample_record(spec, split, i)
+    from mosaic.locks import FolderLock
+
+    with FolderLock(out, DatasetError, "dataset"):
+        return _generate_locked(spec, out, workers, overwrite, masks, shard_size, renderer, on_progress, verify, sizes)
+
+
+def _generate_locked(spec, out, workers, overwrite, masks, shard_size, renderer, on_progress, verify, sizes) -> dict:
     existing = _check_out_dir(out, spec, masks, overwrite)
     if existing is not None and existing.get("status") == "complete":
+        from mosaic.verify import check_and_repair
+
+        report = check_and_repair(out, deep=verify, sample_fn=sample_record, png_fn=png_bytes)
         if on_progress:
             total = sum(sizes.values())
             on_progress(total, total)
+        if not report.ok:
+            return {**read_manifest(out), "repaired": [d.path for d in report.damage]}
         return existing
 
     parts = out / ".mosaic" / "parts"
-    parts.mkdir(parents=True, exist_ok=True)
+    try:
+        parts.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DatasetError([("--out", f"cannot write {out}: {e.strerror}; give a writable folder")]) from None
     for split in sizes:
         (out / split / "images").mkdir(parents=True, exist_ok=True)
         if masks:
@@ -261,7 +289,10 @@ def generate(
                 if on_progress:
                     on_progress(done, total)
         else:
-            with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+            from mosaic.locks import die_with_parent
+
+            # workers end with this process, even when it is killed with SIGKILL (no orphans)
+            with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=die_with_parent) as pool:
                 futures = {pool.submit(render_shard, *a) for a in args}
                 while futures:
                     finished, futures = wait(futures, return_when=FIRST_EXCEPTION)
@@ -299,6 +330,9 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow") -> di
         atomic_write_json(out / MANIFEST, man)
         failed = [k for k, c in man["leak_check"]["checks"].items() if not c["passed"]]
         raise DatasetError(f"the generated dataset at {out} failed its leak check ({', '.join(failed)}); see manifest.json")
+    from mosaic.verify import write_checksums
+
+    man["checksums"] = write_checksums(out, by_split)  # every file read back and digested (mosaic verify)
     man["status"] = "complete"
     atomic_write_json(out / MANIFEST, man)
     return man

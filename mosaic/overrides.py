@@ -15,24 +15,97 @@ import yaml
 
 ErrorFactory = Callable[[str, str], Exception]
 
+#: bounds on what a YAML document may expand to (specs, configs, sweeps and --set values alike)
+MAX_YAML_BYTES = 16 * 2**20
+MAX_YAML_VALUES = 250_000
+
+
+def yaml_size(data: Any, limit: int = MAX_YAML_VALUES) -> int:
+    """The number of values ``data`` holds once every YAML alias is expanded (a shared sub-tree
+    counts once per reference), computed without expanding anything.
+
+    Raises:
+        ValueError: a recursive alias (a value that contains itself), or more than ``limit`` values.
+    """
+    memo: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(x) -> int:
+        if not isinstance(x, (dict, list)):
+            return 1
+        key = id(x)
+        if key in memo:
+            return memo[key]
+        if key in active:
+            raise ValueError("a recursive YAML alias (a value that contains itself)")
+        active.add(key)
+        items = list(x.keys()) + list(x.values()) if isinstance(x, dict) else x
+        n = 1
+        for item in items:
+            n += size(item)
+            if n > limit:
+                raise ValueError(f"YAML aliases expand it to more than {limit:,} values")
+        active.discard(key)
+        memo[key] = n
+        return n
+
+    return size(data)
+
+
+def load_yaml_text(text: str, where: str, error: ErrorFactory) -> Any:
+    """Parse YAML text with bounded alias expansion (:func:`yaml_size`).
+
+    Raises ``error(where, message)`` for a syntax error (line and column), a recursive alias or an
+    alias expansion beyond :data:`MAX_YAML_VALUES` values ("billion laughs").
+    """
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        pos = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        raise error(where, f"YAML syntax error in {where} at {pos}: {e.problem or e}") from None
+    except yaml.YAMLError as e:
+        raise error(where, f"YAML error in {where}: {e}") from None
+    except RecursionError:
+        raise error(where, f"{where} nests deeper than YAML can read: flatten it") from None
+    try:
+        yaml_size(data)
+    except ValueError as e:
+        raise error(where, f"{where} is refused: {e} (alias expansion is bounded, e.g. against a 'billion laughs' "
+                    "document); write the values out, or use fewer aliases") from None
+    except RecursionError:
+        raise error(where, f"{where} nests deeper than mosaic reads: flatten it") from None
+    return data
+
 
 def read_yaml_file(path: str | Path, error: ErrorFactory, kind: str = "file") -> Any:
-    """Parse a YAML file.
+    """Parse a YAML file: UTF-8 text of at most :data:`MAX_YAML_BYTES`, aliases bounded.
 
-    Raises ``error(str(path), message)`` for a missing file or a syntax error; the message gives
-    the line and column.
+    Raises ``error(str(path), message)`` for a missing file, a directory, a file that is binary or
+    not UTF-8 (naming the byte), a file too large, a syntax error (line and column) or an alias
+    expansion beyond :data:`MAX_YAML_VALUES` values.
     """
     path = Path(path)
+    if path.is_dir():
+        raise error(str(path), f"{path} is a directory, not a {kind}")
     if not path.is_file():
         raise error(str(path), f"no such {kind}: {path}")
     try:
-        return yaml.safe_load(path.read_text())
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        raise error(str(path), f"YAML syntax error in {path} at {where}: {e.problem or e}") from None
-    except yaml.YAMLError as e:
-        raise error(str(path), f"YAML error in {path}: {e}") from None
+        size = path.stat().st_size
+        if size > MAX_YAML_BYTES:
+            raise error(str(path), f"{path} is {size:,} bytes: a {kind} is YAML text of at most {MAX_YAML_BYTES:,} bytes; is it the right file?")
+        raw = path.read_bytes()
+    except OSError as e:
+        raise error(str(path), f"cannot read {path}: {e.strerror}") from None
+    if b"\x00" in raw:
+        raise error(str(path), f"{path} is a binary file (it holds NUL bytes), not a YAML {kind}: give the {kind} itself")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise error(str(path), f"{path} is not UTF-8 text (byte {raw[e.start:e.start + 1]!r} at offset {e.start}, line {line}): "
+                    f"a {kind} is UTF-8 YAML; re-save it as UTF-8, or check it is the right file") from None
+    return load_yaml_text(text, str(path), error)
 
 
 def set_in_place(data: dict, key: str, value: Any, error: ErrorFactory, container: str = "mapping or list") -> None:
@@ -67,9 +140,14 @@ def parse_set(item: str, error: ErrorFactory, example: str = "splits.train=500")
         raise error("--set", f"{item!r} is not key.path=value, e.g. {example}")
     key, raw = item.split("=", 1)
     try:
-        return key.strip(), yaml.safe_load(raw)
+        value = yaml.safe_load(raw)
     except yaml.YAMLError as e:
         raise error("--set", f"value of {key.strip()!r} is not valid YAML: {e}") from None
+    try:
+        yaml_size(value)
+    except ValueError as e:
+        raise error("--set", f"value of {key.strip()!r} is refused: {e} (alias expansion is bounded)") from None
+    return key.strip(), value
 
 
 def apply_overrides(data: dict, items: list[str] | None, error: ErrorFactory, example: str = "splits.train=500",

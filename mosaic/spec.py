@@ -27,6 +27,7 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator, model
 
 from mosaic.errors import SpecError
 from mosaic.holdout import HELD_OUT, SEEN, Grid, Holdout, build_grid
+from mosaic.schema import SafeName, Seed
 from mosaic.overrides import apply_overrides as _apply_overrides
 from mosaic.overrides import read_yaml_file, validation_problems
 from mosaic.schema import StrictModel
@@ -35,6 +36,13 @@ from mosaic.vocab import COLORS, RELATIONS, SHAPES, SIZES, delta_e, unknown_name
 
 Value = str | int | float
 ROLES = ("color", "shape", "size", "count", "position", "relation")
+
+
+#: bounds on user numbers that size memory, checked before anything is allocated (README "What is rejected")
+MAX_SPLIT = 10_000_000     # samples per split (the split plan holds an index table per split)
+MAX_DOMAIN = 10_000        # values per concept
+MAX_GRID_CELLS = 1_000_000  # combinations in a holdout's grid
+MAX_CANVAS = 8192          # image.size x image.supersample, px a side of the drawing canvas
 
 
 # ----------------------------------------------------------------------------------------------
@@ -162,6 +170,11 @@ class Concept(StrictModel):
             raise ValueError(f"give exactly one of values, range, angle_bins (got {given or 'none'})")
         if self.range is not None and self.range[0] > self.range[1]:
             raise ValueError(f"range min {self.range[0]} > max {self.range[1]}: swap them")
+        if self.range is not None and self.range[1] - self.range[0] + 1 > MAX_DOMAIN:  # before domain lists it
+            raise ValueError(f"range {list(self.range)} holds {self.range[1] - self.range[0] + 1:,} values: a concept has at most "
+                             f"{MAX_DOMAIN:,}; narrow the range")
+        if self.values is not None and len(self.values) > MAX_DOMAIN:
+            raise ValueError(f"{len(self.values):,} values: a concept has at most {MAX_DOMAIN:,}")
         if self.values is not None:
             if not self.values:
                 raise ValueError("values is empty: list at least one value")
@@ -172,6 +185,14 @@ class Concept(StrictModel):
         n = len(self.domain)
         if self.distribution.kind == "weights" and len(self.distribution.weights) != n:
             raise ValueError(f"distribution has {len(self.distribution.weights)} weights for {n} values: give one per value")
+        with np.errstate(all="ignore"):
+            p = self.distribution.probabilities(n)
+        if not np.all(np.isfinite(p)) or (self.distribution.kind in ("geometric", "zipf") and p.min() <= 0):
+            if self.distribution.kind == "weights":
+                raise ValueError("the weights overflow when summed: scale them down (only their ratios matter)")
+            what = f"ratio {self.distribution.ratio}" if self.distribution.kind == "geometric" else f"exponent {self.distribution.exponent}"
+            raise ValueError(f"distribution {self.distribution.kind} with {what} gives some of the {n} values probability 0 "
+                             "(floating-point underflow or overflow): use a ratio nearer 1 or a smaller exponent")
         return self
 
     @property
@@ -295,6 +316,13 @@ class ImageSpec(StrictModel):
     background: str | tuple[int, int, int] = "dark_slate"
     supersample: int = Field(4, ge=1, le=16)
 
+    @model_validator(mode="after")
+    def _canvas(self):
+        if self.size * self.supersample > MAX_CANVAS:
+            raise ValueError(f"image.size {self.size} x image.supersample {self.supersample} = {self.size * self.supersample} px: the "
+                             f"drawing canvas is at most {MAX_CANVAS} px a side; lower image.supersample")
+        return self
+
     @field_validator("background")
     @classmethod
     def _bg(cls, v):
@@ -322,11 +350,11 @@ class Splits(StrictModel):
     combination. ``balanced_tests`` keeps test splits uniform over values when concepts are skewed.
     """
 
-    train: int = Field(1000, ge=0)
-    val: int = Field(100, ge=0)
-    test: int | None = Field(None, ge=0)
-    test_id: int | None = Field(None, ge=0)
-    test_ood: int | None = Field(None, ge=0)
+    train: int = Field(1000, ge=0, le=MAX_SPLIT)
+    val: int = Field(100, ge=0, le=MAX_SPLIT)
+    test: int | None = Field(None, ge=0, le=MAX_SPLIT)
+    test_id: int | None = Field(None, ge=0, le=MAX_SPLIT)
+    test_ood: int | None = Field(None, ge=0, le=MAX_SPLIT)
     per: Literal["total", "combination"] = "total"
     balanced_tests: bool = True
 
@@ -339,9 +367,9 @@ class Spec(StrictModel):
     """A complete, cross-checked dataset spec. Build it with :func:`load_spec` or
     :func:`parse_spec`; both raise :class:`~mosaic.errors.SpecError` listing every problem."""
 
-    name: str = Field(min_length=1)
+    name: SafeName = Field(description="dataset name; generated datasets go to <root>/<name>-<fingerprint> (no '/', '..')")
     description: str = ""
-    seed: int = Field(0, ge=0)
+    seed: Seed = 0
     image: ImageSpec = Field(default_factory=ImageSpec)
     colors: dict[str, tuple[int, int, int]] = Field(default_factory=dict, description="user colours, sRGB 0-255")
     sizes: dict[str, float] = Field(default_factory=dict, description="user size names, fraction of the side")
@@ -689,6 +717,13 @@ def _check_holdout(spec: Spec, add):
         ok = False
     if not ok:
         return
+    cells = 1
+    for c in h.concepts:
+        cells *= len(spec.concepts[c].domain)
+    if cells > MAX_GRID_CELLS:  # bound before build_grid allocates one cell per combination
+        add("holdout.concepts", f"{' x '.join(str(len(spec.concepts[c].domain)) for c in h.concepts)} = {cells:,} combinations: "
+            f"a combination grid holds at most {MAX_GRID_CELLS:,}; hold out over fewer concepts or smaller domains")
+        return
     grid = build_grid(spec)
     for p in grid.problems:
         add(*p)
@@ -861,13 +896,21 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> Spec:
     path = Path(path)
     manifest = path / "manifest.json" if path.is_dir() else path
     if manifest.name == "manifest.json" and manifest.is_file():
-        data = json.loads(manifest.read_text()).get("spec")
+        try:
+            data = json.loads(manifest.read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise SpecError(f"{manifest} is damaged ({type(e).__name__}: {str(e)[:120]}): restore it from a copy, or regenerate the "
+                            f"dataset with `mosaic generate SPEC --out {manifest.parent} --overwrite`", str(manifest)) from None
+        data = data.get("spec") if isinstance(data, dict) else None
         if not isinstance(data, dict):
-            raise SpecError(f"{manifest} holds no spec: is it a mosaic dataset manifest?", str(manifest))
+            raise SpecError(f"{manifest} holds no spec: is it a mosaic dataset manifest? If it is damaged, restore it from a copy or regenerate the dataset with --overwrite", str(manifest))
     elif path.is_dir():
         raise SpecError(f"{path} is a directory without manifest.json: give a spec YAML file or a mosaic dataset", str(path))
     else:
         data = read_yaml(path)
+        from mosaic.kinds import check_kind
+
+        check_kind(data, "spec", str(path), lambda m: SpecError(m, str(path)))
     if isinstance(data, dict):
         data = apply_overrides(data, overrides)
     source = str(path) + (f" (with --set {' '.join(overrides)})" if overrides else "")

@@ -86,7 +86,7 @@ def generate(
             def cb(done, total):
                 progress.update(task, completed=done, total=total)
 
-            man = gen(s, out, workers=workers, overwrite=overwrite, masks=masks, on_progress=cb, **({"verify": True} if verify else {}))
+            man = gen(s, out, workers=workers, overwrite=overwrite, masks=masks, on_progress=cb, verify=verify)
         dt = time.perf_counter() - t0
     except MosaicError as e:
         fail(e)
