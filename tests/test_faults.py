@@ -409,3 +409,27 @@ def test_killing_generate_leaves_no_worker_behind(tmp_path):
     for k in left:  # do not leave them to the next test
         os.kill(k, signal.SIGKILL)
     assert not left, f"worker processes {left} outlived the killed main process"
+
+
+def test_deleted_checksums_are_reported_and_repair_refuses_to_guess(ds):
+    _, out = ds
+    (out / "checksums.sha256").unlink()
+    (out / "train" / "images" / "000003.png").unlink()
+    r = runner.invoke(app, ["verify", str(out)])
+    assert r.exit_code == 1 and "checksums.sha256: missing" in r.output and "train/images/000003.png: missing" in r.output
+    r = runner.invoke(app, ["verify", str(out), "--repair"])
+    assert r.exit_code == 2 and "checksums.sha256" in r.output and "--overwrite" in r.output
+
+
+def test_training_on_a_dataset_with_a_damaged_manifest_is_a_clean_error(ds, tmp_path):
+    import yaml
+
+    _, out = ds
+    (out / "manifest.json").write_text('{"status": "compl')
+    cfg = {"name": "m", "out": str(tmp_path / "run"), "dataset": {"path": str(out)},
+           "training": {"steps": 1, "batch_size": 2, "device": "cpu"}, "evaluation": {"enabled": False, "select": "loss"}}
+    cp = tmp_path / "cfg.yaml"
+    cp.write_text(yaml.safe_dump(cfg))
+    r = runner.invoke(app, ["train", "diffusion", str(cp)])
+    assert r.exit_code == 2 and "manifest.json is damaged" in r.output, (r.output, r.exception)
+    assert not (tmp_path / "run").exists()

@@ -543,3 +543,34 @@ def test_evaluate_refuses_images_of_a_dataset_with_other_domains(tmp_path, small
     # the dataset's own spec is accepted
     code, text, r = invoke(["evaluate", small_dataset / "test", "--spec", small_dataset, "--out", tmp_path / "ok", "--check-n", "0"])
     assert code == 0, text
+
+
+# ------------------------------------------------------------------------------------------------
+# more YAML and path hostility
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("content, needle", [
+    ("name: &a [x, *a]\nobjects: []\n", "recursive"),
+    ("name: " + "[" * 20000 + "]" * 20000 + "\n", ["nests deeper", "YAML"]),
+], ids=["recursive-alias", "deep-nesting"])
+def test_pathological_yaml_is_refused(tmp_path, content, needle):
+    p = tmp_path / "bad.yaml"
+    p.write_text(content)
+    code, text, r = invoke(["validate", p])
+    assert_clean(code, text, needle, r)
+
+
+def test_a_huge_yaml_file_is_refused_before_parsing(tmp_path):
+    p = tmp_path / "big.yaml"
+    p.write_bytes(b"# " + b"x" * (17 * 2**20) + b"\nname: x\n")
+    code, text, r = invoke(["validate", p])
+    assert_clean(code, text, "bytes", r)
+
+
+@settings(max_examples=30, deadline=None)
+@given(value=st.one_of(st.text(min_size=1, max_size=40), st.lists(st.text(max_size=10), max_size=3)))
+def test_trial_folder_names_never_leave_the_sweep(value):
+    from mosaic.sweep import trial_id
+
+    tid = trial_id({"dataset.spec": value, "spec.name": "../../etc", "seed": 0})
+    assert "/" not in tid and "\\" not in tid and tid not in (".", "..") and "\x00" not in tid
