@@ -219,8 +219,8 @@ def generate(
     every file's sha256) and regenerates exactly the damaged samples, byte-identically
     (:func:`mosaic.verify.check_and_repair`); the returned manifest then lists them under
     ``repaired`` (not written to disk). The folder is locked while this runs
-    (:class:`mosaic.locks.FolderLock`): a second process generating into it, or ``--overwrite``-ing
-    it, stops with an error naming this one; worker processes end with this one.
+    (:class:`mosaic.locks.FolderLock`): a second generation of the same spec waits for this one (then
+    finds the dataset complete); ``--overwrite`` of it from another process stops, naming this one; worker processes end with this one.
 
     Args:
         workers: processes (1 = in this process). The output does not depend on it.
@@ -241,7 +241,9 @@ def generate(
             sample_record(spec, split, i)
     from mosaic.locks import FolderLock
 
-    with FolderLock(out, DatasetError, "dataset"):
+    # one writer at a time: a second generation of this spec waits for the first (then finds it complete);
+    # --overwrite never waits: it stops, naming the process that writes the folder
+    with FolderLock(out, DatasetError, "dataset", wait=not overwrite):
         return _generate_locked(spec, out, workers, overwrite, masks, shard_size, renderer, on_progress, verify, sizes)
 
 

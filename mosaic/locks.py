@@ -74,6 +74,8 @@ class FolderLock:
         folder: the folder to protect (need not exist yet; its parent is created).
         error: the MosaicError class raised when another live process holds the lock.
         what: how the folder is named in the message (``dataset``, ``run folder``).
+        wait: block until a live holder releases the lock instead of raising (two identical
+            generations into one folder: the second waits, then finds the dataset complete).
 
     Use as a context manager, or :meth:`acquire` / :meth:`release`. Re-entrant within a process
     (a nested acquire of a folder this process already holds is a no-op).
@@ -85,10 +87,10 @@ class FolderLock:
 
     _held: dict[str, int] = {}  # lock path -> depth, per process
 
-    def __init__(self, folder: str | Path, error: type[MosaicError] = MosaicError, what: str = "folder"):
+    def __init__(self, folder: str | Path, error: type[MosaicError] = MosaicError, what: str = "folder", wait: bool = False):
         self.folder = Path(folder)
         self.path = lock_path(folder)
-        self.error, self.what = error, what
+        self.error, self.what, self.wait = error, what, wait
         self.fd: int | None = None
 
     def acquire(self) -> "FolderLock":
@@ -109,7 +111,7 @@ class FolderLock:
                                  "give a writable location") from None
             if fcntl is not None:
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(fd, fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB))
                 except BlockingIOError:
                     os.close(fd)
                     owner = _read_owner(self.path)

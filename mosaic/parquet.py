@@ -284,8 +284,8 @@ def generate_parquet(
     footer and rows; ``verify``: also every shard's sha256) and rewrites the damaged shards,
     byte-identically (:func:`mosaic.verify.check_and_repair`); the returned manifest then lists them
     under ``repaired`` (not written to disk). The folder is locked while this runs
-    (:class:`mosaic.locks.FolderLock`): another process generating into it, or ``--overwrite``-ing
-    it, stops with an error naming this one.
+    (:class:`mosaic.locks.FolderLock`): a second generation of the same spec waits for this one (then
+    finds the dataset complete); ``--overwrite`` of it from another process stops, naming this one.
 
     Args:
         workers: processes rendering row groups (1 = in this process). The bytes do not depend on it.
@@ -315,7 +315,7 @@ def generate_parquet(
             sample_record(spec, split, i)
     from mosaic.locks import FolderLock
 
-    with FolderLock(out, DatasetError, "dataset"):
+    with FolderLock(out, DatasetError, "dataset", wait=not overwrite):  # as mosaic.dataset.generate
         return _generate_parquet_locked(spec, out, workers, overwrite, masks, shard_bytes, renderer, on_progress, backend, address,
                                         verify, sizes)
 

@@ -25,7 +25,7 @@ def repair_dataset(root: str | Path, report: VerifyReport) -> VerifyReport:
     from mosaic.locks import FolderLock
 
     root = Path(root)
-    with FolderLock(root, DatasetError, "dataset"):
+    with FolderLock(root, DatasetError, "dataset", wait=True):
         man = read_manifest_checked(root)
         if report.ok:
             return report

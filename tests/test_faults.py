@@ -433,3 +433,18 @@ def test_training_on_a_dataset_with_a_damaged_manifest_is_a_clean_error(ds, tmp_
     r = runner.invoke(app, ["train", "diffusion", str(cp)])
     assert r.exit_code == 2 and "manifest.json is damaged" in r.output, (r.output, r.exception)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_second_generation_of_the_same_spec_waits_for_the_first(ds):
+    import threading
+
+    sp, out = ds
+    holder = _hold_lock(out)
+    threading.Timer(2.0, holder.kill).start()  # the first "generation" ends (here: dies) after 2 s
+    t0 = time.time()
+    try:
+        r = runner.invoke(app, ["generate", str(sp), "--out", str(out)])
+    finally:
+        holder.wait()
+    assert r.exit_code == 0, r.output
+    assert time.time() - t0 >= 1.5  # it waited instead of failing or writing alongside
