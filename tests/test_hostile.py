@@ -574,3 +574,27 @@ def test_trial_folder_names_never_leave_the_sweep(value):
 
     tid = trial_id({"dataset.spec": value, "spec.name": "../../etc", "seed": 0})
     assert "/" not in tid and "\\" not in tid and tid not in (".", "..") and "\x00" not in tid
+
+
+def test_a_training_split_larger_than_memory_is_refused_before_generation(tmp_path):
+    import os
+
+    phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    n = min(10_000_000, int(phys / (256 * 256 * 3)) + 1)  # 256 px images: more than all memory
+    sp = tmp_path / "spec.yaml"
+    sp.write_text(yaml.safe_dump({**SPEC, "image": {"size": 256, "supersample": 1}, "splits": {"train": n, "val": 2, "test": 2}}))
+    cp = tmp_path / "cfg.yaml"
+    cp.write_text(yaml.safe_dump(config(tmp_path, sp)))
+    code, text, r = invoke(["train", "diffusion", cp])
+    assert_clean(code, text, ["GiB", "splits.train"], r)
+    assert not (tmp_path / "data").exists() and not (tmp_path / "run").exists()
+
+
+def test_unknown_evaluation_split_is_refused_before_training(tmp_path):
+    sp = tmp_path / "spec.yaml"
+    sp.write_text(yaml.safe_dump(SPEC))
+    cp = tmp_path / "cfg.yaml"
+    cp.write_text(yaml.safe_dump(config(tmp_path, sp, **{"evaluation.splits": ["test_ood"]})))
+    code, text, r = invoke(["train", "diffusion", cp])
+    assert_clean(code, text, "evaluation.splits", r)
+    assert not (tmp_path / "data").exists() and not (tmp_path / "run").exists()

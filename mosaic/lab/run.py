@@ -101,6 +101,34 @@ def dataset_spec(cfg: RunConfig):
     return spec_of(resolve_dataset(cfg.dataset, generate=False))
 
 
+#: the training split is held in memory as uint8; it may take at most this share of physical memory
+MAX_MEMORY_SHARE = 0.5
+
+
+def check_memory(cfg: RunConfig, spec) -> None:
+    """Refuse a training split whose images (uint8, held in memory by the lab) would need more than
+    :data:`MAX_MEMORY_SHARE` of this machine's physical memory, before anything is generated.
+
+    Raises:
+        ConfigError: naming the split size, the image size and the memory it needs.
+    """
+    import os
+
+    from mosaic.errors import ConfigError
+
+    n = spec.split_sizes().get("train", 0)
+    need = n * spec.image.size ** 2 * 3
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: no bound known
+        return
+    if need > MAX_MEMORY_SHARE * have:
+        field = "dataset.overrides" if cfg.dataset.spec is not None else "dataset.path"
+        raise ConfigError([(field, f"the training split holds {n:,} images of {spec.image.size} px: {need / 2**30:.1f} GiB as uint8, "
+                            f"more than {MAX_MEMORY_SHARE:.0%} of this machine's {have / 2**30:.1f} GiB; lower splits.train "
+                            "or image.size, or use a machine with more memory")])
+
+
 def pick_checkpoint(run: RunFolder, wanted: str) -> str:
     """``wanted`` (``best`` or ``final``), or ``final`` when no best weights were selected."""
     return wanted if wanted == "final" or run.best.is_dir() else "final"
@@ -134,7 +162,9 @@ def _run(cfg: RunConfig, family: Family, say, on_generate) -> dict:
     done = finished_metrics(run_folder, config)  # cheap path: a finished run with the same config is a no-op
     if done is not None:
         return done
-    family.check(cfg, dataset_spec(cfg))  # the whole config against the spec: nothing is generated or written before
+    spec = dataset_spec(cfg)
+    check_memory(cfg, spec)
+    family.check(cfg, spec)  # the whole config against the spec: nothing is generated or written before
     accelerator = make_accelerator(cfg.training, run_folder.root)
     t0 = time.perf_counter()
     # the main process generates first; then one process per node (a node without the shared file system makes its own copy)

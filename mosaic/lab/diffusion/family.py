@@ -32,6 +32,10 @@ class DiffusionFamily(Family):
 
         check_model_fits(cfg.model, spec.image.size)
         ev = cfg.evaluation
+        have = spec.split_sizes()
+        unknown = [s for s in (ev.splits or []) if s not in have]
+        if unknown:
+            raise ConfigError([("evaluation.splits", f"{unknown} are not splits of the dataset's spec; splits: {', '.join(have)}")])
         if ev.enabled and str(ev.evaluator) != "parser" and not (Path(ev.evaluator) / "config.json").is_file():
             raise ConfigError([("evaluation.evaluator", f"{str(ev.evaluator)!r} is neither 'parser' nor a directory made by "
                                 "`mosaic evaluator train SPEC --out DIR` (no config.json there)")])
