@@ -214,6 +214,8 @@ CONFIG_NUMBER_CASES = [
     ("sampling.n_per_combination", 10**12, "sampling.n_per_combination"),
     ("model.cond_dim", 10**12, "model.cond_dim"),
     ("model.unet.block_out_channels", [8, 10**12], "model.unet"),
+    ("model.schedule.num_train_timesteps", 10**12, "model.schedule.num_train_timesteps"),
+    ("training.lr_schedule", "cosine\x00", "training.lr_schedule"),
 ]
 
 

@@ -58,7 +58,7 @@ class TextSection(_Base):
 class ScheduleSection(_Base):
     """DDPM noise schedule and training target."""
 
-    num_train_timesteps: int = Field(1000, ge=10)
+    num_train_timesteps: int = Field(1000, ge=10, le=100_000)
     beta_schedule: Literal["squaredcos_cap_v2", "linear", "scaled_linear", "sigmoid"] = "squaredcos_cap_v2"
     prediction_type: Literal["epsilon", "v_prediction"] = "epsilon"
     snr_gamma: float | None = Field(None, gt=0, description="Min-SNR-gamma loss weighting (Hang et al. 2023), e.g. 5; null: plain MSE")
