@@ -160,8 +160,7 @@ def test_a_device_that_is_absent_is_a_config_error_naming_the_field(tmp_path):
     from mosaic.errors import ConfigError
     from mosaic.lab.cost import check_device
 
-    cfg = _cfg("experiments/train/quickstart_cpu.yaml", f"dataset.root={tmp_path}")
-    cfg.training.__dict__["device"] = "cuda"  # what a config with training.device: cuda validates to
+    cfg = _cfg("experiments/train/quickstart_cpu.yaml", f"dataset.root={tmp_path}", "training.device=cuda")
     with pytest.raises(ConfigError) as e:
         check_device(cfg.training)
     assert "training.device" in str(e.value) and "cpu" in str(e.value)
@@ -224,4 +223,48 @@ def test_transformer_configs_are_estimated_through_their_tasks_loss(preset, tmp_
     assert est.train_flops_per_step == pytest.approx(est.train_flops_per_image * cfg.training.batch_size)
     assert est.activation_bytes_per_image > 0 and est.peak_bytes_gpu > est.static_bytes
     assert ("binding" in est.family) == (preset == "binding_tokens")
+    assert not list(tmp_path.iterdir())
+
+
+def _cli(*args):
+    from typer.testing import CliRunner
+
+    from mosaic.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_train_dry_run_validates_prints_the_estimate_and_writes_nothing(tmp_path):
+    cfg = ROOT / "experiments/train/quickstart_cpu.yaml"
+    r = _cli("train", "diffusion", cfg, "--dry-run", "--out", tmp_path / "run", "--set", f"dataset.root={tmp_path}",
+             "--set", "training.steps=20", "--set", "evaluation.check_n=0")
+    assert r.exit_code == 0, r.output
+    for line in ("parameters", "training FLOPs per image", "peak memory per process", "this machine: total", "H200 SXM",
+                 "assumed MFU 30 %"):
+        assert line in r.output
+    assert not list(tmp_path.iterdir())
+    # invalid input found by the estimate (a model too large for the image) exits 2 naming the field and the file
+    r = _cli("train", "diffusion", cfg, "--dry-run", "--set", f"dataset.root={tmp_path}",
+             "--set", "model.unet.block_out_channels=[16, 32, 64, 64, 64, 64, 64]",
+             "--set", "model.unet.cross_attention=[false, false, true, true, true, true, true]")
+    assert r.exit_code == 2 and "model.unet.block_out_channels" in r.output and "quickstart_cpu.yaml" in r.output
+    assert not list(tmp_path.iterdir())
+
+
+def test_cuda_on_a_machine_without_one_is_an_error_naming_the_field_before_anything_is_written(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    for extra in ([], ["--dry-run"]):
+        r = _cli("train", "diffusion", ROOT / "experiments/train/quickstart_cpu.yaml", *extra, "--out", tmp_path / "run",
+                 "--set", f"dataset.root={tmp_path}", "--set", "training.device=cuda")
+        assert r.exit_code == 2, r.output
+        assert "training.device" in r.output and "no CUDA GPU" in r.output and "Traceback" not in r.output
+        assert not list(tmp_path.iterdir())  # no dataset generated, no run folder
+
+
+def test_sweep_dry_run_lists_each_trial_with_its_estimate(tmp_path):
+    r = _cli("sweep", ROOT / "experiments/sweeps/composition_cpu.yaml", "--dry-run", "--out", tmp_path / "sweep",
+             "--set", f"set.dataset.root={tmp_path}", "--set", "set.training.steps=10", "--set", "set.evaluation.check_n=0")
+    assert r.exit_code == 0, r.output
+    assert "cost estimate per trial" in r.output and "1 distinct model shape" in r.output and "total (" in r.output
     assert not list(tmp_path.iterdir())

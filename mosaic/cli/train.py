@@ -15,6 +15,8 @@ train_app = typer.Typer(no_args_is_help=True, add_completion=False,
 
 SetOpt = set_option("config", "training.steps=200")
 OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="Run folder (default: the config's `out`, else data/runs/<name>)")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Validate everything and print the cost estimate (parameters, FLOPs, "
+                                         "memory, time here and on GPUs); write nothing")]
 
 
 def _print_check(check: dict | None) -> None:
@@ -32,7 +34,7 @@ def _print_check(check: dict | None) -> None:
         console.print(line)
 
 
-def _train(config_cls, run, config: Path, set_, out, unit: str, inside: str = "", after: str = "") -> dict | None:
+def _train(config_cls, run, config: Path, set_, out, unit: str, inside: str = "", after: str = "", dry_run: bool = False) -> dict | None:
     """Load a lab config (``--set``, ``--out`` applied) and run it; print failures, the
     already-done notice and the training line (steps, time, ``unit``/s, processes, device, then
     ``inside`` formatted with the train metrics, final loss, then ``after`` formatted with the
@@ -44,6 +46,12 @@ def _train(config_cls, run, config: Path, set_, out, unit: str, inside: str = ""
         if out is not None:
             sets.append(f"out={out}")
         cfg = load_config(config_cls, config, sets)
+        if dry_run:  # validate everything and print the estimate (mosaic.lab.cost); nothing is written
+            from mosaic.lab.cost import estimate_run, print_estimate
+
+            console.print(f"measuring {cfg.name} (a few steps on this machine; nothing is written) ...", highlight=False)
+            print_estimate(estimate_run(cfg), console)
+            return None
         metrics = run(cfg, say=lambda s: console.print(s, highlight=False))
     except MosaicError as e:
         from mosaic.errors import ConfigError
@@ -70,13 +78,13 @@ TransformerConfigArg = Annotated[Path, typer.Argument(help="Transformer config Y
 
 
 @train_app.command("diffusion")
-def diffusion(config: DiffusionConfigArg, set_: SetOpt = None, out: OutOpt = None) -> None:
+def diffusion(config: DiffusionConfigArg, set_: SetOpt = None, out: OutOpt = None, dry_run: DryRunOpt = False) -> None:
     """Train a conditional diffusion model (UNet or DiT) end to end: generate the dataset if the
     config names a spec, train (resuming an interrupted run), sample the test splits and score
     them with the evaluator. Prints the seen vs held-out accuracy table. A finished run is a no-op."""
     from mosaic.lab.diffusion import DiffusionConfig, run_diffusion
 
-    metrics = _train(DiffusionConfig, run_diffusion, config, set_, out, "images", inside=", precision {mixed_precision}")
+    metrics = _train(DiffusionConfig, run_diffusion, config, set_, out, "images", inside=", precision {mixed_precision}", dry_run=dry_run)
     if metrics is not None:
         if metrics.get("table"):
             from mosaic.evaluation.table import print_table
@@ -87,14 +95,15 @@ def diffusion(config: DiffusionConfigArg, set_: SetOpt = None, out: OutOpt = Non
 
 
 @train_app.command("transformer")
-def transformer(config: TransformerConfigArg, set_: SetOpt = None, out: OutOpt = None) -> None:
+def transformer(config: TransformerConfigArg, set_: SetOpt = None, out: OutOpt = None, dry_run: DryRunOpt = False) -> None:
     """Train a ViT or token encoder from scratch (multi-head concept classifier, or binding dual
     encoder) end to end: generate the dataset if the config names a spec, train (resuming an
     interrupted run), evaluate on the test splits (seen vs held-out accuracy, binding accuracy,
     linear factorization) and print the tables. A finished run is a no-op."""
     from mosaic.lab.transformer import TransformerConfig, report_tables, run_transformer
 
-    metrics = _train(TransformerConfig, run_transformer, config, set_, out, "scenes", after="; evaluated the {checkpoint} weights")
+    metrics = _train(TransformerConfig, run_transformer, config, set_, out, "scenes", after="; evaluated the {checkpoint} weights",
+                     dry_run=dry_run)
     if metrics is not None:
         for t in report_tables(metrics):
             console.print(t)

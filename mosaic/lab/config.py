@@ -72,7 +72,8 @@ class TrainingSection(_Base):
     eps: float = Field(1e-8, gt=0, le=1.0, description="AdamW epsilon (> 0)")
     grad_clip: float | None = Field(1.0, gt=0, le=1e6, description="max global grad norm; null disables clipping")
     mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field("auto", description="auto: bf16 on a GPU that supports it, else fp32")
-    device: Literal["auto", "cpu"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: a GPU when there is one, else the CPU; cuda: a GPU "
+                                                   "(an error without one); cpu")
     threads: int | None = Field(None, ge=1, le=1024, description="torch CPU threads per process (default: torch's)")
     seed: Seed = 0
     ema: EMASection = Field(default_factory=EMASection)

@@ -149,7 +149,8 @@ class Estimate:
     peak_bytes_cpu: float
     cpu_threads: int
     cpu_timed_batch: int
-    cpu_step_s: float                # one optimizer step at the config's batch on this machine
+    cpu_step_s: float                # one optimizer step at the config's batch on this machine, as loaded now
+    cpu_step_idle_s: float           # the same from process CPU time: the step on this machine when idle
     cpu_train_s: float
     cpu_eval_s: float                # validation, sampling, scoring, evaluator check
     cpu_generate_s: float            # dataset generation (0 when the dataset exists)
@@ -478,10 +479,11 @@ def make_probe(cfg, k: int = 64, resolved=None) -> tuple[Probe, bool]:
 # ----------------------------------------------------------------------------------------------
 
 
-def _time_steps(probe: Probe, cfg, b: int, min_s: float = 1.5, max_steps: int = 20) -> tuple[float, float, float]:
+def _time_steps(probe: Probe, cfg, b: int, min_s: float = 3.0, max_steps: int = 30) -> tuple[float, float, float, float]:
     """``(seconds of forward + backward per micro-batch of b, seconds of clip + AdamW + EMA per step,
-    bytes autograd saved in the warm-up step)``: the median of real steps after one warm-up step
-    (at least 2 timed steps, up to ``min_s`` seconds). The weights are restored afterwards."""
+    bytes autograd saved in the warm-up step, process CPU seconds of a whole step)``: medians of real
+    steps after one warm-up step (at least 2 timed steps, up to ``min_s`` seconds). The weights are
+    restored afterwards."""
     tr = cfg.training
     model = probe.model
     model.train()
@@ -493,7 +495,7 @@ def _time_steps(probe: Probe, cfg, b: int, min_s: float = 1.5, max_steps: int = 
 
         ema = EMAModel(params, decay=tr.ema.decay, use_ema_warmup=tr.ema.warmup, power=tr.ema.power)
     dtype = torch.bfloat16 if tr.mixed_precision == "bf16" else None
-    fb, op = [], []
+    fb, op, cpu = [], [], []
     param_keys = {p.untyped_storage()._cdata for p in model.parameters()}
     saved: dict[int, int] = {}
 
@@ -509,7 +511,7 @@ def _time_steps(probe: Probe, cfg, b: int, min_s: float = 1.5, max_steps: int = 
         for i in range(max_steps + 1):
             batch = probe.make_batch(b)
             gen = torch.Generator().manual_seed(i)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if i == 0 else contextlib.nullcontext()
             with hooks, torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
                 loss = probe.loss(model, batch, gen)
@@ -522,25 +524,28 @@ def _time_steps(probe: Probe, cfg, b: int, min_s: float = 1.5, max_steps: int = 
             opt.zero_grad(set_to_none=True)
             if ema is not None:
                 ema.step(params)
-            t2 = time.perf_counter()
+            t2, c2 = time.perf_counter(), time.process_time()
             if i:  # the first step warms up (allocations, lazy inits)
                 fb.append(t1 - t0)
                 op.append(t2 - t1)
+                cpu.append(c2 - c0)
             if i >= 2 and time.perf_counter() - t_start > min_s:
                 break
     finally:
         model.load_state_dict(state)
     fb.sort()
     op.sort()
-    return fb[len(fb) // 2], op[len(op) // 2], float(sum(saved.values()))
+    cpu.sort()
+    return fb[len(fb) // 2], op[len(op) // 2], float(sum(saved.values())), cpu[len(cpu) // 2]
 
 
-def _time_sampling(probe: Probe, n: int, steps: int = 3) -> float:
+def _time_sampling(probe: Probe, n: int, steps: int = 3, warm: bool = True) -> float:
     """Seconds per image per sampler step of the real sampler (``generate``: guidance, scheduler) on
-    ``n`` images, after a one-step warm-up."""
+    ``n`` images, after a one-step warm-up (``warm``)."""
     model = probe.model.eval()
     try:
-        probe.sample(model, 2, 1)
+        if warm:
+            probe.sample(model, 2, 1)
         t0 = time.perf_counter()
         probe.sample(model, n, steps)
         return (time.perf_counter() - t0) / (n * steps)
@@ -725,14 +730,20 @@ def _measure(cfg, probe: Probe, time_cpu: bool) -> dict:
            "a0": m.saved_bytes - m.saved_bytes_batched, "example_bytes": probe.example_bytes, "ema": probe.ema, "notes": notes,
            # on the CPU: measured on the real timing steps below; without them, the accelerator's figure in fp32 (x2 for bf16)
            "a1_cpu": m.saved_bytes_batched / bb * (2 if gpu_prec != cpu_prec else 1), "timed_b": 0, "fb": 0.0, "opt_s": 0.0,
-           "fwd_s": 0.0, "sample_s": 0.0, "threads": torch.get_num_threads()}
+           "fwd_s": 0.0, "sample_s": 0.0, "step_cpu_s": 0.0, "threads": torch.get_num_threads()}
     if time_cpu:
         timed_b = max(1, min(B, int(CPU_TIMING_FLOPS // max(out["flops_img"], 1.0))))
-        fb, opt_s, saved_cpu = _time_steps(probe, cfg, timed_b)
-        fb_b = max(1, min(timed_b * 2, 64))
-        out.update(timed_b=timed_b, fb=fb, opt_s=opt_s, a1_cpu=saved_cpu / timed_b, fwd_s=_time_forward(probe, fb_b) / fb_b)
+        fb, opt_s, saved_cpu, cpu_s = _time_steps(probe, cfg, timed_b)
+        # forward and sampler timings within the same FLOP budget (a 90 M-parameter model: one image, one step)
+        fwd = max(out["fwd_img"], 1.0)
+        fb_b = max(1, min(timed_b * 2, 64, int(CPU_TIMING_FLOPS // fwd)))
+        reps = 3 if 4 * fb_b * fwd < CPU_TIMING_FLOPS else 1
+        out.update(timed_b=timed_b, fb=fb, opt_s=opt_s, step_cpu_s=cpu_s, a1_cpu=saved_cpu / timed_b, fwd_s=_time_forward(probe, fb_b, reps) / fb_b)
         if probe.sample is not None:  # at the batch sampling runs at (capped): per-image cost grows with the batch on a CPU
-            out["sample_s"] = _time_sampling(probe, max(1, min(cfg.sampling.batch_size, 48)))
+            mult = 1 if cfg.sampling.guidance in (0.0, 1.0) else 2
+            n = max(1, min(cfg.sampling.batch_size, 48, int(CPU_TIMING_FLOPS // (3 * mult * fwd))))
+            steps = 3 if 3 * n * mult * fwd <= CPU_TIMING_FLOPS else 1
+            out["sample_s"] = _time_sampling(probe, n, steps, warm=8 * mult * fwd < CPU_TIMING_FLOPS)
         if timed_b < B:
             notes.append(f"CPU time measured at batch {timed_b} and scaled linearly to {B}")
     return out
@@ -788,9 +799,12 @@ def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool, cache: dict
     eval_flops = fwd_images * per_img_fwd
 
     # this machine
-    cpu_step = cpu_train = cpu_eval = cpu_gen = model_s = 0.0
+    cpu_step = cpu_train = cpu_eval = cpu_gen = model_s = idle_step = 0.0
     if time_cpu:
         cpu_step = A * me["fb"] * B / me["timed_b"] + me["opt_s"]
+        # process CPU time of a step, spread over the threads: what the step takes when the machine is idle
+        wall_timed = me["fb"] + me["opt_s"]
+        idle_step = cpu_step * min(1.0, me["step_cpu_s"] / max(me["threads"], 1) / max(wall_timed, 1e-12))
         cpu_train = cpu_step * tr.steps
         render_s = parse_s = 0.0
         if parsed or checked or not exists:
@@ -839,7 +853,7 @@ def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool, cache: dict
         eval_flops_total=eval_flops, eval_images=eval_images, ops_per_step=ops, activation_bytes_fixed=a0,
         activation_bytes_per_image=a1, activation_bytes_per_image_cpu=a1_cpu, static_bytes=static, data_bytes=data,
         peak_bytes_gpu=peak_gpu, peak_bytes_cpu=peak_cpu, cpu_threads=me["threads"], cpu_timed_batch=me["timed_b"],
-        cpu_step_s=cpu_step, cpu_train_s=cpu_train, cpu_eval_s=cpu_eval, cpu_generate_s=cpu_gen,
+        cpu_step_s=cpu_step, cpu_step_idle_s=idle_step, cpu_train_s=cpu_train, cpu_eval_s=cpu_eval, cpu_generate_s=cpu_gen,
         cpu_total_s=cpu_train + cpu_eval + cpu_gen, cpu_load=load, assumed_mfu=assumed_mfu, accelerators=rows,
         warnings=warnings, notes=notes,
     )
@@ -869,7 +883,7 @@ def fmt_seconds(s: float) -> str:
         return f"{s / 3600:.1f} h"
     if s >= 90:
         return f"{s / 60:.1f} min"
-    return f"{s:.1f} s"
+    return f"{s:.1f} s" if s >= 1 else f"{1000 * s:.0f} ms"
 
 
 def render_estimate(est: Estimate) -> list:
@@ -893,7 +907,8 @@ def render_estimate(est: Estimate) -> list:
     t.add_row("  training data on the device", fmt_bytes(est.data_bytes))
     t.add_row(f"peak memory, this machine's CPU ({est.precision_cpu})", fmt_bytes(est.peak_bytes_cpu))
     if est.cpu_step_s:
-        t.add_row(f"this machine: one step ({est.cpu_threads} thread(s), load {est.cpu_load:.1f})", fmt_seconds(est.cpu_step_s))
+        t.add_row(f"this machine: one step ({est.cpu_threads} thread(s), load {est.cpu_load:.1f} now)", fmt_seconds(est.cpu_step_s))
+        t.add_row("  the same step on this machine idle (process CPU time)", fmt_seconds(est.cpu_step_idle_s))
         t.add_row("this machine: training", fmt_seconds(est.cpu_train_s))
         t.add_row("this machine: validation, sampling, scoring", fmt_seconds(est.cpu_eval_s))
         if est.cpu_generate_s:

@@ -294,6 +294,9 @@ def make_accelerator(cfg: TrainingSection, run_dir: Path):
     from accelerate.state import AcceleratorState
     from accelerate.utils import ProjectConfiguration
 
+    from mosaic.lab.cost import check_device
+
+    check_device(cfg)  # training.device: cuda without a GPU: an error naming the field, before the dataset or run folder
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         AcceleratorState._reset_state(True)
     if cfg.threads:
