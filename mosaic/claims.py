@@ -549,11 +549,14 @@ def without_abstention(claim: Claim) -> Claim | None:
 def all_statements() -> dict[str, str]:
     """Every paper statement of the reproduce registry by key (:mod:`mosaic.reproduce`); empty
     when the registry cannot be read."""
-    try:
-        from mosaic.reproduce import load_registry
+    from pathlib import Path
 
-        return {k: v for entry in load_registry().values() for k, v in (entry.get("statements") or {}).items()}
-    except Exception:  # the report does not depend on the registry
+    import yaml
+
+    try:  # read directly (mosaic.reproduce imports this module)
+        reg = yaml.safe_load((Path(__file__).resolve().parents[1] / "experiments" / "reproduce.yaml").read_text()) or {}
+        return {k: str(v) for entry in reg.values() if isinstance(entry, dict) for k, v in (entry.get("statements") or {}).items()}
+    except (OSError, yaml.YAMLError, AttributeError):  # the report does not depend on the registry
         return {}
 
 

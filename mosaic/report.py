@@ -36,8 +36,36 @@ def missing_columns(ys: list[str], columns) -> list[str]:
     return out
 
 
+def _audit_section(root: Path) -> str:
+    """The human audits saved under ``root`` (``mosaic audit``): agreement rate and 95 % Wilson
+    interval per audit and pooled; empty when there is none."""
+    from mosaic.audit import audit_summary, find_audit_files
+    from mosaic.evaluation.agreement import wilson_interval
+
+    rows, k, n = [], 0, 0
+    for p in find_audit_files(root):
+        try:
+            s = audit_summary(p)
+        except (MosaicError, ValueError, KeyError):
+            continue
+        k, n = k + s["agree"], n + s["marked"]
+        iv = s["interval"]
+        rows.append(f"<tr><td>{html.escape(str(p.relative_to(root)))}</td><td>{s['marked']} of {s['n']}</td><td>{s['agree']}</td>"
+                    + (f"<td>{100 * s['rate']:.1f}%</td><td>{100 * iv[0]:.1f}-{100 * iv[1]:.1f}%</td>" if iv else "<td>-</td><td>-</td>") + "</tr>")
+    if not rows:
+        return ""
+    iv = wilson_interval(k, n)
+    pooled = f"{k} of {n} verdicts correct, {100 * k / n:.1f}% (95% Wilson interval {100 * iv[0]:.1f}-{100 * iv[1]:.1f}%)" if n else "nothing marked"
+    return ("<h2>Human audit of the evaluator</h2><p>Verdicts a person marked correct on <code>mosaic audit</code> pages: "
+            f"{pooled}.</p><table class='results'><tr><th>audit</th><th>marked</th><th>correct</th><th>agreement</th>"
+            "<th>95% Wilson interval</th></tr>" + "".join(rows) + "</table>")
+
+
 def make_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None) -> Path:
-    """Write ``SWEEP_DIR/report/``: curve PNGs, per-trial heatmaps and sample grids, ``index.html``.
+    """Write ``SWEEP_DIR/report/``: curve PNGs, per-trial heatmaps and sample grids, ``index.html``,
+    and, when the sweep states claims (``report.claims``), ``claims.json`` and ``claims.png`` with a
+    claims table on the page (:mod:`mosaic.claims`); saved human audits (``mosaic audit``) show their
+    agreement rate.
 
     ``warn(message)`` receives one line per ``report.y`` name that is not a results column (it is
     left out of the curves, and listed on the page).
@@ -75,6 +103,14 @@ def make_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None
         p = plot_curves(done, x, lines, concept_cols, out / "concepts_held_out.png", title="held-out accuracy per concept", x_label=rep.get("x_label"))
         if p:
             figures.append(("Held-out accuracy per concept", p.name))
+    from mosaic.claims import check_sweep_claims, write_claims
+
+    claims = check_sweep_claims(sweep, df)
+    claims_fig, claims_section = write_claims(claims, out, title=str(sweep.get("name", sweep_dir.name))) if claims else (None, "")
+    for c in claims:
+        if c.get("error"):
+            (warn or print)(f"claim {c['name']!r}: {c['error']}")
+    audit_section = _audit_section(sweep_dir)
     trials = []
     for tdir in sorted((sweep_dir / "trials").iterdir()) if (sweep_dir / "trials").is_dir() else []:
         run = tdir / "run"
@@ -109,8 +145,10 @@ def make_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None
         parts.append(f"<p class='fail'>{html.escape(msg)}</p>")
     if "evaluator.joint" in df.columns and df["evaluator.joint"].notna().any():
         parts.append(f"<p>Evaluator accuracy on fresh ground-truth renders (joint): min {df['evaluator.joint'].min():.3f}.</p>")
+    parts.append(claims_section)
     for title, name in figures:
         parts.append(f"<h2>{html.escape(title)}</h2><img src='{name}' alt='{html.escape(title)}'>")
+    parts.append(audit_section)
     parts.append("<h2>Results</h2><p>Every column, including all run metrics: <a href='../results.csv'>results.csv</a>, "
                  "<a href='../results.parquet'>results.parquet</a>.</p>" + table_html)
     if len(failed):

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 import yaml
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from mosaic.errors import MosaicError, SweepError
 from mosaic.io import atomic_write
@@ -47,6 +47,15 @@ from mosaic.schema import StrictModel as _Base
 FLAT_SECTIONS = ("set.", "grid.", "zip.")
 
 
+def _first_error(e: Exception) -> str:
+    """The first problem of a claim's validation error (pydantic's list, or the message)."""
+    errs = getattr(e, "errors", None)
+    if callable(errs):
+        first = errs()[0]
+        return f"{'.'.join(str(x) for x in first.get('loc', ()))}: {first.get('msg')}".strip(": ")
+    return str(e).splitlines()[0]
+
+
 class ReportSection(_Base):
     """What ``mosaic report`` plots: ``y`` metrics (result columns) against axis ``x``, one line per
     value of axis ``lines``, error bars over seeds."""
@@ -55,6 +64,19 @@ class ReportSection(_Base):
     lines: str | None = Field(None, description="axis giving one line per value (default: the second grid axis)")
     y: list[str] = Field(default_factory=lambda: ["held_out.joint", "seen.joint"], description="result columns to plot")
     x_label: str | None = None
+    claims: list[Any] = Field(default_factory=list, description="claims the sweep tests (mosaic.claims): structured mappings or sentences")
+
+    @field_validator("claims")
+    @classmethod
+    def _claims(cls, v):
+        from mosaic.claims import parse_claim
+
+        for i, c in enumerate(v):
+            try:
+                parse_claim(c)
+            except ValueError as e:
+                raise ValueError(f"claims[{i}]: {_first_error(e)}") from None
+        return v
 
 
 class SweepSpec(_Base):
@@ -91,6 +113,11 @@ class SweepSpec(_Base):
                 close = closest(name, self.axes(), cutoff=0.6)
                 hint = f"did you mean {close!r}? " if close else ""
                 raise ValueError(f"report.{field} {name!r} is not an axis of the sweep: {hint}axes: {', '.join(self.axes())}")
+        from mosaic.claims import claim_problems, parse_claim
+
+        problems = claim_problems([parse_claim(c) for c in self.report.claims], self.axes())
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     def axes(self) -> list[str]:
@@ -239,6 +266,12 @@ def plan(sweep: SweepSpec, out: Path) -> list[dict]:
         if key not in datasets:
             datasets[key] = resolve_dataset(cfg.dataset, generate=False)
         trials.append({"id": tid, "values": values, "dir": out / "trials" / tid, "dataset": datasets[key], "raw": raw, "cfg": cfg})
+    if sweep.report.claims:  # a claim naming a column the trials will not have is an error now, not after the run
+        from mosaic.claims import sweep_claim_problems
+
+        problems = sweep_claim_problems(sweep.report.claims, trials, sweep.kind)
+        if problems:
+            raise SweepError(f"invalid sweep {sweep.name}\n" + "\n".join(f"  {p}" for p in problems))
     return trials
 
 
@@ -459,6 +492,18 @@ def result_row(tdir: Path) -> dict:
         from mosaic.evaluation.table import check_row, table_columns
 
         row.update(table_columns(m.get("table")))
+        # the parser's match quality and abstention (diffusion; mosaic.evaluation.quality.quality_summary):
+        # <group>.quality, <group>.raw.<concept> / .raw.joint (accuracy before abstention), abstention.*
+        q = (m.get("scores") or {}).get("quality") or {}
+        for g in ("seen", "held_out"):
+            qg = q.get(g) or {}
+            if qg.get("quality") is not None:
+                row[f"{g}.quality"] = qg["quality"]
+                row[f"{g}.raw.joint"] = qg["joint_accuracy_without_abstention"]
+                row.update({f"{g}.raw.{c}": v for c, v in (qg.get("accuracy_without_abstention") or {}).items()})
+        if "verdicts_changed" in q:
+            row["abstention.abstained"] = q["abstained"]
+            row["abstention.verdicts_changed"] = q["verdicts_changed"]
         joint = check_row(m.get("evaluator_check")).get("joint")
         if isinstance(joint, (int, float)):
             row["evaluator.joint"] = joint

@@ -89,5 +89,24 @@ def report_command(
         page = make_report(sweep_dir, warn=lambda m: console.print(f"[yellow]warning[/] {escape(m)}"))
     except MosaicError as e:
         fail(e)
+    print_claims(page.parent / "claims.json")
     console.print(f"wrote {page}")
+
+
+def print_claims(path: Path) -> None:
+    """One line per checked claim of a report's ``claims.json`` (nothing when there is none)."""
+    import json
+
+    from mosaic.claims import fmt_effect
+
+    if not path.is_file():
+        return
+    colors = {"holds": "green", "does not hold": "red", "inconclusive": "yellow"}
+    for c in json.loads(path.read_text()).get("claims", []):
+        e, iv = fmt_effect(c)
+        extra = ""
+        if c.get("changed_by_abstention"):
+            extra = f" (without abstention: {c['without_abstention']['verdict']})"
+        console.print(f"[{colors.get(c['verdict'], 'white')}]{c['verdict']}[/]: {escape(c['name'])} — effect {e}, 95% interval {iv}, "
+                      f"{c['seeds']} seeds{escape(extra)}", highlight=False)
 
