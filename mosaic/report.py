@@ -119,6 +119,10 @@ def make_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None
             dst = out / f"{tdir.name}-heatmap{k}.png"
             shutil.copyfile(hm, dst)
             item["heatmaps"].append(dst.name)
+        for fig in sorted((run / "analysis").glob("*.png"))[:4]:  # the diagnostics' figures (mosaic analyze)
+            dst = out / f"{tdir.name}-analysis-{fig.stem}.png"
+            shutil.copyfile(fig, dst)
+            item["heatmaps"].append(dst.name)
         sheet = _sample_sheet(run, out / f"{tdir.name}-samples.png")
         if sheet:
             item["samples"] = sheet.name

@@ -480,7 +480,8 @@ def result_row(tdir: Path) -> dict:
     Standard columns (when the run reports them): ``seen.<metric>`` and ``held_out.<metric>``,
     the run's seen / held-out table (:func:`mosaic.evaluation.table.table_columns`; e.g.
     ``seen.<concept>``, ``held_out.joint``), and ``evaluator.joint`` (the evaluator's own joint
-    accuracy, :func:`mosaic.evaluation.table.check_row`).
+    accuracy, :func:`mosaic.evaluation.table.check_row`), and ``analysis.<...>``, the run's
+    representation diagnostics (:func:`mosaic.diagnostics.columns.analysis_columns`).
     """
     st = read_status(tdir)
     row: dict[str, Any] = {"trial": st.get("id", tdir.name), "status": st.get("status"), "time_s": st.get("time_s"),
@@ -504,10 +505,13 @@ def result_row(tdir: Path) -> dict:
         if "verdicts_changed" in q:
             row["abstention.abstained"] = q["abstained"]
             row["abstention.verdicts_changed"] = q["verdicts_changed"]
+        from mosaic.diagnostics.columns import analysis_columns
+
+        row.update(analysis_columns(m.get("analysis")))  # the representation diagnostics (mosaic analyze)
         joint = check_row(m.get("evaluator_check")).get("joint")
         if isinstance(joint, (int, float)):
             row["evaluator.joint"] = joint
-        for k, v in _flatten({k: v for k, v in m.items() if k not in ("table", "evaluator_check")}).items():
+        for k, v in _flatten({k: v for k, v in m.items() if k not in ("table", "evaluator_check", "analysis")}).items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 row.setdefault(f"metrics.{k}", v)
     return row

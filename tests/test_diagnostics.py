@@ -675,7 +675,8 @@ def tiny_classifier_run(tmp_path_factory):
 def test_analyze_a_transformer_run_writes_metrics_columns_and_figures(tiny_classifier_run):
     import json
 
-    from mosaic.diagnostics.analyze import analysis_columns, analyze_run
+    from mosaic.diagnostics.columns import analysis_columns
+    from mosaic.diagnostics.runs import analyze_run
     from mosaic.diagnostics.config import AnalysisSection
 
     run = tiny_classifier_run
@@ -699,7 +700,7 @@ def test_analyze_a_transformer_run_writes_metrics_columns_and_figures(tiny_class
 def test_analyze_refuses_what_does_not_apply_and_names_missing_weights(tiny_classifier_run, tmp_path):
     import shutil
 
-    from mosaic.diagnostics.analyze import analyze_run
+    from mosaic.diagnostics.runs import analyze_run
     from mosaic.errors import TrainingError
 
     with pytest.raises(NotApplicableError, match=r"'diffusion-classifier' does not apply: this is a transformer run"):
@@ -722,7 +723,7 @@ def test_analyze_refuses_what_does_not_apply_and_names_missing_weights(tiny_clas
 
 def test_analyze_a_diffusion_run_classifies_with_the_model(tmp_path):
     from mosaic.dataset import generate
-    from mosaic.diagnostics.analyze import analyze_run
+    from mosaic.diagnostics.runs import analyze_run
     from mosaic.diagnostics.config import AnalysisSection
     from mosaic.lab.config import validate_config
     from mosaic.lab.diffusion import DiffusionConfig, run_diffusion
@@ -749,3 +750,76 @@ def test_analyze_a_diffusion_run_classifies_with_the_model(tmp_path):
     assert dcr["candidates"] == 4 and dcr["seen"]["n"] == 4 and dcr["held_out"]["n"] == 4
     assert dcr["evaluations"] == 8 * 4 * 3 and dcr["timesteps"] == dc.timesteps("li", 3).tolist()
     assert 0 <= dcr["held_out"]["joint"] <= 1 and dcr["images_per_s"] > 0
+
+
+def test_analysis_section_runs_at_the_end_of_training_and_refuses_early(tmp_path):
+    import json
+
+    import yaml
+
+    from mosaic.diagnostics.columns import analysis_columns
+    from mosaic.lab.config import ConfigError, validate_config
+    from mosaic.lab.transformer import TransformerConfig, run_transformer
+    from tests.conftest import SPECS
+
+    cov = yaml.safe_load((SPECS / "coverage.yaml").read_text())
+    cov["image"]["size"] = 16
+    cov["concepts"]["color"]["values"] = cov["concepts"]["color"]["values"][:4]
+    cov["concepts"]["shape"]["values"] = cov["concepts"]["shape"]["values"][:4]
+    cov["splits"] = {"train": 2, "val": 1, "test_id": 1, "test_ood": 1, "per": "combination"}
+    (tmp_path / "coverage.yaml").write_text(yaml.safe_dump(cov))
+    data = {"name": "end", "out": str(tmp_path / "run"), "objective": "classifier",
+            "dataset": {"spec": str(tmp_path / "coverage.yaml"), "root": str(tmp_path / "data"), "workers": 1},
+            "input": {"kind": "tokens"}, "model": {"width": 16, "depth": 1, "heads": 2},
+            "training": {"steps": 2, "batch_size": 8, "threads": 1, "checkpoint_every": 2},
+            "analysis": {"what": ["probes", "layers"], "probes": {"epochs": 3}}}
+    m = run_transformer(validate_config(TransformerConfig, data), say=lambda s: None)
+    a = m["analysis"]
+    assert a["what"] == ["probes", "layers"] and a["checkpoint"] == "final" and "error" not in a
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["analysis"] == a
+    assert analysis_columns(a)["analysis.layers.held_out.block1"] == a["layers"]["held_out"][0]
+    # a diagnostic that does not apply is refused before anything is trained or written
+    bad = {**data, "out": str(tmp_path / "run2"), "analysis": {"what": ["rank"]}}
+    with pytest.raises(NotApplicableError, match="'rank' does not apply"):
+        run_transformer(validate_config(TransformerConfig, bad), say=lambda s: None)
+    assert not (tmp_path / "run2").exists()
+    with pytest.raises(ConfigError, match="analysis.what"):
+        validate_config(TransformerConfig, {**data, "analysis": {"what": ["probez"]}})
+
+
+def test_cli_analyze_prints_tables_and_refuses_with_status_2(tiny_classifier_run):
+    import json
+
+    from typer.testing import CliRunner
+
+    from mosaic.cli import app
+
+    before = (tiny_classifier_run / "metrics.json").read_text()
+    r = CliRunner().invoke(app, ["analyze", str(tiny_classifier_run), "--what", "diffusion-classifier"])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "diagnostic 'diffusion-classifier' does not apply: this is a transformer run" in " ".join(r.output.split())
+    r = CliRunner().invoke(app, ["analyze", str(tiny_classifier_run), "--what", "probes,factorization", "--set", "probes.epochs=3",
+                                 "--no-write"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "linear probes on output" in r.output and "linear factorization" in r.output and "R² whitened" in r.output
+    assert (tiny_classifier_run / "metrics.json").read_text() == before
+    r = CliRunner().invoke(app, ["analyze", str(tiny_classifier_run), "--set", "probes.epochz=3"])
+    assert r.exit_code == 2 and "probes.epochz" in r.output
+    r = CliRunner().invoke(app, ["analyze", str(tiny_classifier_run), "--what", "probes", "--set", "probes.epochs=2"])
+    assert r.exit_code == 0 and json.loads((tiny_classifier_run / "metrics.json").read_text())["analysis"]["what"] == ["probes"]
+
+
+def test_sweep_rows_carry_analysis_columns(tmp_path):
+    import json
+
+    from mosaic.sweep import result_row
+
+    t = tmp_path / "t1"
+    (t / "run").mkdir(parents=True)
+    (t / "trial.json").write_text(json.dumps({"id": "t1", "status": "done", "values": {"seed": 0}}))
+    analysis = {"probes": {"concept": {"test_ood": {"color": 0.5, "mean": 0.5, "n": 4}}}, "layers": {"layers": ["block1"], "seen": [1.0],
+                "held_out": [0.25], "gain_over_last": 0.0}, "seconds": {"probes": 1.5}}
+    (t / "run" / "metrics.json").write_text(json.dumps({"table": {}, "analysis": analysis}))
+    row = result_row(t)
+    assert row["analysis.probe.test_ood.color"] == 0.5 and row["analysis.layers.held_out.block1"] == 0.25
+    assert row["analysis.seconds.probes"] == 1.5 and not any(k.startswith("metrics.analysis") for k in row)

@@ -9,6 +9,7 @@ Every command group lives in its own module and is registered here, explicitly, 
 - :mod:`mosaic.cli.evaluate` — ``evaluator check|train``, ``evaluate``
 - :mod:`mosaic.cli.train` — ``train diffusion|transformer``, ``sample``
 - :mod:`mosaic.cli.sweep` — ``sweep``, ``report``
+- :mod:`mosaic.cli.analyze` — ``analyze`` (representation diagnostics of a finished run)
 - :mod:`mosaic.cli.audit` — ``audit``, ``evaluator calibrate``
 - :mod:`mosaic.cli.reproduce` — ``reproduce``
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import typer
 
-from mosaic.cli import audit, data, evaluate, reproduce, splits, sweep, train, verify
+from mosaic.cli import analyze, audit, data, evaluate, reproduce, splits, sweep, train, verify
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="mosaic: controlled datasets and a training lab for compositional generalization.")
 
@@ -34,6 +35,7 @@ app.add_typer(evaluate.evaluator_app, name="evaluator")
 app.command("evaluate")(evaluate.evaluate)
 app.add_typer(train.train_app, name="train")
 app.command("sample")(train.sample)
+app.command("analyze")(analyze.analyze)
 app.command("sweep")(sweep.sweep_command)
 app.command("report")(sweep.report_command)
 app.command("audit")(audit.audit)

@@ -17,6 +17,9 @@ rank                   ordinal concepts only (count, size,         same
 diffusion-classifier   — (not a generative model)                  the model itself
 =====================  ==========================================  ===========================
 
+This module works on a built task (the families call it at the end of training);
+:mod:`mosaic.diagnostics.runs` opens a finished run folder for ``mosaic analyze``.
+
 Protocol: probes and axes train on a seeded subset of the **train** split (seen combinations
 only; :class:`~mosaic.diagnostics.errors.LeakageError` otherwise) and are scored on ``test_id``
 (seen) and ``test_ood`` (held-out). Diffusion features are read at ``feature_timestep`` under the
@@ -26,7 +29,6 @@ flattens it into sweep columns.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +40,6 @@ import torch
 from mosaic.diagnostics import DIAGNOSTICS
 from mosaic.diagnostics.config import AnalysisSection
 from mosaic.diagnostics.errors import NotApplicableError
-from mosaic.errors import DatasetError, TrainingError
 
 SEEN, HELD = "test_id", "test_ood"
 
@@ -427,106 +428,6 @@ def analyze_after_training(family: str, cfg, task, run_root: Path, device, metri
     return _jsonable(out)
 
 
-def open_any_run(run_dir: str | Path):
-    """``(family, cfg, run folder, dataset root)`` of a finished lab run of either family.
-
-    Raises:
-        TrainingError: not a run folder, or a run that has not finished (no metrics.json);
-        DatasetError: the dataset is gone or changed; ConfigError: an invalid stored config.
-    """
-    from mosaic.lab.config import validate_config
-    from mosaic.lab.data import manifest_fingerprint
-    from mosaic.lab.loop import RunFolder
-
-    run = RunFolder(run_dir)
-    if not run.config.is_file():
-        raise TrainingError(f"{run_dir} is not a run folder (no {run.config.name}): give the folder `mosaic train` wrote")
-    raw = run.read_config()
-    if not run.metrics.is_file():
-        raise TrainingError(f"run {run_dir} has not finished (no metrics.json): finish training (rerun the same "
-                            "`mosaic train` command) before analysing it")
-    if isinstance(raw, dict) and "objective" in raw:
-        from mosaic.lab.transformer.config import TransformerConfig as C
-
-        family = "transformer"
-    else:
-        from mosaic.lab.diffusion.config import DiffusionConfig as C
-
-        family = "diffusion"
-    cfg = validate_config(C, raw, source=str(run.config))
-    rec = run.read_dataset()
-    root = Path(rec["path"])
-    if not (root / "manifest.json").is_file():
-        raise DatasetError(f"the dataset of run {run_dir} is gone: {root} holds no manifest.json (regenerate it, or restore it)")
-    cur = manifest_fingerprint(root)
-    if cur["fingerprint"] != rec["fingerprint"] or cur["manifest_sha256"] != rec["manifest_sha256"]:
-        raise DatasetError(f"the dataset {root} changed since run {run_dir} was trained: restore it, or train a new run")
-    return family, cfg, run, root
-
-
-def load_task(family: str, cfg, run, root: Path, checkpoint: str | None):
-    """The run's task with the analysed weights loaded; returns ``(task, checkpoint)``.
-
-    Raises:
-        TrainingError: the run lacks the weights (named: which checkpoint, which folder, the fix).
-    """
-    from mosaic.lab.run import pick_checkpoint
-
-    wanted = checkpoint or (cfg.evaluation.checkpoint if family == "transformer" else cfg.sampling.checkpoint)
-    chosen = pick_checkpoint(run, wanted) if checkpoint is None else checkpoint
-    weights = run.best if chosen == "best" else run.final
-    need = weights / ("model.safetensors" if family == "transformer" else "conditioner.safetensors")
-    if not need.is_file():
-        alt = "final" if chosen == "best" else "best"
-        raise TrainingError(f"run {run.root} has no {chosen} checkpoint ({need} is missing): the diagnostics need trained weights; "
-                            f"finish training, or pass --checkpoint {alt}")
-    if family == "transformer":
-        from mosaic.lab.transformer.family import build_task
-        from mosaic.lab.transformer.models import load_weights
-
-        task = build_task(cfg, root)
-        load_weights(task.model, weights)
-    else:
-        from mosaic.lab.diffusion.task import DiffusionTask
-
-        task = DiffusionTask(cfg, root, run, train=False)
-        task.load_weights(weights)
-    return task, chosen
-
-
-def analyze_run(run_dir: str | Path, *, what: list[str] | None = None, options: AnalysisSection | None = None,
-                checkpoint: str | None = None, device: str = "cpu", write: bool = True, say: Callable[[str], None] = print) -> dict:
-    """Run the diagnostics on a finished run and (``write``) store them in its ``metrics.json``
-    under ``analysis`` (figures in ``RUN/analysis/``).
-
-    Args:
-        what: diagnostics to run (None: the options', else every one that applies).
-        options: defaults to the run's own ``analysis:`` section, else :class:`AnalysisSection` defaults.
-        checkpoint: ``final`` / ``best`` (default: the weights the run evaluated).
-    Returns:
-        The ``analysis`` dict (see :func:`analyze_task`), with ``checkpoint``.
-    Raises:
-        TrainingError, DatasetError, ConfigError, NotApplicableError, LeakageError (all MosaicError).
-    """
-    family, cfg, run, root = open_any_run(run_dir)
-    opts = options or getattr(cfg, "analysis", None) or AnalysisSection()
-    metrics = json.loads(run.metrics.read_text())
-    # the applicability check comes before the (slow) task is built
-    from mosaic.dataset import spec_of
-
-    resolve_what(what if what is not None else opts.what, family, spec_of(root),
-                 getattr(cfg.model, "conditioning", None) if family == "diffusion" else None)
-    task, chosen = load_task(family, cfg, run, root, checkpoint or opts.checkpoint)
-    out = analyze_task(family, task, opts, what=what, device=device, metrics=metrics,
-                       out_dir=run.root / "analysis" if write else None, say=say)
-    out["checkpoint"] = chosen
-    out = _jsonable(out)
-    if write:
-        metrics["analysis"] = out
-        run.write_metrics(metrics)
-    return out
-
-
 def _jsonable(x):
     import math
 
@@ -542,5 +443,3 @@ def _jsonable(x):
         return _jsonable(x.tolist())
     return x
 
-
-from mosaic.diagnostics.columns import analysis_columns  # noqa: E402,F401  (re-export)

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from mosaic.diagnostics.config import AnalysisSection
 from mosaic.lab.config import RunConfig, _Base
 from mosaic.schema import Seed
 
@@ -116,3 +117,4 @@ class DiffusionConfig(RunConfig):
     model: DiffusionModelSection = Field(default_factory=DiffusionModelSection)
     sampling: SamplingSection = Field(default_factory=SamplingSection)
     evaluation: EvaluationSection = Field(default_factory=EvaluationSection)
+    analysis: AnalysisSection | None = Field(None, description="representation diagnostics after training (mosaic.diagnostics; README, Diagnostics)")

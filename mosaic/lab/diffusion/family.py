@@ -39,6 +39,9 @@ class DiffusionFamily(Family):
         if ev.enabled and str(ev.evaluator) != "parser" and not (Path(ev.evaluator) / "config.json").is_file():
             raise ConfigError([("evaluation.evaluator", f"{str(ev.evaluator)!r} is neither 'parser' nor a directory made by "
                                 "`mosaic evaluator train SPEC --out DIR` (no config.json there)")])
+        from mosaic.diagnostics.analyze import check_analysis
+
+        check_analysis(cfg, "diffusion", spec)  # analysis.what names only diagnostics that apply
 
     def opened(self, cfg: DiffusionConfig, task: DiffusionTask, ctx: RunContext) -> None:
         if ctx.accelerator.is_main_process:
@@ -74,6 +77,10 @@ class DiffusionFamily(Family):
             out["table"] = table_from_scores(res["metrics"])
             if res["evaluator_check"] is not None:
                 out["evaluator_check"] = res["evaluator_check"]
+        if cfg.analysis is not None:  # the representation diagnostics on the sampled weights
+            from mosaic.diagnostics.analyze import analyze_after_training
+
+            out["analysis"] = analyze_after_training("diffusion", cfg, task, run.root, accelerator.device, out, say)
         return out
 
 

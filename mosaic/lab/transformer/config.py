@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from mosaic.diagnostics.config import AnalysisSection
 from mosaic.lab.config import RunConfig, _Base
 
 
@@ -71,6 +72,7 @@ class TransformerConfig(RunConfig):
     classifier: ClassifierSection = Field(default_factory=ClassifierSection)
     binding: BindingSection = Field(default_factory=BindingSection)
     evaluation: EvaluationSection = Field(default_factory=EvaluationSection)
+    analysis: AnalysisSection | None = Field(None, description="representation diagnostics after training (mosaic.diagnostics; README, Diagnostics)")
 
     @model_validator(mode="after")
     def _sections_of_the_objective(self):

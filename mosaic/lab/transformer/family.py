@@ -67,6 +67,9 @@ class TransformerFamily(Family):
             raise ConfigError(problems)
         if cfg.objective == "binding" or cfg.input.kind == "tokens":
             SceneTokenizer.from_spec(spec)
+        from mosaic.diagnostics.analyze import check_analysis
+
+        check_analysis(cfg, "transformer", spec)  # analysis.what names only diagnostics that apply
 
     def describe(self, cfg: TransformerConfig, task: Task, status: str, ctx: RunContext) -> str:
         n_params = sum(p.numel() for p in task.model.parameters())
@@ -87,6 +90,10 @@ class TransformerFamily(Family):
             out.update(task.evaluate(model, ctx.accelerator.device))
         if hasattr(task, "write_pictures"):
             out["pictures"] = [str(p) for p in task.write_pictures(ctx.run.root)]
+        if cfg.analysis is not None:  # the representation diagnostics on the evaluated weights
+            from mosaic.diagnostics.analyze import analyze_after_training
+
+            out["analysis"] = analyze_after_training("transformer", cfg, task, ctx.run.root, ctx.accelerator.device, out, ctx.say)
         return out
 
     def finish(self, metrics: dict) -> dict:
