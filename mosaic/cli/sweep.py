@@ -15,6 +15,47 @@ from mosaic.errors import MosaicError
 SetOpt = set_option("sweep")
 
 
+def _print_estimates(name: str, trials: list[dict], workers: int) -> None:
+    """The cost of every trial (:func:`mosaic.lab.cost.estimate_run`, measured once per distinct model
+    shape): FLOPs, peak memory per process, time on this machine (trials with ``training.device:
+    cpu``) and on the first accelerators of the table, and the totals."""
+    from mosaic.lab.cost import estimate_run, fmt_bytes, fmt_flops, fmt_seconds
+
+    cache: dict = {}
+    rows, warnings = [], {}
+    for t in trials:
+        cfg = t["cfg"]
+        cpu = cfg.training.device == "cpu"
+        est = estimate_run(cfg, time_cpu=cpu, check_device_present=False, cache=cache)
+        rows.append((t["id"], est, cpu))
+        for w in est.warnings:
+            warnings.setdefault(w, t["id"])
+    accs = [a.name for a in rows[0][1].accelerators[:2]] if rows else []
+    table = Table(title=f"{name}: cost estimate per trial ({len({k for k in cache if k[0] == 'shape'})} distinct model shape(s) "
+                        f"measured; accelerators at {100 * rows[0][1].assumed_mfu:.0f} % MFU)" if rows else name)
+    for col in ["trial", "params", "FLOPs", "peak memory", "this machine"] + accs:
+        table.add_column(col, justify="left" if col == "trial" else "right")
+    tot_flops, tot_cpu, tot_acc = 0.0, 0.0, [0.0] * len(accs)
+    for tid, est, cpu in rows:
+        cells = [tid, f"{est.params / 1e6:.2f} M", fmt_flops(est.flops_total), fmt_bytes(est.peak_bytes_gpu),
+                 fmt_seconds(est.cpu_total_s) if cpu else "-"]
+        for k, a in enumerate(est.accelerators[:len(accs)]):
+            cells.append(fmt_seconds(a.total_s) + ("" if a.fits else " [red](does not fit)[/]"))
+            tot_acc[k] += a.total_s
+        tot_flops += est.flops_total
+        tot_cpu += est.cpu_total_s if cpu else 0.0
+        table.add_row(*cells)
+    if rows:
+        table.add_row(f"[bold]total ({len(rows)} trials)[/]", "", fmt_flops(tot_flops), "",
+                      fmt_seconds(tot_cpu) if tot_cpu else "-", *[fmt_seconds(x) for x in tot_acc])
+        console.print(table)
+        if tot_cpu:
+            console.print(f"this machine: about {fmt_seconds(tot_cpu)} one trial at a time (measured now, load "
+                          f"{rows[0][1].cpu_load:.1f}); --workers {workers} runs trials side by side on the same cores")
+    for w, tid in warnings.items():
+        console.print(f"[yellow]warning[/] {escape(w)} (trial {tid} and others of its shape)")
+
+
 def sweep_command(
     sweep: Annotated[Path, typer.Argument(help="Sweep YAML, e.g. experiments/sweeps/composition_cpu.yaml")],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Sweep folder (default data/sweeps/<name>)")] = None,
@@ -44,6 +85,7 @@ def sweep_command(
             console.print(f"[bold]{s.name}[/]: {n} trials, {len({str(t['dataset']) for t in trials})} datasets; every config and spec is valid")
             for t in trials:
                 console.print(f"  {t['id']}  data {t['dataset']}")
+            _print_estimates(s.name, trials, workers)
             return
         console.print(f"[bold]{s.name}[/]: {n} trials ({' x '.join(s.axes())}), backend {backend}, {workers} at a time -> {folder}")
         counter = {"done": 0, "failed": 0}

@@ -866,7 +866,7 @@ def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool, cache: dict
 
 def fmt_flops(x: float) -> str:
     """``1.23 TFLOP``-style text of a FLOP count."""
-    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+    for unit, scale in (("EFLOP", 1e18), ("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
         if x >= scale:
             return f"{x / scale:.3g} {unit}"
     return f"{x:.3g} FLOP"
