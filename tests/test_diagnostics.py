@@ -823,3 +823,13 @@ def test_sweep_rows_carry_analysis_columns(tmp_path):
     row = result_row(t)
     assert row["analysis.probe.test_ood.color"] == 0.5 and row["analysis.layers.held_out.block1"] == 0.25
     assert row["analysis.seconds.probes"] == 1.5 and not any(k.startswith("metrics.analysis") for k in row)
+
+
+def test_factorization_alone_still_reports_probe_span_r2(tiny_classifier_run):
+    from mosaic.diagnostics.config import AnalysisSection
+    from mosaic.diagnostics.runs import analyze_run
+
+    out = analyze_run(tiny_classifier_run, what=["factorization"], options=AnalysisSection.model_validate(TINY_OPTS), write=False,
+                      say=lambda s: None)
+    assert out["what"] == ["factorization"] and "probes" not in out
+    assert set(out["factorization"]["probe_span_r2"]) == {"color", "shape", "mean"} and "projected" in out["factorization"]

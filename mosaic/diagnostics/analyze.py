@@ -372,6 +372,12 @@ def analyze_task(family: str, task, opts: AnalysisSection, *, what: list[str] | 
         elif d == "layers":
             out["layers"] = run_layers(feats, opts, device)
         elif d == "factorization":
+            if weights is None:  # probe-span R² needs concept probes: train them (counted in this diagnostic's seconds)
+                from mosaic.diagnostics.probes import fit_linear_probes
+
+                x = feats.layers[feats.embedding]
+                weights = fit_linear_probes(x["train"], feats.labels["train"], feats.n_values, held_out=feats.held["train"],
+                                            config=_probe_config(opts, device), what="concept probes").weights
             out["factorization"] = run_factorization(feats, weights)
         elif d == "rank":
             out["rank"] = run_rank(feats, task.spec)
