@@ -15,7 +15,10 @@
    :mod:`mosaic.lab.cost`, the same ``FlopCounterMode`` count as ``--dry-run``, times images/s),
    MFU against the device's peak dense bf16 TFLOP/s (:data:`mosaic.lab.cost.ACCELERATORS`, or
    ``--peak-tflops``), peak memory (``torch.cuda.max_memory_allocated``) next to the estimate's,
-   and the preset's projected training time from the measured rate.
+   and the preset's projected training time from the measured rate. A batch that runs out of GPU
+   memory is halved until it fits (``oom_batches``; the cost estimate predicts this:
+   ``estimated_max_batch``; for the UNet preset at 64 px it predicts about 200 GiB at batch 512,
+   more than an H200 holds).
 2. **End to end**: one short composition experiment through the real command line,
    ``mosaic train diffusion experiments/train/composition_cpu.yaml`` with ``--set`` overrides
    (generate -> train -> sample -> evaluate), on the GPU when there is one.
@@ -79,11 +82,38 @@ def preset_config(name: str, tiny: bool, data_root: Path) -> DiffusionConfig:
 
 
 def throughput(name: str, cfg: DiffusionConfig, *, device: torch.device, steps: int, warmup: int, compile_: bool,
-               peak_tflops: float | None, say=print) -> dict:
-    """Timed training steps of a preset (see the module docstring). Returns the record of the summary."""
-    tr = cfg.training
+               peak_tflops: float | None, accelerator: str | None = None, say=print) -> dict:
+    """Timed training steps of a preset at its batch; when the batch runs out of GPU memory, at half
+    of it, and so on (recorded in ``oom_batches``; the estimate predicts it: ``estimated_max_batch``).
+    Returns the record of the summary."""
     say(f"[{name}] estimating (FLOPs per image, memory) ...")
     est = estimate_run(cfg, time_cpu=False, check_device_present=False)
+    row = {r.name: r for r in est.accelerators}.get(accelerator)
+    if row is not None and not row.fits:
+        say(f"[{name}] the estimate says batch {cfg.training.batch_size} does not fit {accelerator} (largest: {row.max_batch}); trying it anyway")
+    oom = []
+    batch = cfg.training.batch_size
+    while True:
+        c = cfg.model_copy(update={"training": cfg.training.model_copy(update={"batch_size": batch})})
+        try:
+            rec = _throughput(name, c, est, device=device, steps=steps, warmup=warmup, compile_=compile_, peak_tflops=peak_tflops, say=say)
+            break
+        except torch.cuda.OutOfMemoryError:
+            oom.append(batch)
+            torch.cuda.empty_cache()
+            if batch <= 8:
+                raise
+            say(f"[{name}] out of GPU memory at batch {batch}: halving it")
+            batch //= 2
+    rec["projected_full_run_s"] = rec["full_run_steps"] * cfg.training.batch_size / rec["images_per_s"]  # the preset's batch of images per step
+    rec.update(preset_batch=cfg.training.batch_size, oom_batches=oom, estimated_max_batch=row.max_batch if row else None,
+               estimated_fits=row.fits if row else None)
+    return rec
+
+
+def _throughput(name: str, cfg: DiffusionConfig, est, *, device: torch.device, steps: int, warmup: int, compile_: bool,
+                peak_tflops: float | None, say=print) -> dict:
+    tr = cfg.training
     torch.manual_seed(tr.seed)
     probe, _ = make_probe(cfg)
     model = probe.model.to(device)
@@ -146,13 +176,15 @@ def throughput(name: str, cfg: DiffusionConfig, *, device: torch.device, steps: 
     achieved = est.train_flops_per_image * ips / 1e12
     peak_mem = torch.cuda.max_memory_allocated(device) if cuda else None
     full_steps = cfg.training.steps
+    # the estimate's memory model at the batch actually run
+    est_peak = est.static_bytes + est.data_bytes + est.activation_bytes_fixed + est.activation_bytes_per_image * B + 2**30
     rec = {
         "preset": name, "params": est.params, "batch": B, "image_size": est.image_size, "steps": steps, "warmup_s": warm_s,
         "seconds": seconds, "step_ms": 1000 * seconds / steps, "images_per_s": ips, "flops_per_image": est.train_flops_per_image,
         "achieved_tflops": achieved, "peak_tflops": peak_tflops, "mfu": achieved / peak_tflops if peak_tflops else None,
         "peak_memory_gib": peak_mem / 2**30 if peak_mem is not None else None,
-        "estimated_peak_memory_gib": est.peak_bytes_gpu / 2**30,
-        "memory_measured_over_estimate": (peak_mem / est.peak_bytes_gpu) if peak_mem else None,
+        "estimated_peak_memory_gib": est_peak / 2**30,
+        "memory_measured_over_estimate": (peak_mem / est_peak) if peak_mem else None,
         "final_loss": final, "compile": compile_, "precision": "bf16" if dtype is not None else "fp32",
         "channels_last": channels_last, "full_run_steps": full_steps,
         "projected_full_run_s": full_steps * B / ips,
@@ -211,7 +243,8 @@ def markdown(summary: dict) -> str:
         mfu = f"{100 * p['mfu']:.1f} %" if p["mfu"] is not None else "-"
         mem = (f"{p['peak_memory_gib']:.1f} GiB ({p['estimated_peak_memory_gib']:.1f})" if p["peak_memory_gib"] is not None
                else f"- ({p['estimated_peak_memory_gib']:.2f} GiB)")
-        lines.append(f"| {p['preset']} | {p['params'] / 1e6:.1f} M | {p['batch']} | {p['images_per_s']:.0f} | {p['step_ms']:.1f} ms | "
+        batch = f"{p['batch']}" + (f" (preset {p['preset_batch']}: out of memory)" if p["batch"] != p["preset_batch"] else "")
+        lines.append(f"| {p['preset']} | {p['params'] / 1e6:.1f} M | {batch} | {p['images_per_s']:.0f} | {p['step_ms']:.1f} ms | "
                      f"{p['achieved_tflops']:.2f} | {mfu} | {mem} | {p['final_loss']:.4f} | "
                      f"{fmt_seconds(p['projected_full_run_s'])} ({p['full_run_steps']} steps) |")
     lines += ["", f"Settings: {json.dumps(summary['settings'])}. MFU = achieved / peak dense bf16 TFLOP/s of the device "
@@ -273,7 +306,8 @@ def main(argv=None) -> int:
             print(f"--presets: unknown preset {p!r}; known: {', '.join(PRESETS)}", file=sys.stderr)
             return 2
         cfg = preset_config(p, a.tiny, out / "data")
-        summary["presets"].append(throughput(p, cfg, device=device, steps=steps, warmup=warmup, compile_=compile_, peak_tflops=peak))
+        summary["presets"].append(throughput(p, cfg, device=device, steps=steps, warmup=warmup, compile_=compile_, peak_tflops=peak,
+                                             accelerator=table_name))
         (out / "gpu_check.json").write_text(json.dumps(summary, indent=2) + "\n")  # keep what is measured if a later part fails
     if not a.no_e2e:
         summary["composition"] = composition(out, a.tiny)
