@@ -55,6 +55,7 @@ from typing import Any, Callable
 import torch
 
 from mosaic.errors import ConfigError, MosaicError
+from mosaic.lab.loop import check_device  # noqa: F401  (re-exported: estimate_run checks the device as the run would)
 
 GiB = 2**30
 
@@ -629,17 +630,6 @@ def sampled_images(spec, splits: list[str], n_per_combination: int | None) -> in
 # ----------------------------------------------------------------------------------------------
 # the estimate
 # ----------------------------------------------------------------------------------------------
-
-
-def check_device(training) -> None:
-    """Refuse a training device this machine does not have.
-
-    Raises:
-        ConfigError: ``training.device: cuda`` without a CUDA GPU (names the field, the value and the fix).
-    """
-    if getattr(training, "device", "auto") == "cuda" and not torch.cuda.is_available():
-        raise ConfigError([("training.device", "cuda, but this machine has no CUDA GPU (torch.cuda.is_available() is False): "
-                            "use auto (a GPU when there is one, else the CPU) or cpu, or run on a GPU machine")])
 
 
 def _precisions(training) -> tuple[str, str]:

@@ -274,6 +274,17 @@ class RunFolder:
 # accelerator
 # ----------------------------------------------------------------------------------------------
 
+def check_device(cfg: TrainingSection) -> None:
+    """Refuse a training device this machine does not have.
+
+    Raises:
+        ConfigError: ``training.device: cuda`` without a CUDA GPU (names the field, the value and the fix).
+    """
+    if getattr(cfg, "device", "auto") == "cuda" and not torch.cuda.is_available():
+        raise ConfigError([("training.device", "cuda, but this machine has no CUDA GPU (torch.cuda.is_available() is False): "
+                            "use auto (a GPU when there is one, else the CPU) or cpu, or run on a GPU machine")])
+
+
 def resolve_precision(cfg: TrainingSection) -> str:
     """``mixed_precision`` with ``auto`` resolved: bf16 on a bf16-capable GPU, else ``no``."""
     if cfg.mixed_precision != "auto":
@@ -293,8 +304,6 @@ def make_accelerator(cfg: TrainingSection, run_dir: Path):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
     from accelerate.utils import ProjectConfiguration
-
-    from mosaic.lab.cost import check_device
 
     check_device(cfg)  # training.device: cuda without a GPU: an error naming the field, before the dataset or run folder
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
