@@ -2,204 +2,154 @@
 
 Layout of a dataset directory ``OUT``::
 
-    OUT/manifest.json                resolved spec, fingerprint, versions, per-split counts, status
+    OUT/manifest.json                resolved spec, fingerprint, versions, per-split counts, leak check, status
+    OUT/README.md                    dataset card: ``datasets.load_dataset(OUT)`` gives exactly the splits
     OUT/<split>/metadata.jsonl       one JSON object per sample, in index order
     OUT/<split>/images/NNNNNN.png    sRGB images, uint8
     OUT/<split>/masks/NNNNNN.png     instance masks (optional): 0 background, k = object k-1
     OUT/.mosaic/parts/               per-shard metadata while generating (resume state)
 
-It loads with ``datasets.load_dataset("imagefolder", data_dir=OUT)`` and with
-:class:`mosaic.torch_data.MosaicDataset` (torch). Generation is sharded; a shard is a pure function of
-``(spec, split, shard)``, so any number of workers gives the same bytes and an interrupted run
-resumes by redoing only the shards without a finished part file.
+That is the ``imagefolder`` form; ``format="parquet"`` writes sharded Parquet instead
+(:mod:`mosaic.parquet`), and :func:`mosaic.parquet.export` converts between the two. Both load with
+``datasets.load_dataset(OUT)`` (through the card, :mod:`mosaic.hf`) and with
+:class:`mosaic.torch_data.MosaicDataset`; :func:`read_metadata` / :func:`iter_metadata` read the
+records of either form.
+
+Generation is sharded; a shard is a pure function of ``(spec, split, shard)``, so any number of
+workers (local processes or Ray tasks) gives the same bytes and an interrupted run resumes by
+redoing only the shards without a finished part file. Whole-dataset steps (merging the metadata,
+the leak check, the counts) stream the records and keep only per-cell and per-value counts
+(:class:`mosaic.tally.Tally`), so memory does not grow with the dataset.
+
+Format ``mosaic-dataset/2`` (this version): records carry ``labels`` (concept -> value index) and
+``combination`` as text (:func:`mosaic.hf.hf_record`), and PNGs are written by
+:func:`mosaic.png.encode_png` (same pixels as version 1, other bytes).
 """
 
 from __future__ import annotations
 
-import io
 import json
-import platform
-import shutil
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
-from importlib import metadata as importlib_metadata
-from multiprocessing import get_context
+import os
+from collections import deque
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
-import numpy as np
-from PIL import Image
-
-from mosaic.errors import DatasetError, LayoutError
+from mosaic.errors import DatasetError, MosaicError
+from mosaic.hf import mosaic_split, write_card
 from mosaic.io import atomic_write, atomic_write_json
-from mosaic.holdout import combination_of, is_held_out, leak_check
-from mosaic.labels import caption, read_labels
-from mosaic.sampling import sample_scene
-from mosaic.spec import Spec, parse_spec
+from mosaic.png import encode_png
+from mosaic.records import (  # noqa: F401 - re-exported: the dataset API of mosaic.dataset
+    FORMAT, MANIFEST, base_manifest, check_out_dir, package_versions, png_bytes, read_manifest, sample_record, spec_from_data,
+    spec_of,
+)
+from mosaic.spec import Spec
 
-FORMAT = "mosaic-dataset/1"
-MANIFEST = "manifest.json"
-PNG_COMPRESS_LEVEL = 1  # fast zlib level; lossless, so images are identical at any level
-DEFAULT_SHARD_SIZE = 128
+DEFAULT_SHARD_SIZE = 256
 
 
 # ----------------------------------------------------------------------------------------------
 # small file helpers
 # ----------------------------------------------------------------------------------------------
 
-def png_bytes(array: np.ndarray) -> bytes:
-    """PNG encoding of a uint8 ``[H, W, 3]`` (RGB) or ``[H, W]`` (L) array."""
-    buf = io.BytesIO()
-    Image.fromarray(array).save(buf, format="PNG", compress_level=PNG_COMPRESS_LEVEL)
-    return buf.getvalue()
+def resolve_split(root: str | Path, split: str, manifest: dict | None = None) -> str:
+    """The split of a dataset that ``split`` names (``validation`` and ``val`` are the same split).
+
+    Raises:
+        DatasetError: the dataset has no such split; the message lists the splits it has.
+    """
+    man = manifest or read_manifest(root)
+    name = mosaic_split(split)
+    if name not in man.get("splits", {}):
+        order = ["train", "val", "test", "test_id", "test_ood"]
+        splits = sorted(man.get("splits", {}).items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0]))
+        have = ", ".join(f"{s} ({v['count']})" for s, v in splits)
+        raise DatasetError([("split", f"{root} has no split {split!r}; its splits: {have or 'none'}"
+                             + (" (val is also called validation)" if "val" in man.get("splits", {}) else ""))])
+    return name
 
 
-def package_versions() -> dict[str, str]:
-    """Versions of the packages that determine a dataset's bytes."""
-    out = {"python": platform.python_version()}
-    for name in ("mosaic", "numpy", "pillow", "pydantic"):
-        try:
-            out[name] = importlib_metadata.version(name)
-        except importlib_metadata.PackageNotFoundError:
-            out[name] = "unknown"
-    return out
+def iter_metadata(root: str | Path, split: str, manifest: dict | None = None) -> Iterator[dict]:
+    """The per-sample records of one split, in index order, one at a time (either storage form).
 
+    Parquet rows come without their image bytes; ``file_name`` (and ``mask_file_name``) name the
+    image as in the imagefolder form.
 
-def read_manifest(root: str | Path) -> dict:
-    """The manifest of a dataset directory. Raises DatasetError when missing or unreadable."""
-    path = Path(root) / MANIFEST
+    Raises:
+        DatasetError: no such split (the splits that exist are listed), a missing metadata file or shard.
+    """
+    from mosaic.parquet import iter_records, storage_of
+
+    if manifest is None and not (Path(root) / MANIFEST).is_file():  # a bare folder of images + metadata.jsonl
+        man = {"splits": {split: {"count": None}}}
+    else:
+        man = manifest or read_manifest(root)
+    split = resolve_split(root, split, man)
+    if storage_of(man) == "parquet":
+        cols = [c for c in ("index", "split", "concepts", "labels", "combination", "held_out", "caption", "num_objects", "scene")]
+        for rec in iter_records(root, split, columns=cols, manifest=man):
+            rec["file_name"] = f"images/{rec['index']:06d}.png"
+            if man.get("masks"):
+                rec["mask_file_name"] = f"masks/{rec['index']:06d}.png"
+            yield rec
+        return
+    path = Path(root) / split / "metadata.jsonl"
     if not path.is_file():
-        raise DatasetError(f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with `mosaic generate SPEC --out {root}`)")
-    try:
-        man = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:  # not UTF-8, not JSON (truncated, overwritten)
-        raise DatasetError(f"{path} is damaged ({type(e).__name__}: {str(e)[:120]}): restore it from a copy, or regenerate the "
-                           f"dataset with `mosaic generate SPEC --out {root} --overwrite`") from None
-    if not isinstance(man, dict):
-        raise DatasetError(f"{path} is damaged (not a mapping): restore it from a copy, or regenerate the dataset with "
-                           f"`mosaic generate SPEC --out {root} --overwrite`")
-    return man
+        raise DatasetError(f"split {split!r} of {root}: {path} is missing; regenerate the dataset (`mosaic generate ... --overwrite`)")
+    with path.open() as f:
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
 
 
 def read_metadata(root: str | Path, split: str) -> list[dict]:
-    """The per-sample records of one split, in index order."""
-    path = Path(root) / split / "metadata.jsonl"
-    if not path.is_file():
-        raise DatasetError(f"no split {split!r} in {root}: {path} is missing")
-    with path.open() as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The per-sample records of one split, in index order (a list: :func:`iter_metadata` streams).
+
+    Raises:
+        DatasetError: no such split (the splits that exist are listed), a missing metadata file or shard.
+    """
+    return list(iter_metadata(root, split))
 
 
-def spec_of(root: str | Path) -> Spec:
-    """The spec a dataset was generated from (from its manifest)."""
-    return parse_spec(read_manifest(root)["spec"], source=f"{root}/{MANIFEST}")
-
-
-# ----------------------------------------------------------------------------------------------
-# generation
-# ----------------------------------------------------------------------------------------------
-
-def sample_record(spec: Spec, split: str, index: int) -> tuple[dict, "object"]:
-    """The metadata record and scene of one sample (no image)."""
-    scene, values = sample_scene(spec, split, index)
-    reading = read_labels(scene, spec)
-    if reading.problems or reading.values != values:  # labels(scene) must give back what was sampled
-        raise LayoutError(
-            f"sample {split}/{index}: labels do not read back ({'; '.join(reading.problems) or reading.values} "
-            f"vs sampled {values}); this is a bug in mosaic, please report it with the spec"
-        )
-    combo = combination_of(spec, reading.values)
-    rec = {
-        "file_name": f"images/{index:06d}.png",
-        "index": index,
-        "split": split,
-        "concepts": reading.values,
-        "combination": list(combo) if combo is not None else None,
-        "held_out": is_held_out(spec, reading.values),
-        "caption": caption(scene, spec),
-        "num_objects": len(scene.objects),
-        "scene": scene.to_dict(),
-    }
-    return rec, scene
-
-
-_SPEC_CACHE: dict[str, Spec] = {}
-
-
-def _spec_from(spec_data: dict) -> Spec:
-    key = json.dumps(spec_data, sort_keys=True)
-    if key not in _SPEC_CACHE:
-        _SPEC_CACHE[key] = parse_spec(spec_data)
-    return _SPEC_CACHE[key]
+def _write_file(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 def render_shard(spec_data: dict, out: str, split: str, shard: int, start: int, stop: int, masks: bool, renderer: str = "pillow") -> int:
     """Render samples ``start..stop-1`` of ``split`` into ``out`` and write the shard's part file.
 
-    Pure in ``(spec, split, shard)``: rerunning it rewrites identical bytes. Returns the number of
-    samples written.
+    The part file (``.mosaic/parts/<split>-NNNNNN.jsonl``, written last and atomically: it marks the
+    shard finished) starts with a header line ``{"start", "stop", "concepts"}`` (each sample's
+    concept values, in concept order, for the leak check) followed by the records. Pure in
+    ``(spec, split, shard)``: rerunning it rewrites identical bytes. Returns the number of samples
+    written.
     """
     from renderers import get_renderer
 
-    spec = _spec_from(spec_data)
+    spec = spec_from_data(spec_data)
     rend = get_renderer(renderer, supersample=spec.image.supersample)
-    root = Path(out)
-    img_dir = root / split / "images"
-    mask_dir = root / split / "masks"
-    lines = []
+    img_dir = os.path.join(out, split, "images")
+    mask_dir = os.path.join(out, split, "masks")
+    names = list(spec.concepts)
+    lines, concepts = [], []
     for index in range(start, stop):
         rec, scene = sample_record(spec, split, index)
         image, mask = rend.render_one(scene)
         # plain writes: a shard's images count only once its part file exists (written last,
         # atomically), and a resumed run rewrites every image of an unfinished shard
-        (img_dir / f"{index:06d}.png").write_bytes(png_bytes(image))
+        _write_file(os.path.join(img_dir, f"{index:06d}.png"), encode_png(image))
         if masks:
-            (mask_dir / f"{index:06d}.png").write_bytes(png_bytes(mask))
+            _write_file(os.path.join(mask_dir, f"{index:06d}.png"), encode_png(mask))
             rec["mask_file_name"] = f"masks/{index:06d}.png"
         lines.append(json.dumps(rec, sort_keys=True))
-    part = root / ".mosaic" / "parts" / f"{split}-{shard:06d}.jsonl"
-    atomic_write(part, ("\n".join(lines) + "\n").encode() if lines else b"")
+        concepts.append([rec["concepts"].get(c) for c in names])
+    header = json.dumps({"start": start, "stop": stop, "concepts": concepts})
+    part = Path(out) / ".mosaic" / "parts" / f"{split}-{shard:06d}.jsonl"
+    atomic_write(part, (header + "\n" + "".join(ln + "\n" for ln in lines)).encode())
     return stop - start
-
-
-def _check_out_dir(out: Path, spec: Spec, masks: bool, overwrite: bool) -> dict | None:
-    """Decide what to do with an existing ``out``: returns the manifest to resume, or None to start fresh."""
-    if not out.exists():
-        return None
-    if out.is_file():
-        raise DatasetError(f"--out {out} is a file: give a directory")
-    has_manifest = (out / MANIFEST).is_file()
-    if overwrite:
-        if has_manifest or not any(out.iterdir()):
-            shutil.rmtree(out)
-            return None
-        raise DatasetError(f"refusing to --overwrite {out}: it is not a mosaic dataset (no {MANIFEST}) and not empty; give another --out")
-    if not has_manifest:
-        if any(out.iterdir()):
-            raise DatasetError(f"{out} exists, is not empty and holds no {MANIFEST}: give an empty or new --out directory")
-        return None
-    man = read_manifest(out)
-    if man.get("fingerprint") != spec.fingerprint():
-        raise DatasetError(
-            f"{out} was generated from spec {man.get('name')!r} with fingerprint {man.get('fingerprint')}, but this spec "
-            f"({spec.name!r}) has fingerprint {spec.fingerprint()}: use another --out, or --overwrite to replace it"
-        )
-    if bool(man.get("masks")) != bool(masks):
-        raise DatasetError(f"{out} was generated {'with' if man.get('masks') else 'without'} masks: rerun with the same --masks setting, or --overwrite")
-    return man
-
-
-def _manifest(spec: Spec, masks: bool, renderer: str, status: str) -> dict:
-    return {
-        "format": FORMAT,
-        "name": spec.name,
-        "fingerprint": spec.fingerprint(),
-        "status": status,
-        "spec": spec.to_dict(),
-        "renderer": {"name": renderer, "supersample": spec.image.supersample},
-        "masks": masks,
-        "versions": package_versions(),
-        "splits": {k: {"count": n} for k, n in spec.split_sizes().items()},
-    }
 
 
 def generate(
@@ -211,6 +161,11 @@ def generate(
     shard_size: int = DEFAULT_SHARD_SIZE,
     renderer: str = "pillow",
     on_progress: Callable[[int, int], None] | None = None,
+    format: str = "imagefolder",
+    backend: str = "local",
+    address: str | None = None,
+    shard_bytes: int | None = None,
+    splits: list[str] | None = None,
     verify: bool = False,
 ) -> dict:
     """Generate the dataset of ``spec`` into ``out``; resume an interrupted run of the same spec.
@@ -220,21 +175,50 @@ def generate(
     (:func:`mosaic.verify.check_and_repair`); the returned manifest then lists them under
     ``repaired`` (not written to disk). The folder is locked while this runs
     (:class:`mosaic.locks.FolderLock`): a second generation of the same spec waits for this one (then
-    finds the dataset complete); ``--overwrite`` of it from another process stops, naming this one; worker processes end with this one.
+    finds the dataset complete); ``--overwrite`` of it from another process stops, naming this one;
+    worker processes end with this one.
 
     Args:
-        workers: processes (1 = in this process). The output does not depend on it.
+        workers: processes (1 = in this process), or CPUs of a local Ray instance. The output does
+            not depend on it.
         overwrite: replace an existing mosaic dataset at ``out``.
         masks: also write instance-mask PNGs.
-        on_progress: called as ``on_progress(done, total)`` after each shard.
+        shard_size: samples per task of the imagefolder form (resume granularity).
+        on_progress: called as ``on_progress(done, total)`` after each shard (row group for Parquet).
+        format: ``imagefolder`` (PNG files + ``metadata.jsonl``) or ``parquet`` (sharded Parquet,
+            :func:`mosaic.parquet.generate_parquet`, shards of about ``shard_bytes``, 256 MiB by default).
+        backend: ``local`` (a process pool) or ``ray`` (Ray tasks on the cluster at ``address``, or
+            a local Ray instance of ``workers`` CPUs). With Ray, imagefolder tasks write their files
+            themselves, so every node must see ``out`` at the same path; Parquet tasks return their
+            rows to this process, which alone writes.
+        splits: write only these splits (imagefolder form; e.g. all but ``train`` when training
+            streams it, :mod:`mosaic.stream`); the manifest lists the others under ``not_written``.
     Returns:
         The final manifest (``status: complete``).
     Raises:
-        DatasetError: ``out`` holds another spec's dataset or foreign files.
+        DatasetError: an unknown format or backend, ``--address`` without Ray (all before anything
+            is written); ``out`` holds another spec's dataset, the other storage form or foreign
+            files; the leak check failed.
         LayoutError: the layout search failed (checked on a few samples before anything is written).
     """
+    from mosaic.executors import check_backend
+    from mosaic.parquet import DEFAULT_SHARD_BYTES, check_format, generate_parquet
+
+    check_format(format)
+    check_backend(backend)
+    if address and backend != "ray":
+        raise DatasetError([("--address", f"--address {address!r} applies to --backend ray only: drop it or add --backend ray")])
+    if splits is not None:
+        unknown = [x for x in splits if x not in spec.split_sizes()]
+        if unknown or format != "imagefolder":
+            raise DatasetError([("splits", f"{unknown} are not splits of the spec ({', '.join(spec.split_sizes())})" if unknown
+                                 else "writing a subset of the splits needs format imagefolder")])
+    if format == "parquet":
+        return generate_parquet(spec, out, workers=workers, overwrite=overwrite, masks=masks,
+                                shard_bytes=shard_bytes or DEFAULT_SHARD_BYTES, renderer=renderer,
+                                on_progress=on_progress, backend=backend, address=address, verify=verify)
     out = Path(out)
-    sizes = spec.split_sizes()
+    sizes = {k: n for k, n in spec.split_sizes().items() if splits is None or k in splits}
     # fail before writing anything when the first scenes of a split cannot be laid out
     for split, n in sizes.items():
         for i in range(min(n, 4)):
@@ -244,11 +228,16 @@ def generate(
     # one writer at a time: a second generation of this spec waits for the first (then finds it complete);
     # --overwrite never waits: it stops, naming the process that writes the folder
     with FolderLock(out, DatasetError, "dataset", wait=not overwrite):
-        return _generate_locked(spec, out, workers, overwrite, masks, shard_size, renderer, on_progress, verify, sizes)
+        return _generate_locked(spec, out, workers, overwrite, masks, shard_size, renderer, on_progress, verify, sizes,
+                                backend, address)
 
 
-def _generate_locked(spec, out, workers, overwrite, masks, shard_size, renderer, on_progress, verify, sizes) -> dict:
-    existing = _check_out_dir(out, spec, masks, overwrite)
+def _generate_locked(spec, out, workers, overwrite, masks, shard_size, renderer, on_progress, verify, sizes, backend, address) -> dict:
+    from mosaic.executors import LocalExecutor, make_executor
+
+    existing = check_out_dir(out, spec, masks, overwrite, "imagefolder")
+    if existing is not None and set(existing["splits"]) != set(sizes):
+        raise DatasetError(f"{out} holds the splits {', '.join(existing['splits'])}, not {', '.join(sizes)}: use another --out, or --overwrite")
     if existing is not None and existing.get("status") == "complete":
         from mosaic.verify import check_and_repair
 
@@ -260,73 +249,99 @@ def _generate_locked(spec, out, workers, overwrite, masks, shard_size, renderer,
             return {**read_manifest(out), "repaired": [d.path for d in report.damage]}
         return existing
 
-    parts = out / ".mosaic" / "parts"
+    tasks, done = [], 0
+    for split, n in sizes.items():
+        for shard, start in enumerate(range(0, n, shard_size)):
+            stop = min(n, start + shard_size)
+            if (out / ".mosaic" / "parts" / f"{split}-{shard:06d}.jsonl").is_file():
+                done += stop - start
+            else:
+                tasks.append((split, shard, start, stop))
+    executor = make_executor(backend, workers, address) if backend != "local" or len(tasks) > 1 else LocalExecutor(1)
     try:
-        parts.mkdir(parents=True, exist_ok=True)
+        (out / ".mosaic" / "parts").mkdir(parents=True, exist_ok=True)
     except OSError as e:
+        executor.close(cancel=True)
         raise DatasetError([("--out", f"cannot write {out}: {e.strerror}; give a writable folder")]) from None
     for split in sizes:
         (out / split / "images").mkdir(parents=True, exist_ok=True)
         if masks:
             (out / split / "masks").mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / MANIFEST, _manifest(spec, masks, renderer, "incomplete"))
-
-    tasks, done = [], 0
-    for split, n in sizes.items():
-        for shard, start in enumerate(range(0, n, shard_size)):
-            stop = min(n, start + shard_size)
-            if (parts / f"{split}-{shard:06d}.jsonl").is_file():
-                done += stop - start
-            else:
-                tasks.append((split, shard, start, stop))
+    atomic_write_json(out / MANIFEST, _imagefolder_manifest(spec, masks, renderer, "incomplete", sizes))
     total = sum(sizes.values())
     if on_progress:
         on_progress(done, total)
-    spec_data = spec.to_dict()
-    args = [(spec_data, str(out), s, k, a, b, masks, renderer) for s, k, a, b in tasks]
+    spec_data, root = spec.to_dict(), str(out.resolve())
+    todo, pending = iter(tasks), deque()
     try:
-        if workers <= 1 or len(tasks) <= 1:
-            for a in args:
-                done += render_shard(*a)
-                if on_progress:
-                    on_progress(done, total)
-        else:
-            from mosaic.locks import die_with_parent
-
-            # workers end with this process, even when it is killed with SIGKILL (no orphans)
-            with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=die_with_parent) as pool:
-                futures = {pool.submit(render_shard, *a) for a in args}
-                while futures:
-                    finished, futures = wait(futures, return_when=FIRST_EXCEPTION)
-                    for f in finished:
-                        done += f.result()
-                        if on_progress:
-                            on_progress(done, total)
+        while True:
+            while len(pending) < executor.window and (t := next(todo, None)) is not None:
+                pending.append(executor.submit(render_shard, spec_data, root, *t, masks, renderer))
+            if not pending:
+                break
+            done += executor.result(pending.popleft())
+            if on_progress:
+                on_progress(done, total)
     except BaseException as e:
-        if isinstance(e, (KeyboardInterrupt, LayoutError, DatasetError)):
+        executor.close(cancel=True)
+        if isinstance(e, (KeyboardInterrupt, MosaicError)):
             raise
         raise DatasetError(f"generation stopped after {done} of {total} samples: {e}. Rerun the same command to resume.") from e
-    return finalize(spec, out, masks, renderer)
+    executor.close()
+    return finalize(spec, out, masks, renderer, list(sizes))
 
 
-def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow") -> dict:
-    """Merge shard part files into each split's ``metadata.jsonl``, verify, and mark complete."""
-    sizes = spec.split_sizes()
+def _imagefolder_manifest(spec: Spec, masks: bool, renderer: str, status: str, sizes: dict) -> dict:
+    man = base_manifest(spec, masks, renderer, status, "imagefolder")
+    man["splits"] = {k: {"count": n} for k, n in sizes.items()}
+    not_written = {k: n for k, n in spec.split_sizes().items() if k not in sizes}
+    if not_written:
+        man["not_written"] = not_written
+    return man
+
+
+def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow", splits: list[str] | None = None) -> dict:
+    """Merge shard part files into each split's ``metadata.jsonl``, run the leak check, write the
+    manifest (``status: complete``) and the dataset card.
+
+    Streams: the records are copied part file by part file, and the leak check counts the concept
+    values of each part's header (:class:`mosaic.tally.Tally`), so memory does not grow with the
+    dataset.
+
+    Raises:
+        DatasetError: a missing or inconsistent part file; the leak check failed.
+    """
+    from mosaic.tally import Tally
+
+    sizes = {k: n for k, n in spec.split_sizes().items() if splits is None or k in splits}
     parts = out / ".mosaic" / "parts"
-    man = _manifest(spec, masks, renderer, "incomplete")
-    by_split = {}
+    man = _imagefolder_manifest(spec, masks, renderer, "incomplete", sizes)
+    names = list(spec.concepts)
+    tally = Tally(spec)
     for split, n in sizes.items():
-        files = sorted(parts.glob(f"{split}-*.jsonl"))
-        lines = [ln for f in files for ln in f.read_text().splitlines() if ln.strip()]
-        if len(lines) != n:
-            raise DatasetError(f"split {split!r}: {len(lines)} records on disk, expected {n}; rerun the same command to resume")
-        recs = [json.loads(ln) for ln in lines]
-        if [r["index"] for r in recs] != list(range(n)):
-            raise DatasetError(f"split {split!r}: shard records are out of order or duplicated; rerun with --overwrite")
-        atomic_write(out / split / "metadata.jsonl", ("\n".join(lines) + "\n").encode() if lines else b"")
+        tally.begin(split)
+        tmp = out / split / ".metadata.jsonl.tmp"
+        expect = 0
+        with tmp.open("wb") as dst:
+            for part in sorted(parts.glob(f"{split}-*.jsonl")):
+                with part.open("rb") as src:
+                    head = json.loads(src.readline())
+                    if head.get("start") != expect:
+                        raise DatasetError(f"split {split!r}: part file {part.name} starts at index {head.get('start')}, "
+                                           f"expected {expect}; rerun with --overwrite")
+                    body = src.read()
+                if body.count(b"\n") != head["stop"] - head["start"] or len(head["concepts"]) != head["stop"] - head["start"]:
+                    raise DatasetError(f"split {split!r}: part file {part.name} is damaged; delete it and rerun the same command")
+                for i, vals in enumerate(head["concepts"], start=head["start"]):
+                    tally.add(split, i, dict(zip(names, vals)))
+                dst.write(body)
+                expect = head["stop"]
+        if expect != n:
+            tmp.unlink()
+            raise DatasetError(f"split {split!r}: {expect} records on disk, expected {n}; rerun the same command to resume")
+        os.replace(tmp, out / split / "metadata.jsonl")
         man["splits"][split] = {"count": n}
-        by_split[split] = recs
-    man["leak_check"] = leak_check(spec, by_split)
+    man["leak_check"] = tally.report()
     if not man["leak_check"]["passed"]:
         man["status"] = "failed_leak_check"
         atomic_write_json(out / MANIFEST, man)
@@ -334,7 +349,26 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow") -> di
         raise DatasetError(f"the generated dataset at {out} failed its leak check ({', '.join(failed)}); see manifest.json")
     from mosaic.verify import write_checksums
 
-    man["checksums"] = write_checksums(out, by_split)  # every file read back and digested (mosaic verify)
+    # every file read back and digested (mosaic verify); the records are file names only, made on the fly
+    man["checksums"] = write_checksums(out, {k: _file_names(k, n, masks) for k, n in sizes.items()})
     man["status"] = "complete"
     atomic_write_json(out / MANIFEST, man)
+    write_card(out, spec, man, "imagefolder")
     return man
+
+
+class _file_names:
+    """The file names of a split's records (``file_name``, ``mask_file_name``), generated, not stored."""
+
+    def __init__(self, split: str, n: int, masks: bool):
+        self.n, self.masks = n, masks
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        for i in range(self.n):
+            r = {"file_name": f"images/{i:06d}.png"}
+            if self.masks:
+                r["mask_file_name"] = f"masks/{i:06d}.png"
+            yield r

@@ -1,14 +1,15 @@
-"""A torch ``Dataset`` over a generated mosaic dataset directory."""
+"""A torch ``Dataset`` over a generated mosaic dataset directory (imagefolder or Parquet form)."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
 
-from mosaic.dataset import read_manifest, read_metadata, spec_of
+from mosaic.dataset import iter_metadata, read_manifest, resolve_split, spec_of
 from mosaic.errors import DatasetError
 
 
@@ -19,17 +20,28 @@ class MosaicDataset(torch.utils.data.Dataset):
         ``image``: uint8 tensor ``[3, H, W]``;
         ``targets``: int64 tensor ``[C]``, the index of each concept's value in its domain
         (order of ``self.concepts``; -1 where the scene shows no value);
+        ``held_out``: bool tensor ``[]``, whether the sample's combination is held out (only in
+        ``test_ood``);
         ``index``: int; ``caption``: str; ``mask``: uint8 ``[H, W]`` when ``load_masks``.
 
+    Decoding targets back to values: ``ds.decode(item["targets"])`` gives ``{concept: value}``,
+    i.e. ``ds.domains[concept][targets[k]]`` for the ``k``-th concept of ``ds.concepts`` (None for
+    -1); a batch decodes row by row. ``ds.records`` holds every sample's record (concepts,
+    combination, caption, scene graph) without the images.
+
     Args:
-        root: dataset directory (made by ``mosaic generate``).
-        split: split name, e.g. ``"train"``.
+        root: dataset directory (made by ``mosaic generate``, either ``--format``).
+        split: split name: ``train``, ``val`` (or ``validation``, HF's name), ``test``, ``test_id``,
+            ``test_ood``.
         load_masks: also load instance masks (the dataset must have been generated with masks).
     Raises:
-        DatasetError: missing or incomplete dataset, missing split or masks.
+        DatasetError: missing or incomplete dataset, a split it does not have (the message lists
+            the splits it has), no masks, a missing or damaged Parquet shard (named).
     """
 
     def __init__(self, root: str | Path, split: str = "train", load_masks: bool = False):
+        from mosaic.parquet import iter_records, storage_of
+
         self.root = Path(root)
         man = read_manifest(self.root)
         if man.get("status") != "complete":
@@ -38,29 +50,47 @@ class MosaicDataset(torch.utils.data.Dataset):
             raise DatasetError(f"{root} has no masks: regenerate with `mosaic generate ... --masks`")
         self.manifest = man
         self.spec = spec_of(self.root)
-        self.split = split
-        self.records = read_metadata(self.root, split)
+        self.split = split = resolve_split(self.root, split, man)
+        self.storage = storage_of(man)
         self.concepts = list(self.spec.concepts)
         self.domains = {c: self.spec.domain(c) for c in self.concepts}
+        size = self.spec.image.size
+        if self.storage == "parquet":
+            self.records, images, masks = [], [], []
+            cols = ["image"] + (["mask"] if load_masks else [])
+            for row, rec in zip(iter_records(self.root, split, columns=cols, manifest=man), iter_metadata(self.root, split, man)):
+                images.append(np.asarray(Image.open(io.BytesIO(row["image"]["bytes"])).convert("RGB")))
+                if load_masks:
+                    masks.append(np.asarray(Image.open(io.BytesIO(row["mask"]["bytes"]))))
+                self.records.append(rec)
+        else:
+            self.records = list(iter_metadata(self.root, split, man))
+            base = self.root / split
+            images = [np.asarray(Image.open(base / r["file_name"]).convert("RGB")) for r in self.records]
+            masks = [np.asarray(Image.open(base / r["mask_file_name"])) for r in self.records] if load_masks else []
         lookup = {c: {v: k for k, v in enumerate(d)} for c, d in self.domains.items()}
         self.targets = torch.tensor(
             [[lookup[c].get(r["concepts"].get(c), -1) for c in self.concepts] for r in self.records], dtype=torch.long
         ).reshape(len(self.records), len(self.concepts))
-        base = self.root / split
+        self.held_out = torch.tensor([bool(r.get("held_out")) for r in self.records], dtype=torch.bool)
         self.images = torch.from_numpy(
-            np.stack([np.asarray(Image.open(base / r["file_name"]).convert("RGB")) for r in self.records])
-            if self.records else np.zeros((0, man["spec"]["image"]["size"], man["spec"]["image"]["size"], 3), np.uint8)
+            np.stack(images) if images else np.zeros((0, size, size, 3), np.uint8)
         ).permute(0, 3, 1, 2).contiguous()
-        self.masks = None
-        if load_masks:
-            self.masks = torch.from_numpy(np.stack([np.asarray(Image.open(base / r["mask_file_name"])) for r in self.records]))
+        self.masks = torch.from_numpy(np.stack(masks) if masks else np.zeros((0, size, size), np.uint8)) if load_masks else None
 
     def __len__(self) -> int:
         return len(self.records)
 
     def __getitem__(self, i: int) -> dict:
         r = self.records[i]
-        item = {"image": self.images[i], "targets": self.targets[i], "index": r["index"], "caption": r["caption"]}
+        item = {"image": self.images[i], "targets": self.targets[i], "held_out": self.held_out[i], "index": r["index"], "caption": r["caption"]}
         if self.masks is not None:
             item["mask"] = self.masks[i]
         return item
+
+    def decode(self, targets) -> dict:
+        """``{concept: value}`` of one ``targets`` vector (int ``[C]``; -1 gives None)."""
+        t = [int(x) for x in (targets.tolist() if hasattr(targets, "tolist") else targets)]
+        if len(t) != len(self.concepts):
+            raise ValueError(f"targets has {len(t)} entries, this dataset has {len(self.concepts)} concepts {self.concepts}")
+        return {c: (self.domains[c][k] if k >= 0 else None) for c, k in zip(self.concepts, t)}

@@ -52,7 +52,7 @@ def test_card_gives_exactly_the_splits_and_states_the_holdout(tmp_path):
     held = man["leak_check"]["held_out"]
     assert f"{len(held)} held-out cells" in text and "(" + ", ".join(map(str, held[0])) + ")" in text
     assert "| test_ood | test_ood | 20 |" in text and "| validation | val | 20 |" in text
-    hf = datasets.load_dataset(str(out))
+    hf = datasets.load_dataset(str(out), cache_dir=str(out) + "-hf-cache")
     assert set(hf) == {"train", "validation", "test_id", "test_ood"}
     assert [hf[s].num_rows for s in ("train", "validation", "test_id", "test_ood")] == [200, 20, 20, 20]
     assert all(hf["test_ood"]["held_out"]) and not any(hf["train"]["held_out"]) and not any(hf["test_id"]["held_out"])
@@ -66,6 +66,6 @@ def test_card_omits_empty_splits(tmp_path):
     man = generate(spec, out)
     text = write_card(out, spec, man, "imagefolder").read_text()
     assert "Empty splits (no files, not listed in `configs`): val." in text
-    assert set(datasets.load_dataset(str(out))) == {"train", "test"}
+    assert set(datasets.load_dataset(str(out), cache_dir=str(out) + "-hf-cache")) == {"train", "test"}
     with pytest.raises(ValueError, match="storage"):
         write_card(out, spec, man, "zip")

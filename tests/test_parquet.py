@@ -79,7 +79,7 @@ def test_loads_with_datasets_and_pyarrow(tmp_path, cc_spec):
     datasets = pytest.importorskip("datasets")
     out = tmp_path / "pq"
     man = generate_parquet(cc_spec, out, masks=True)
-    hf = datasets.load_dataset(str(out))
+    hf = datasets.load_dataset(str(out), cache_dir=str(out) + "-hf-cache")
     assert set(hf) == {"train", "validation", "test_id", "test_ood"}
     feats = hf["train"].features
     assert feats["labels"]["color"].names == cc_spec.domain("color")
@@ -129,7 +129,7 @@ def test_export_round_trip(tmp_path, cc_spec):
             assert np.array_equal(pixels((img / split / r["file_name"]).read_bytes()),
                                   pixels((tmp_path / "back" / split / r["file_name"]).read_bytes()))
     datasets = pytest.importorskip("datasets")
-    hf = datasets.load_dataset(str(tmp_path / "back"))
+    hf = datasets.load_dataset(str(tmp_path / "back"), cache_dir=str(tmp_path / "back") + "-hf-cache")
     assert set(hf) == {"train", "validation", "test_id", "test_ood"}
     assert hf["train"].features["labels"]["count"].names == [str(v) for v in cc_spec.domain("count")]
     assert hf["test_ood"]["labels"] == [r["labels"] for r in read_metadata(tmp_path / "back", "test_ood")]

@@ -4,6 +4,7 @@ Every command group lives in its own module and is registered here, explicitly, 
 ``mosaic --help`` lists them:
 
 - :mod:`mosaic.cli.data` — ``validate``, ``generate``, ``preview``
+- :mod:`mosaic.cli.export` — ``export``
 - :mod:`mosaic.cli.verify` — ``verify``
 - :mod:`mosaic.cli.splits` — ``splits``
 - :mod:`mosaic.cli.evaluate` — ``evaluator check|train``, ``evaluate``
@@ -22,13 +23,14 @@ from __future__ import annotations
 
 import typer
 
-from mosaic.cli import analyze, audit, data, evaluate, reproduce, splits, sweep, train, verify
+from mosaic.cli import analyze, audit, data, evaluate, export, reproduce, splits, sweep, train, verify
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="mosaic: controlled datasets and a training lab for compositional generalization.")
 
 app.command("validate")(data.validate)
 app.command("generate")(data.generate)
 app.command("preview")(data.preview)
+app.command("export")(export.export_command)
 app.command("verify")(verify.verify)
 app.command("splits")(splits.splits)
 app.add_typer(evaluate.evaluator_app, name="evaluator")

@@ -34,7 +34,9 @@ class DatasetSection(_Base):
     spec: Path | None = Field(None, description="spec YAML generated on demand when `path` is not given")
     overrides: dict[str, Any] = Field(default_factory=dict, description="spec overrides {key.path: value}, e.g. {image.size: 32}")
     root: Path = Field(Path("data"), description="parent directory of datasets generated from `spec`")
-    workers: int = Field(2, ge=1, le=1024, description="generation worker processes")
+    workers: int = Field(2, ge=1, le=1024, description="generation worker processes (and, with `stream`, DataLoader workers rendering the training batches)")
+    stream: bool = Field(False, description="train from mosaic.stream.StreamSource: training images are sampled and rendered on "
+                                            "the fly (the same images as on disk), so only the other splits are written")
 
     @model_validator(mode="after")
     def _one_source(self):

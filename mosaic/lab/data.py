@@ -63,6 +63,13 @@ def resolve_dataset(section: DatasetSection, generate: bool = True, on_progress=
             raise DatasetError(f"dataset.path {str(root)!r} is incomplete (generation was interrupted): rerun `mosaic generate` on it")
         return root
     spec = load_dataset_spec(section)
+    if section.stream:  # the train split is streamed (mosaic.stream): write the others only
+        root = Path(section.root) / (dataset_dir_for(spec) + "-stream")
+        if generate:
+            from mosaic.dataset import generate as gen
+
+            gen(spec, root, workers=section.workers, on_progress=on_progress, splits=[s for s in spec.split_sizes() if s != "train"])
+        return root
     root = Path(section.root) / dataset_dir_for(spec)
     if generate:
         from mosaic.dataset import generate as gen

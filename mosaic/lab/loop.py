@@ -57,6 +57,8 @@ class Task:
     Attributes:
         model: every trainable module, as one ``nn.Module`` whose ``forward`` is the training
             forward (so DDP hooks see it).
+        train_source: optional; a :class:`mosaic.stream.StreamSource` the loop takes each
+            micro-step's batch from instead of ``train_data`` (``dataset.stream: true``).
         train_data: tensors with a leading example dimension ``N`` (e.g. ``image`` uint8
             ``[N, 3, H, W]``, ``cond`` int64 ``[N, ...]``), kept in memory; a batch is the same
             dict indexed by the batch's indices, moved to the training device.
@@ -426,11 +428,16 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
         ema.to(device)
         accelerator.register_for_checkpointing(ema)
 
-    # training tensors: on the device when they fit comfortably, else pinned host memory
-    nbytes = sum(t.numel() * t.element_size() for t in task.train_data.values())
-    on_device = device.type == "cpu" or nbytes < 4 * 2**30
-    data = {k: (v.to(device) if on_device else v.pin_memory()) for k, v in task.train_data.items()}
-    n = len(next(iter(data.values())))
+    # training tensors: on the device when they fit comfortably, else pinned host memory; or a
+    # stream (mosaic.stream.StreamSource) rendering each micro-step's batch on the fly
+    source = getattr(task, "train_source", None)
+    if source is not None:
+        data, n = {}, len(source)
+    else:
+        nbytes = sum(t.numel() * t.element_size() for t in task.train_data.values())
+        on_device = device.type == "cpu" or nbytes < 4 * 2**30
+        data = {k: (v.to(device) if on_device else v.pin_memory()) for k, v in task.train_data.items()}
+        n = len(next(iter(data.values())))
     plan = BatchPlan(n, cfg.batch_size, world, rank, cfg.seed)
     global_batch = cfg.batch_size * cfg.grad_accum * world
 
@@ -512,13 +519,17 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
     window, window_t0, window_steps = [], time.perf_counter(), 0
     t_train = 0.0
     params_list = [p for p in model.parameters() if p.requires_grad]
+    streamed = source.batches(plan, state["step"] * cfg.grad_accum, cfg.steps * cfg.grad_accum) if source is not None else None
     for step in range(state["step"] + 1, cfg.steps + 1):
         t0 = time.perf_counter()
         losses = []
         for micro in range(cfg.grad_accum):
             m = (step - 1) * cfg.grad_accum + micro
             idx = plan.indices(m)
-            batch = {k: v[idx.to(v.device)].to(device, non_blocking=True) for k, v in data.items()}
+            if streamed is not None:
+                batch = {k: v.to(device, non_blocking=True) for k, v in next(streamed).items()}
+            else:
+                batch = {k: v[idx.to(v.device)].to(device, non_blocking=True) for k, v in data.items()}
             seed = step_seed(cfg.seed, m, rank)
             torch.manual_seed(seed)  # dropout layers and anything else on the global RNG
             gen = torch.Generator(device=device).manual_seed(seed)

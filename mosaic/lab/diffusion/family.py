@@ -50,7 +50,8 @@ class DiffusionFamily(Family):
     def describe(self, cfg: DiffusionConfig, task: DiffusionTask, status: str, ctx: RunContext) -> str:
         return (f"{super().describe(cfg, task, status, ctx)}\n{cfg.model.backbone} with {cfg.model.conditioning} conditioning: "
                 f"{count_params(task.model) / 1e6:.2f} M parameters ({count_params(task.model.conditioner) / 1e6:.3f} M in the "
-                f"conditioner); {len(task.train_data['image'])} training images of {task.image_size} px")
+                f"conditioner); {len(task.train_source) if task.train_source is not None else len(task.train_data['image'])} training images "
+                f"of {task.image_size} px" + (" (streamed)" if task.train_source is not None else ""))
 
     def results(self, cfg: DiffusionConfig, task: DiffusionTask, ctx: RunContext) -> dict:
         """``generate_s``, ``samples`` (path, images, seconds, checkpoint, splits) and, when scored,

@@ -19,6 +19,16 @@ from mosaic.lab.diffusion.sampling import generate, load_evaluator, sample_seeds
 from mosaic.lab.loop import RunFolder, Task
 
 
+class _CondOf:
+    """``records -> {"cond": conditioner.encode(records)}`` for a streamed batch (picklable)."""
+
+    def __init__(self, conditioner):
+        self.conditioner = conditioner
+
+    def __call__(self, records):
+        return {"cond": self.conditioner.encode(records)}
+
+
 class DiffusionTask(Task):
     """The diffusion objective on a mosaic dataset (see the module docstring).
 
@@ -48,7 +58,12 @@ class DiffusionTask(Task):
         self.conditioner = self._conditioner()
         self.model = DiffusionModel(build_backbone(m, self.image_size), self.conditioner, m.backbone)
         self.train_data = {}
-        if train:
+        self.train_source = None
+        if train and cfg.dataset.stream:
+            from mosaic.stream import StreamSource
+
+            self.train_source = StreamSource(self.spec, "train", _CondOf(self.conditioner), workers=cfg.dataset.workers)
+        elif train:
             from mosaic.torch_data import MosaicDataset
 
             ds = MosaicDataset(self.root, "train")
@@ -76,7 +91,14 @@ class DiffusionTask(Task):
         else:
             from mosaic.dataset import read_metadata
 
-            vocab = build_vocab(r["caption"] for s in self.spec.split_sizes() for r in read_metadata(self.root, s))
+            from mosaic.lab.data import split_names
+
+            captions = [r["caption"] for s in split_names(self.root) for r in read_metadata(self.root, s)]
+            if "train" not in split_names(self.root):  # streamed: the train split's captions, rendered nothing
+                from mosaic.records import sample_record
+
+                captions += [sample_record(self.spec, "train", i)[0]["caption"] for i in range(min(self.spec.split_sizes()["train"], 20_000))]
+            vocab = build_vocab(captions)
         self.vocab = vocab
         t = m.text
         return CaptionConditioner(vocab, m.cond_dim, layers=t.layers, heads=t.heads, max_len=t.max_len, dropout=t.dropout)

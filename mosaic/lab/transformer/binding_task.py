@@ -36,6 +36,9 @@ class BindingTask(Task):
     def __init__(self, cfg: TransformerConfig, spec, root: Path, tokenizer: SceneTokenizer):
         self.cfg, self.spec, self.root, self.tokenizer = cfg, spec, root, tokenizer
         kind = cfg.input.kind
+        if cfg.dataset.stream:
+            raise ConfigError([("dataset.stream", "the binding objective needs the whole training split in memory (its swap "
+                                "negatives and seen object types): set dataset.stream: false, or use objective: classifier")])
         self.train = SplitData(root, "train", spec, kind, tokenizer)
         self.val = SplitData(root, "val", spec, kind, tokenizer) if "val" in split_names(root) else None
         objs = self.train.objects

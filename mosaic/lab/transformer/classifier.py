@@ -20,6 +20,22 @@ from mosaic.lab.transformer.models import ClassifierModel, make_encoder
 from mosaic.lab.transformer.tokens import SceneTokenizer
 
 
+class _StreamInputs:
+    """A streamed batch's non-image inputs (picklable): targets ``y`` int64 ``[B, heads]``, and the
+    scene tokens ``x`` for ``input.kind: tokens``."""
+
+    def __init__(self, kind: str, tokenizer, head_idx: list[int]):
+        self.kind, self.tokenizer, self.head_idx = kind, tokenizer, head_idx
+
+    def __call__(self, records):
+        out = {"y": torch.tensor([list(r["labels"].values()) for r in records], dtype=torch.long)[:, self.head_idx]}
+        if self.kind != "image":
+            from mosaic.lab.transformer.tokens import fact_table, object_table, tokens_from_table
+
+            out["x"] = tokens_from_table(self.tokenizer, object_table(self.tokenizer, records), fact_table(self.tokenizer, records))
+        return out
+
+
 class ClassifierTask(Task):
     """Multi-head concept classification (the loop's :class:`~mosaic.lab.loop.Task` interface).
 
@@ -40,9 +56,16 @@ class ClassifierTask(Task):
         self.head_idx = [list(spec.concepts).index(c) for c in self.heads]
         self.tokenizer = tokenizer
         self._last = None  # (records, predictions) of the last evaluate, for write_pictures
-        self.train = SplitData(root, "train", spec, kind, tokenizer)
         self.val = SplitData(root, "val", spec, kind, tokenizer) if "val" in split_names(root) else None
-        self.train_data = {"x": self.train.inputs, "y": self.train.targets[:, self.head_idx]}
+        if cfg.dataset.stream:  # train batches sampled and rendered on the fly (mosaic.stream)
+            from mosaic.stream import StreamSource
+
+            self.train = StreamSource(spec, "train", _StreamInputs(kind, tokenizer, self.head_idx), workers=cfg.dataset.workers,
+                                      image_key="x" if kind == "image" else None)
+            self.train_source, self.train_data = self.train, {}
+        else:
+            self.train = SplitData(root, "train", spec, kind, tokenizer)
+            self.train_data = {"x": self.train.inputs, "y": self.train.targets[:, self.head_idx]}
         encoder = make_encoder(cfg, kind, tokenizer, spec.image.size)
         self.model = ClassifierModel(encoder, [len(spec.domain(c)) for c in self.heads])
         self.selection = ("accuracy_joint", "max") if self.val is not None and len(self.val) else None
