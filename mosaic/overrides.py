@@ -141,12 +141,13 @@ def parse_set(item: str, error: ErrorFactory, example: str = "splits.train=500")
     key, raw = item.split("=", 1)
     try:
         value = yaml.safe_load(raw)
+        yaml_size(value)
     except yaml.YAMLError as e:
         raise error("--set", f"value of {key.strip()!r} is not valid YAML: {e}") from None
-    try:
-        yaml_size(value)
     except ValueError as e:
         raise error("--set", f"value of {key.strip()!r} is refused: {e} (alias expansion is bounded)") from None
+    except RecursionError:
+        raise error("--set", f"value of {key.strip()!r} nests deeper than mosaic reads: flatten it") from None
     return key.strip(), value
 
 

@@ -532,6 +532,9 @@ def collect(out: Path) -> "pd.DataFrame":  # noqa: F821
     return df
 
 
+MAX_SWEEP_WORKERS = 1024  # trials at a time (threads or Ray tasks in flight)
+
+
 def check_sweep_options(backend: str, workers: int = 1, address: str | None = None) -> None:
     """Validate the run options before anything is written. Raises SweepError naming the option."""
     problems = []
@@ -540,8 +543,8 @@ def check_sweep_options(backend: str, workers: int = 1, address: str | None = No
 
         close = closest(backend, ["local", "ray"], cutoff=0.6)
         problems.append(("--backend", f"{backend!r} is not one of local, ray" + (f": did you mean {close!r}?" if close else "")))
-    if not isinstance(workers, int) or workers < 1:
-        problems.append(("--workers", f"{workers!r}: give at least 1"))
+    if not isinstance(workers, int) or not 1 <= workers <= MAX_SWEEP_WORKERS:
+        problems.append(("--workers", f"{workers!r}: give 1 to {MAX_SWEEP_WORKERS} trials at a time"))
     if address and backend != "ray":
         problems.append(("--address", f"{address!r} applies to --backend ray only: drop it or add --backend ray"))
     if backend == "ray" and not problems:

@@ -600,3 +600,29 @@ def test_unknown_evaluation_split_is_refused_before_training(tmp_path):
     code, text, r = invoke(["train", "diffusion", cp])
     assert_clean(code, text, "evaluation.splits", r)
     assert not (tmp_path / "data").exists() and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("args", [
+    ["generate", "experiments/specs/count.yaml", "--out", "{tmp}/o", "--workers", "3000000000"],
+    ["generate", "experiments/specs/count.yaml", "--out", "{tmp}/o", "--format", "parquet", "--shard-mb", "inf"],
+    ["export", "{tmp}/missing", "--format", "parquet", "--shard-mb", "1e308"],
+    ["evaluator", "check", "experiments/specs/count.yaml", "--n", "100000000000000000000"],
+    ["sweep", "experiments/sweeps/composition_cpu.yaml", "--out", "{tmp}/o", "--workers", "100000000000000000000000"],
+    ["reproduce", "coverage", "--out", "{tmp}/o", "--workers", "100000"],
+    ["validate", "experiments/specs/count.yaml", "--set", "description=" + "[" * 3000 + "]" * 3000],
+])
+def test_unbounded_cli_numbers_and_deep_set_values_are_refused(tmp_path, args):
+    """Numeric CLI options have stated upper bounds and --set values the same depth bound as files:
+    exit 2, no traceback, nothing written (found by an independent hostile run: OverflowError,
+    RecursionError and a sweep that generated datasets before crashing)."""
+    import subprocess
+    import sys
+
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    r = subprocess.run([sys.executable, "-m", "mosaic.cli", *argv], cwd=root, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+    assert not (tmp_path / "o").exists()

@@ -10,6 +10,11 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+#: Bounds of the CLI's numeric options (a worker is a process; a shard is written in memory first).
+MAX_WORKERS = 1024
+MAX_SHARD_MB = 65536.0
+MAX_CHECK_N = 1_000_000
+
 #: standard output (tables, progress) and standard error (failures, interruptions)
 console = Console()
 err_console = Console(stderr=True)

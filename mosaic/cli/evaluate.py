@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mosaic.cli.common import SpecArg, console, fail, set_option
+from mosaic.cli.common import MAX_CHECK_N, SpecArg, console, fail, set_option
 from mosaic.errors import MosaicError
 
 evaluator_app = typer.Typer(no_args_is_help=True, help="Train a learned evaluator, or check an evaluator's accuracy on fresh ground-truth renders.")
@@ -81,7 +81,7 @@ def print_agreement(a: dict | None) -> None:
 def check_command(
     spec: SpecArg,
     evaluator: EvalOpt = "parser",
-    n: Annotated[int, typer.Option("--n", min=1, help="Fresh ground-truth renders (split evaluator_check)")] = 2000,
+    n: Annotated[int, typer.Option("--n", min=1, max=MAX_CHECK_N, help="Fresh ground-truth renders (split evaluator_check)")] = 2000,
     degrade: Annotated[str, typer.Option("--degrade", help="none, mild (blur 0.7 px, noise 6, colour shift 3%) or strong")] = "none",
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON")] = None,
     set_: SetOpt = None,

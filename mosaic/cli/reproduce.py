@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mosaic.cli.common import console, fail
+from mosaic.cli.common import MAX_WORKERS, console, fail
 from mosaic.errors import MosaicError
 
 
@@ -21,7 +21,7 @@ def reproduce_command(
     paper: Annotated[str, typer.Argument(help="mosaic, binding or coverage (experiments/reproduce.yaml)")],
     scale: Annotated[str, typer.Option("--scale", help="cpu (the CPU-sized sweeps) or gpu (the papers' scale)")] = "cpu",
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Folder of the sweeps and the report (default data/reproduce/<paper>_<scale>)")] = None,
-    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Trials at a time")] = 1,
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, max=MAX_WORKERS, help="Trials at a time")] = 1,
     backend: Annotated[str, typer.Option("--backend", help="local (process pool) or ray")] = "local",
     address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (with --backend ray)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List the trials and an estimated time; run nothing")] = False,

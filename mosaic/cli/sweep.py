@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mosaic.cli.common import console, fail, set_option
+from mosaic.cli.common import MAX_WORKERS, console, fail, set_option
 from mosaic.errors import MosaicError
 
 SetOpt = set_option("sweep")
@@ -60,7 +60,7 @@ def sweep_command(
     sweep: Annotated[Path, typer.Argument(help="Sweep YAML, e.g. experiments/sweeps/composition_cpu.yaml")],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Sweep folder (default data/sweeps/<name>)")] = None,
     backend: Annotated[str, typer.Option("--backend", help="local (process pool) or ray")] = "local",
-    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Trials at a time (local: one GPU each where GPUs exist)")] = 1,
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, max=MAX_WORKERS, help="Trials at a time (local: one GPU each where GPUs exist)")] = 1,
     address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (ray://host:10001 or auto); default: a local Ray instance")] = None,
     set_: SetOpt = None,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Write the HTML report at the end")] = True,
