@@ -595,11 +595,13 @@ FAMILY_METRICS = {
 }
 
 
-def expected_columns(kind: str, concepts: list[str], objective: str | None = None) -> list[str]:
+def expected_columns(kind: str, concepts: list[str], objective: str | None = None,
+                     domains: dict[str, list] | None = None) -> list[str]:
     """The results columns a sweep's trials will have (``metrics.*`` columns are not predicted:
     claims may name them freely): ``seen.`` / ``held_out.`` / ``test.`` + the concepts and the
     family's metrics (+ ``<group>.raw.*`` for diffusion), ``evaluator.joint``, ``time_s``,
-    ``abstention.abstained``, ``abstention.verdicts_changed``."""
+    ``abstention.abstained``, ``abstention.verdicts_changed``, and for diffusion with ``domains``
+    (concept -> values) ``value.<concept>.<value>`` (joint accuracy on the images of that value)."""
     fam = "diffusion" if kind == "diffusion" else (objective or "classifier")
     metrics = FAMILY_METRICS.get(fam, ["joint"])
     names = ([] if fam == "binding" else list(concepts)) + metrics
@@ -607,6 +609,7 @@ def expected_columns(kind: str, concepts: list[str], objective: str | None = Non
     if kind == "diffusion":
         cols += [f"{g}.{RAW}.{m}" for g in ("seen", "held_out", "test") for m in list(concepts) + ["joint"]]
         cols += ["abstention.abstained", "abstention.verdicts_changed"]
+        cols += [f"value.{c}.{v}" for c, vals in (domains or {}).items() for v in vals]
     return cols + ["evaluator.joint", "time_s"]
 
 
@@ -632,7 +635,8 @@ def sweep_claim_problems(claims: list, trials: list[dict], kind: str) -> list[st
             from mosaic.spec import load_spec
 
             spec = load_spec(ds.path)
-        cols |= set(expected_columns(kind, list(spec.concepts), getattr(t["cfg"], "objective", None)))
+        cols |= set(expected_columns(kind, list(spec.concepts), getattr(t["cfg"], "objective", None),
+                                     {c: [str(v) for v in spec.domain(c)] for c in spec.concepts}))
     parsed = [parse_claim(c) for c in claims]
     axes = list(trials[0]["values"]) if trials else []
     unchecked = {y for c in parsed for y in c.columns() if y.startswith("metrics.")}

@@ -10,6 +10,7 @@ A sweep YAML names a training config, the axes to vary and how to report them::
       spec.holdout.rule.n: [1, 3, 5, 8]   # `spec.` keys override the dataset spec
       spec.splits.train: [1000, 4000]
     zip: {}                               # axes of equal length varied together, crossed with grid
+                                          # (`label.<name>` axes only name the trials' condition)
     seeds: [0, 1]                         # crossed with everything; sets training.seed
     report: {x: spec.holdout.rule.n, lines: spec.splits.train}
 
@@ -187,6 +188,12 @@ def trial_id(values: dict[str, Any]) -> str:
     return f"{safe}-{h}"
 
 
+LABEL = "label."
+"""Axes named ``label.<name>`` set nothing: they name a trial's condition (e.g. ``label.condition:
+[baseline, distractors, skewed]`` zipped with the axes that make each condition), so results and
+claims can select it (``where: {condition: baseline}``)."""
+
+
 def trial_config(sweep: SweepSpec, values: dict[str, Any]) -> dict:
     """The raw training config of a trial: the sweep's config with ``set`` and the trial's axis
     values applied (``spec.`` keys into ``dataset.overrides``) and the seed at ``seed_key``."""
@@ -195,6 +202,8 @@ def trial_config(sweep: SweepSpec, values: dict[str, Any]) -> dict:
     raw = read_config_yaml(sweep.config)
     overrides = list(sweep.set.items()) + [(k, v) for k, v in values.items() if k != "seed"]
     for key, value in overrides:
+        if key.startswith(LABEL):  # a label axis only names the condition (results column, claims)
+            continue
         if key == "spec" and isinstance(value, dict):  # `set: {spec: {holdout.rule.n: 3}}`
             overrides += [(f"spec.{k}", v) for k, v in value.items()]
             continue
@@ -481,7 +490,10 @@ def result_row(tdir: Path) -> dict:
     the run's seen / held-out table (:func:`mosaic.evaluation.table.table_columns`; e.g.
     ``seen.<concept>``, ``held_out.joint``), and ``evaluator.joint`` (the evaluator's own joint
     accuracy, :func:`mosaic.evaluation.table.check_row`), and ``analysis.<...>``, the run's
-    representation diagnostics (:func:`mosaic.diagnostics.columns.analysis_columns`).
+    representation diagnostics (:func:`mosaic.diagnostics.columns.analysis_columns`), and
+    ``value.<concept>.<value>``, the joint accuracy over every test image whose intended value of
+    the concept is that value (diffusion; :func:`mosaic.evaluation.metrics.score`'s ``by_value``):
+    e.g. ``value.shape.cross`` scores the tail value of a skewed shape distribution.
     """
     st = read_status(tdir)
     row: dict[str, Any] = {"trial": st.get("id", tdir.name), "status": st.get("status"), "time_s": st.get("time_s"),
@@ -502,6 +514,10 @@ def result_row(tdir: Path) -> dict:
                 row[f"{g}.quality"] = qg["quality"]
                 row[f"{g}.raw.joint"] = qg["joint_accuracy_without_abstention"]
                 row.update({f"{g}.raw.{c}": v for c, v in (qg.get("accuracy_without_abstention") or {}).items()})
+        for c, vals in ((m.get("scores") or {}).get("by_value") or {}).items():
+            for v, r in vals.items():
+                if isinstance(r.get("joint_accuracy"), (int, float)):
+                    row[f"value.{c}.{v}"] = r["joint_accuracy"]
         if "verdicts_changed" in q:
             row["abstention.abstained"] = q["abstained"]
             row["abstention.verdicts_changed"] = q["verdicts_changed"]
@@ -512,6 +528,8 @@ def result_row(tdir: Path) -> dict:
         if isinstance(joint, (int, float)):
             row["evaluator.joint"] = joint
         for k, v in _flatten({k: v for k, v in m.items() if k not in ("table", "evaluator_check", "analysis")}).items():
+            if k.startswith("scores.by_value."):
+                continue  # already the value.* columns
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 row.setdefault(f"metrics.{k}", v)
     return row
@@ -523,7 +541,7 @@ def collect(out: Path) -> "pd.DataFrame":  # noqa: F821
 
     rows = [result_row(d) for d in sorted((out / "trials").iterdir()) if d.is_dir()] if (out / "trials").is_dir() else []
     df = pd.DataFrame(rows)
-    axes = [c for c in df.columns if c.startswith(("spec.", "training.", "model.", "dataset.")) or c == "seed"]
+    axes = [c for c in df.columns if c.startswith(("spec.", "training.", "model.", "dataset.", LABEL)) or c == "seed"]
     sortable = [c for c in axes if df[c].map(lambda v: isinstance(v, (int, float))).all()]
     if sortable:
         df = df.sort_values(sortable, kind="stable").reset_index(drop=True)

@@ -139,3 +139,20 @@ def test_claims_checked_again_without_abstention():
     (r,) = check_sweep_claims(sweep, pd.DataFrame(rows), statements={})
     assert r["verdict"] == "holds" and r["without_abstention"]["verdict"] != "holds" and r["changed_by_abstention"]
     assert r["paper"] == "my statement" and r["sweep"] == "t"
+
+
+def test_value_columns_are_expected_for_diffusion_and_checked():
+    """``value.<concept>.<value>`` (joint accuracy on one value's images, e.g. a skewed concept's
+    tail) is a results column of a diffusion sweep; a misspelt value is an error naming the fix."""
+    from mosaic.claims import expected_columns
+
+    cols = expected_columns("diffusion", ["color", "shape"], None, {"color": ["red"], "shape": ["circle", "cross"]})
+    assert {"value.shape.cross", "value.shape.circle", "value.color.red"} <= set(cols)
+    assert not [c for c in expected_columns("transformer", ["color", "shape"], "classifier",
+                                            {"shape": ["cross"]}) if c.startswith("value.")]
+    ok = parse_claim({"kind": "drop_exceeds", "a": {"y": "seen.joint", "from": {"n": 1}, "to": {"n": 3}},
+                      "b": {"y": "value.shape.cross", "from": {"n": 1}, "to": {"n": 2}}})
+    assert claim_problems([ok], AXES, cols) == []
+    bad = parse_claim({"kind": "at_least", "y": "value.shape.crosss", "value": 0.5})
+    (msg,) = claim_problems([bad], AXES, cols)
+    assert "value.shape.crosss" in msg and "did you mean 'value.shape.cross'" in msg

@@ -104,3 +104,16 @@ def test_heatmap_of_a_four_concept_grid(tmp_path):
     assert m["overall"]["joint_accuracy"] == 1.0 and m["held_out"]["n"] == sum(r["held_out"] for r in recs)
     path = write_metrics(m, tmp_path, spec)["heatmap"]
     assert Image.open(path).size[0] > 500
+
+
+def test_score_by_value_known_answers():
+    """Per-value accuracy (the tail values of a skewed concept are scored from it): each value's
+    images, seen and held-out together; values without images are absent."""
+    m = score(RECORDS, PREDS, parse_spec(SPEC))
+    bv = m["by_value"]
+    assert set(bv) == {"color", "count"}
+    assert {v: (r["n"], r["joint_accuracy"]) for v, r in bv["color"].items()} == {
+        "red": (3, pytest.approx(2 / 3)), "green": (3, pytest.approx(1 / 3))}
+    assert {v: (r["n"], r["joint_accuracy"]) for v, r in bv["count"].items()} == {
+        "1": (2, 0.5), "2": (1, 0.0), "3": (3, pytest.approx(2 / 3))}
+    assert bv["count"]["3"]["accuracy"] == pytest.approx({"color": 2 / 3, "count": 2 / 3})

@@ -626,3 +626,11 @@ def test_unbounded_cli_numbers_and_deep_set_values_are_refused(tmp_path, args):
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Traceback" not in r.stderr + r.stdout
     assert not (tmp_path / "o").exists()
+
+
+def test_values_that_look_like_emoji_codes_are_printed_as_given(tmp_path):
+    """rich turns ':100:' into an emoji unless told not to: an error must quote the user's value."""
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(SPEC))
+    r = runner.invoke(app, ["validate", str(p), "--set", "splits={train:100,test:10}"])
+    assert r.exit_code == 2 and "train:100" in r.output and "\U0001f4af" not in r.output

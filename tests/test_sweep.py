@@ -41,6 +41,17 @@ def test_trial_config_routes_spec_and_training_overrides(tmp_path):
     assert raw["training"] == {"steps": 5, "batch_size": 4, "seed": 7}
 
 
+def test_label_axes_name_conditions_and_set_nothing(tmp_path):
+    """`label.<name>` zipped with the axes that make each condition: it names the trial (folder,
+    results column) but never reaches the config."""
+    s = load_sweep(sweep_file(tmp_path, CFG, zip={"label.condition": ["base", "more"], "spec.splits.train": [100, 400]}))
+    trials = expand(s)
+    assert [t["label.condition"] for t in trials] == ["base", "more"]
+    raw = trial_config(s, trials[1])
+    assert raw["dataset"]["overrides"] == {"image.size": 16, "splits.train": 400} and "label" not in raw
+    assert trial_id(trials[1]).startswith("condition=more_train=400_seed=0-")
+
+
 def test_bad_sweeps_name_the_field(tmp_path):
     with pytest.raises(SweepError, match="zip axes must have equal lengths"):
         load_sweep(sweep_file(tmp_path, CFG, zip={"a": [1, 2], "b": [1]}))

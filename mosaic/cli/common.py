@@ -16,8 +16,8 @@ MAX_SHARD_MB = 65536.0
 MAX_CHECK_N = 1_000_000
 
 #: standard output (tables, progress) and standard error (failures, interruptions)
-console = Console()
-err_console = Console(stderr=True)
+console = Console(emoji=False)  # ":100:" in a user's value must not become an emoji
+err_console = Console(stderr=True, emoji=False)
 
 
 def fail(e: Exception) -> None:

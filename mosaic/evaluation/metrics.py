@@ -107,7 +107,11 @@ def score(records: list[dict], predictions: list[dict], spec: Spec) -> dict:
         has them ``count_mae`` and ``position_distance`` (mean circular bin distance); a group
         without samples has None values. ``grid`` holds ``concepts``, ``domains`` and ``cells``:
         per observed combination ``combination``, ``status`` (seen / held_out / excluded), ``n``,
-        ``joint_accuracy`` and ``accuracy``.
+        ``joint_accuracy`` and ``accuracy``. ``by_value`` holds, per concept and per value of its
+        domain present in the records, ``{"n", "joint_accuracy", "accuracy"}`` over every image
+        whose intended value it is (seen and held-out together): the accuracy on a concept's tail
+        values under a skewed training distribution (MOSAIC's imbalance study, Jeong et al. 2026)
+        is read from here.
     Raises:
         MosaicError: different lengths, or a record whose intended value is missing or not in the
             concept's domain (names the record and the concept).
@@ -146,6 +150,14 @@ def score(records: list[dict], predictions: list[dict], spec: Spec) -> dict:
     out = {"n": N, "concepts": concepts}
     for name, mask in (("overall", np.ones(N, bool)), ("seen", ~held), ("held_out", held)):
         out[name] = _summary(mask, T, P, raw, spec, concepts)
+
+    by_value: dict = {}
+    for j, c in enumerate(concepts):
+        dom = spec.domain(c)
+        for k in sorted(set(int(t) for t in T[:, j])):
+            s = _summary(T[:, j] == k, T, P, raw, spec, concepts)
+            by_value.setdefault(c, {})[str(dom[k])] = {"n": s["n"], "joint_accuracy": s["joint_accuracy"], "accuracy": s["accuracy"]}
+    out["by_value"] = by_value
 
     gconcepts, status = grid_of(spec)
     gidx = [concepts.index(c) for c in gconcepts]

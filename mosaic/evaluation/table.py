@@ -161,7 +161,7 @@ def print_table(table: Mapping, title: str = "accuracy of generated images (eval
     if console is None:
         from rich.console import Console
 
-        console = Console()
+        console = Console(emoji=False)
     console.print(t)
 
 

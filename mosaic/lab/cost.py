@@ -924,7 +924,7 @@ def print_estimate(est: Estimate, console=None) -> None:
     if console is None:
         from rich.console import Console
 
-        console = Console()
+        console = Console(emoji=False)
     for r in render_estimate(est):
         console.print(r)
 
