@@ -249,15 +249,19 @@ def _generate_locked(spec, out, workers, overwrite, masks, shard_size, renderer,
             return {**read_manifest(out), "repaired": [d.path for d in report.damage]}
         return existing
 
-    tasks, done = [], 0
-    for split, n in sizes.items():
-        for shard, start in enumerate(range(0, n, shard_size)):
-            stop = min(n, start + shard_size)
-            if (out / ".mosaic" / "parts" / f"{split}-{shard:06d}.jsonl").is_file():
-                done += stop - start
-            else:
-                tasks.append((split, shard, start, stop))
-    executor = make_executor(backend, workers, address) if backend != "local" or len(tasks) > 1 else LocalExecutor(1)
+    def unfinished():  # (split, shard, start, stop) of each shard without a part file, made on the fly (no list)
+        for split, n in sizes.items():
+            for shard, start in enumerate(range(0, n, shard_size)):
+                if not (out / ".mosaic" / "parts" / f"{split}-{shard:06d}.jsonl").is_file():
+                    yield split, shard, start, min(n, start + shard_size)
+
+    total = sum(sizes.values())
+    n_tasks = todo_samples = 0
+    for t in unfinished():
+        n_tasks += 1
+        todo_samples += t[3] - t[2]
+    done = total - todo_samples
+    executor = make_executor(backend, workers, address) if backend != "local" or n_tasks > 1 else LocalExecutor(1)
     try:
         (out / ".mosaic" / "parts").mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -268,11 +272,10 @@ def _generate_locked(spec, out, workers, overwrite, masks, shard_size, renderer,
         if masks:
             (out / split / "masks").mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / MANIFEST, _imagefolder_manifest(spec, masks, renderer, "incomplete", sizes))
-    total = sum(sizes.values())
     if on_progress:
         on_progress(done, total)
     spec_data, root = spec.to_dict(), str(out.resolve())
-    todo, pending = iter(tasks), deque()
+    todo, pending = unfinished(), deque()
     try:
         while True:
             while len(pending) < executor.window and (t := next(todo, None)) is not None:
@@ -323,7 +326,7 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow", split
         tmp = out / split / ".metadata.jsonl.tmp"
         expect = 0
         with tmp.open("wb") as dst:
-            for part in sorted(parts.glob(f"{split}-*.jsonl")):
+            for part in _part_files(parts, split):
                 with part.open("rb") as src:
                     head = json.loads(src.readline())
                     if head.get("start") != expect:
@@ -347,14 +350,27 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow", split
         atomic_write_json(out / MANIFEST, man)
         failed = [k for k, c in man["leak_check"]["checks"].items() if not c["passed"]]
         raise DatasetError(f"the generated dataset at {out} failed its leak check ({', '.join(failed)}); see manifest.json")
-    from mosaic.verify import write_checksums
+    from mosaic.checksums import write_checksums
 
-    # every file read back and digested (mosaic verify); the records are file names only, made on the fly
+    # every file read back and digested (mosaic verify), one line written per file as it is hashed; the
+    # records are file names only, made on the fly: nothing here grows with the dataset
     man["checksums"] = write_checksums(out, {k: _file_names(k, n, masks) for k, n in sizes.items()})
     man["status"] = "complete"
     atomic_write_json(out / MANIFEST, man)
     write_card(out, spec, man, "imagefolder")
     return man
+
+
+def _part_files(parts: Path, split: str) -> Iterator[Path]:
+    """The part files of a split in shard order, without listing the folder: shard 0, 1, ... while
+    they exist, then any other part file of the split (a stray one, which finalize reports)."""
+    shard = 0
+    while (p := parts / f"{split}-{shard:06d}.jsonl").is_file():
+        yield p
+        shard += 1
+    # a gap or a foreign name: fall back to the listing so the error names the file (rare; small then)
+    rest = sorted(q for q in parts.glob(f"{split}-*.jsonl") if q.name > f"{split}-{shard:06d}.jsonl")
+    yield from rest
 
 
 class _file_names:

@@ -208,20 +208,24 @@ def write_shards(
                 jobs.append((split, k, name, start, stop))
     if on_progress:
         on_progress(done, total)
-    groups = deque()  # (job, group_start, group_stop) in write order
-    for job in jobs:
-        split, k, name, start, stop = job
-        rg = min(ROW_GROUP_ROWS, stop - start)
-        for a in range(start, stop, rg):
-            groups.append((job, a, min(stop, a + rg)))
+    def row_groups():  # (job, group_start, group_stop) in write order, made on the fly (no list of all groups)
+        for job in jobs:
+            start, stop = job[3], job[4]
+            rg = min(ROW_GROUP_ROWS, stop - start)
+            for a in range(start, stop, rg):
+                yield job, a, min(stop, a + rg)
+
+    groups = row_groups()
     pending: deque = deque()
     writer = None
     current = None
     try:
-        while groups or pending:
-            while groups and len(pending) < executor.window:
-                job, a, b = groups.popleft()
+        while True:
+            while len(pending) < executor.window and (g := next(groups, None)) is not None:
+                job, a, b = g
                 pending.append((job, a, b, executor.submit(make_table, *task_args(job[0], a, b))))
+            if not pending:
+                break
             job, a, b, fut = pending.popleft()
             table = executor.result(fut)
             split, k, name, start, stop = job

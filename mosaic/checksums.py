@@ -1,0 +1,241 @@
+"""The file digests of an imagefolder dataset (``checksums.sha256``), written and read in memory
+independent of the dataset's size.
+
+``checksums.sha256`` is in ``sha256sum`` format (``<hex>  <path>`` per line, paths relative to the
+dataset root, so ``sha256sum -c checksums.sha256`` works there). Its lines are in generation order,
+which is deterministic without sorting: split by split (in the spec's order), each split's
+``metadata.jsonl`` first, then for each sample in index order its image and (with masks) its mask.
+
+- :func:`write_checksums` reads every file back in that order and writes each line as soon as the
+  file is hashed (files are read in 1 MiB blocks), so it holds one line and one block at a time,
+  never the list of files nor the file.
+- :class:`RecordedDigests` answers ``get(path)`` by reading the file forward from where the last
+  answer was found (verification and repair ask in that same order), so it holds one line at a
+  time, not a dict of every file; a question out of order rescans from the start.
+- :func:`scan_metadata` checks a split's ``metadata.jsonl`` line by line (JSON, index, file names)
+  and digests it, keeping only the numbers of bad lines and the file names that differ from the
+  standard ``images/NNNNNN.png`` ones (none in a generated dataset).
+
+``tests/test_checksums.py`` checks with :mod:`tracemalloc` that the peak memory of writing and of
+reading the digests does not grow between 200 and 2,000 files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from itertools import chain
+from pathlib import Path
+from typing import BinaryIO, Iterable, Iterator
+
+CHECKSUMS = "checksums.sha256"
+BLOCK = 1 << 20  # bytes read at a time when hashing a file
+
+
+@contextmanager
+def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
+    """A binary file written piece by piece that replaces ``path`` atomically when the ``with``
+    block ends without an error (as :func:`mosaic.io.atomic_write`, for data too large to hold).
+    On any error the temporary file ``.<name>.tmp<pid>`` is removed and ``path`` is untouched.
+
+    Raises:
+        OSError: the folder does not exist or is not writable; ``path`` is a folder.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+
+
+def digest_file(path: str | Path, buffer: bytearray | None = None) -> tuple[str, int]:
+    """``(hex sha256, size in bytes)`` of a file, read into ``buffer`` (a reused ``bytearray``; by
+    default a new one of :data:`BLOCK` bytes), so memory is the buffer whatever the file's size.
+
+    Raises:
+        OSError: the file cannot be read (FileNotFoundError when it is missing)."""
+    buf = buffer if buffer is not None else bytearray(BLOCK)
+    view = memoryview(buf)
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
+            size += n
+    return h.hexdigest(), size
+
+
+def sample_paths(split: str, records: Iterable[dict]) -> Iterator[str]:
+    """The image (and mask) paths of a split's records, relative to the dataset root, in record
+    order (``records``: dicts with ``file_name`` and optional ``mask_file_name``; any iterable)."""
+    for r in records:
+        yield f"{split}/{r['file_name']}"
+        if r.get("mask_file_name"):
+            yield f"{split}/{r['mask_file_name']}"
+
+
+def write_checksums(root: str | Path, records: dict[str, Iterable[dict]]) -> dict:
+    """Read every file of an imagefolder dataset back and write ``root/checksums.sha256``.
+
+    Streams: each line is written (and added to the file's own digest) as soon as its file is
+    hashed, so memory does not depend on the number of files; the bytes are those of joining all
+    lines with newlines (one final newline), as before.
+
+    Args:
+        records: split -> its records (dicts with ``file_name``, optional ``mask_file_name``) in
+            index order; any iterable, e.g. one that makes the names on the fly.
+    Returns:
+        The manifest entry: ``{"file", "sha256", "files", "bytes": {split: total bytes of its images and masks}}``.
+    Raises:
+        OSError: a file cannot be read (FileNotFoundError names it); nothing is written then.
+    """
+    root = Path(root)
+    whole = hashlib.sha256()
+    per_split: dict[str, int] = {}
+    files = 0
+    buf = bytearray(BLOCK)  # one read buffer for every file
+    with atomic_writer(root / CHECKSUMS) as out:
+        for split, recs in records.items():
+            total = 0
+            for k, rel in enumerate(chain([f"{split}/metadata.jsonl"], sample_paths(split, recs))):
+                digest, size = digest_file(root / rel, buf)
+                if k:  # the split's bytes are its images' and masks'
+                    total += size
+                line = f"{digest}  {rel}\n".encode()
+                out.write(line)
+                whole.update(line)
+                files += 1
+            per_split[split] = total
+        if not files:  # "\n".join([]) + "\n", as the format has always written an empty list
+            out.write(b"\n")
+            whole.update(b"\n")
+    return {"file": CHECKSUMS, "sha256": whole.hexdigest(), "files": files, "bytes": per_split}
+
+
+class RecordedDigests:
+    """The digests recorded in a ``checksums.sha256`` file, looked up one at a time.
+
+    ``get(path)`` reads the file forward from the last line it answered with, so asking in the
+    file's order (split by split, metadata, then each sample's image and mask: what verification
+    and repair do) reads the file once in all; a path behind the last answer makes it read again
+    from the start. Memory: one line. Call :meth:`close` (or use ``with``) when done.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._f: BinaryIO | None = None
+
+    def get(self, rel: str, default: str | None = None) -> str | None:
+        """The recorded hex sha256 of ``rel`` (a path relative to the dataset root), or ``default``."""
+        for _ in range(2):  # forward from the last answer, then once from the start
+            restarted = self._f is None
+            if self._f is None:
+                self._f = open(self.path, "rb")
+            for raw in self._f:
+                digest, _, name = raw.decode("utf-8").rstrip("\r\n").partition("  ")
+                if name == rel:
+                    return digest
+            self._f.close()
+            self._f = None
+            if restarted:
+                break
+        return default
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    def __enter__(self) -> "RecordedDigests":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):  # pragma: no cover - a safety net; callers close
+        self.close()
+
+
+@dataclass
+class MetadataScan:
+    """What :func:`scan_metadata` found in one ``metadata.jsonl``: ``lines`` (count), ``sha256`` of
+    the file, ``bad_lines`` (0-based numbers of lines that are not the JSON record of their index
+    with a string ``file_name``) and ``names`` (index -> ``(file_name, mask_file_name)`` for the valid
+    records whose file names are not the standard ones; empty for a generated dataset)."""
+
+    lines: int = 0
+    sha256: str = ""
+    bad_lines: list[int] = field(default_factory=list)
+    names: dict[int, tuple] = field(default_factory=dict)
+
+    def valid(self, index: int) -> bool:
+        """Whether line ``index`` is the record of sample ``index``."""
+        return index < self.lines and index not in self._bad
+
+    def files_of(self, index: int, masks: bool) -> tuple:
+        """``(file_name, mask_file_name)`` of a sample: its record's, or the standard names."""
+        return self.names.get(index) or standard_names(index, masks)
+
+    def __post_init__(self):
+        self._bad = set(self.bad_lines)
+
+
+def standard_names(index: int, masks: bool) -> tuple:
+    """``(file_name, mask_file_name)`` that generation gives sample ``index`` (mask None without masks)."""
+    return f"images/{index:06d}.png", (f"masks/{index:06d}.png" if masks else None)
+
+
+def metadata_lines(path: str | Path) -> Iterator[bytes]:
+    """The lines of a ``metadata.jsonl`` without their newline, as ``bytes.split(b"\\n")`` gives them
+    less a final empty piece (so an empty line in the middle is a line), one at a time."""
+    with open(path, "rb") as f:
+        for line in f:
+            yield line[:-1] if line.endswith(b"\n") else line
+
+
+def parse_record(line: bytes, index: int) -> dict | None:
+    """The record on a metadata line when it is a JSON object with ``index == index`` and a string
+    ``file_name``; else None."""
+    try:
+        rec = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(rec, dict) or rec.get("index") != index or not isinstance(rec.get("file_name"), str):
+        return None
+    return rec
+
+
+def scan_metadata(path: str | Path, masks: bool) -> MetadataScan:
+    """Check and digest a split's ``metadata.jsonl`` line by line (see :class:`MetadataScan`).
+
+    Memory: one line, plus the bad lines' numbers and any non-standard file names.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    scan = MetadataScan()
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for k, line in enumerate(f):
+            h.update(line)
+            scan.lines = k + 1
+            rec = parse_record(line[:-1] if line.endswith(b"\n") else line, k)
+            if rec is None:
+                scan.bad_lines.append(k)
+                continue
+            names = (rec.get("file_name"), rec.get("mask_file_name"))
+            if names != standard_names(k, masks):
+                scan.names[k] = names
+    scan.sha256 = h.hexdigest()
+    scan._bad = set(scan.bad_lines)
+    return scan
