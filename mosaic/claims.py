@@ -8,8 +8,8 @@ sentence parsed into one, :func:`parse_sentence`)::
         - {kind: decreases, y: held_out.joint, x: spec.holdout.rule.n}
         - {kind: drop_exceeds, y: seen.count, than: [seen.color], x: spec.splits.train, from: max, to: min}
         - kind: drop_exceeds
-          a: {y: seen.joint, from: {distractors: [0, 0], skew: 0}, to: {distractors: [0, 4], skew: 0}}
-          b: {y: tail.joint, from: {distractors: [0, 0], skew: 0}, to: {distractors: [0, 0], skew: 2}}
+          a: {y: test.joint, from: {condition: baseline}, to: {condition: distractors}}
+          b: {y: value.shape.cross, from: {condition: baseline}, to: {condition: skewed}}
         - {kind: exceeds, y: held_out.object_accuracy, a: {fraction: 0.3}, b: {fraction: 0.7}}
         - {kind: at_least, y: seen.joint, value: 0.9, where: {n: min}}
         - "held_out.joint decreases with spec.holdout.rule.n"
