@@ -25,14 +25,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from mosaic.checksums import (  # noqa: F401 - write_checksums re-exported: the one writer
+    CHECKSUMS, RecordedDigests, digest_file, metadata_lines, parse_record, scan_metadata, standard_names, write_checksums,
+)
 from mosaic.errors import DatasetError
 from mosaic.io import atomic_write
 
-CHECKSUMS = "checksums.sha256"
 MANIFEST = "manifest.json"
 _PNG_SIG = b"\x89PNG\r\n\x1a\n"
 _PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"
@@ -109,40 +112,9 @@ def read_manifest_checked(root: str | Path) -> dict:
 # checksums (imagefolder)
 # ------------------------------------------------------------------------------------------------
 
-def _split_files(root: Path, split: str, records: list[dict]) -> list[str]:
-    out = []
-    for r in records:
-        out.append(f"{split}/{r['file_name']}")
-        if r.get("mask_file_name"):
-            out.append(f"{split}/{r['mask_file_name']}")
-    return out
-
-
-def write_checksums(root: str | Path, records: dict[str, list[dict]]) -> dict:
-    """Read every file of an imagefolder dataset back and write ``root/checksums.sha256``.
-
-    Args:
-        records: split -> its records (``file_name``, optional ``mask_file_name``), in index order.
-    Returns:
-        The manifest entry: ``{"file", "sha256", "files", "bytes": {split: total bytes of its images and masks}}``.
-    """
-    root = Path(root)
-    lines, per_split = [], {}
-    for split, recs in records.items():
-        total = 0
-        for rel in [f"{split}/metadata.jsonl"] + _split_files(root, split, recs):
-            p = root / rel
-            data = p.read_bytes()
-            if not rel.endswith("metadata.jsonl"):
-                total += len(data)
-            lines.append(f"{hashlib.sha256(data).hexdigest()}  {rel}")
-        per_split[split] = total
-    text = "\n".join(lines) + "\n"
-    atomic_write(root / CHECKSUMS, text)
-    return {"file": CHECKSUMS, "sha256": hashlib.sha256(text.encode()).hexdigest(), "files": len(lines), "bytes": per_split}
-
-
-def _read_checksums(root: Path, man: dict, report: VerifyReport) -> dict[str, str] | None:
+def _read_checksums(root: Path, man: dict, report: VerifyReport) -> RecordedDigests | None:
+    """The recorded digests (read one line at a time, :class:`mosaic.checksums.RecordedDigests`) once the
+    file's own sha256 matches the manifest's; None (and the damage noted) otherwise."""
     rec = man.get("checksums")
     if not rec:
         return None
@@ -150,15 +122,10 @@ def _read_checksums(root: Path, man: dict, report: VerifyReport) -> dict[str, st
     if not p.is_file():
         report.damage.append(Damage(p.name, "missing", "the file digests are gone; samples can be checked for truncation only"))
         return None
-    data = p.read_bytes()
-    if hashlib.sha256(data).hexdigest() != rec.get("sha256"):
+    if digest_file(p)[0] != rec.get("sha256"):  # streamed: memory does not grow with the number of files
         report.damage.append(Damage(p.name, "altered", "the file digests differ from the manifest's record of them"))
         return None
-    out = {}
-    for line in data.decode("utf-8").splitlines():
-        digest, _, rel = line.partition("  ")
-        out[rel] = digest
-    return out
+    return RecordedDigests(p)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -261,29 +228,19 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
         n = int(info.get("count", 0))
         meta = root / split / "metadata.jsonl"
         rel_meta = f"{split}/metadata.jsonl"
-        records: dict[int, dict] = {}
+        masks = bool(man.get("masks"))
+        scan = None  # what the streamed read of metadata.jsonl found (mosaic.checksums.scan_metadata)
         if not meta.is_file():
             if n:
                 report.damage.append(Damage(rel_meta, "missing", f"metadata of split {split!r} is missing", split))
         else:
             report.files += 1
-            raw = meta.read_bytes()
-            altered = sums is not None and hashlib.sha256(raw).hexdigest() != sums.get(rel_meta)
-            lines = raw.split(b"\n")
-            if lines and lines[-1] == b"":
-                lines.pop()
-            bad_lines = []
-            for k, line in enumerate(lines):
-                try:
-                    rec = json.loads(line.decode("utf-8"))
-                    if not isinstance(rec, dict) or rec.get("index") != k or not isinstance(rec.get("file_name"), str):
-                        raise ValueError("not a record of this index")
-                    records[k] = rec
-                except (UnicodeDecodeError, ValueError):
-                    bad_lines.append(k)
-            if len(lines) != n:
-                report.damage.append(Damage(rel_meta, "truncated" if len(lines) < n else "altered",
-                                            f"{len(lines)} lines, the manifest records {n} samples", split))
+            scan = scan_metadata(meta, masks)  # line by line: no record is held
+            altered = sums is not None and scan.sha256 != sums.get(rel_meta)
+            bad_lines = scan.bad_lines
+            if scan.lines != n:
+                report.damage.append(Damage(rel_meta, "truncated" if scan.lines < n else "altered",
+                                            f"{scan.lines} lines, the manifest records {n} samples", split))
             for k in bad_lines:
                 report.damage.append(Damage(f"{rel_meta}:{k + 1}", "metadata", f"line {k + 1} is not the record of sample {k}", split, k))
             if (altered or report.deep and sums is None) and not bad_lines:
@@ -291,19 +248,17 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
                     from mosaic.records import spec_from_data
 
                     spec = spec_from_data(man["spec"])
-                for k in _mismatched_lines(spec, split, records, bool(man.get("masks")), sample_fn):
+                for k in _mismatched_lines(spec, split, meta, masks, sample_fn):
                     report.damage.append(Damage(f"{rel_meta}:{k + 1}", "metadata", f"line {k + 1} differs from the record the spec "
                                                 f"gives sample {k}", split, k))
                 if altered and not any(d.split == split and d.problem == "metadata" for d in report.damage):
                     report.damage.append(Damage(rel_meta, "altered", "its sha256 differs from the recorded one", split))
         total = 0
         for index in range(n):
-            rec = records.get(index) or {"file_name": f"images/{index:06d}.png",
-                                         **({"mask_file_name": f"masks/{index:06d}.png"} if man.get("masks") else {})}
-            for key in ("file_name", "mask_file_name"):
-                if not rec.get(key):
+            for name in (scan.files_of(index, masks) if scan is not None else standard_names(index, masks)):
+                if not name:
                     continue
-                rel = f"{split}/{rec[key]}"
+                rel = f"{split}/{name}"
                 p = root / rel
                 report.files += 1
                 state = _png_state(p)
@@ -325,22 +280,26 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
                 and total != recorded_bytes[split]:
             if sums is not None and not report.deep:  # some file changed size without losing its trailer: find it
                 for index in range(n):
-                    rec = records.get(index, {})
-                    for key in ("file_name", "mask_file_name"):
-                        if rec.get(key):
-                            rel = f"{split}/{rec[key]}"
+                    if scan is None or not scan.valid(index):
+                        continue
+                    for name in scan.files_of(index, masks):
+                        if name:
+                            rel = f"{split}/{name}"
                             if sha256_file(root / rel) != sums.get(rel):
                                 report.damage.append(Damage(rel, "altered", "its sha256 differs from the recorded one", split, index))
             else:
                 report.damage.append(Damage(split, "altered", f"images hold {total} bytes, the manifest records {recorded_bytes[split]}", split))
 
 
-def _mismatched_lines(spec, split: str, records: dict[int, dict], masks: bool, sample_fn=None) -> list[int]:
+def _mismatched_lines(spec, split: str, meta: Path, masks: bool, sample_fn=None) -> list[int]:
+    """Numbers of the lines of ``meta`` (every line a record of its index) that differ from the record
+    the spec gives; the file is read one line at a time."""
     from mosaic.records import sample_record
 
     sample_fn = sample_fn or sample_record
     bad = []
-    for k, rec in sorted(records.items()):
+    for k, line in enumerate(metadata_lines(meta)):
+        rec = parse_record(line, k)
         want, _ = sample_fn(spec, split, k)
         if masks:
             want["mask_file_name"] = f"masks/{k:06d}.png"
@@ -419,20 +378,26 @@ def repair(root: str | Path, report: VerifyReport, sample_fn=None, png_fn=None,
             atomic_write(root / rel, data)
         if on_progress:
             on_progress(k + 1, total)
-    for split in meta_splits:
-        lines = []
-        for index in range(int(man["splits"][split]["count"])):
-            rec, _ = sample_fn(spec, split, index)
-            if masks:
-                rec["mask_file_name"] = f"masks/{index:06d}.png"
-            lines.append(json.dumps(rec, sort_keys=True))
-        data = ("\n".join(lines) + "\n").encode() if lines else b""
+    for split in meta_splits:  # streamed: one record at a time into a temporary file, checked, then moved in place
         rel = f"{split}/metadata.jsonl"
-        if sums and hashlib.sha256(data).hexdigest() != sums.get(rel):
-            raise DatasetError([(rel, "the records the spec gives differ from the recorded digest: this mosaic "
-                                 f"({_versions()}) differs from the one that made the dataset; regenerate it with --overwrite")],
-                               source=str(root))
-        atomic_write(root / rel, data)
+        tmp = root / f".{split}.metadata.jsonl.tmp{os.getpid()}"
+        h = hashlib.sha256()
+        try:
+            with open(tmp, "wb") as f:
+                for index in range(int(man["splits"][split]["count"])):
+                    rec, _ = sample_fn(spec, split, index)
+                    if masks:
+                        rec["mask_file_name"] = f"masks/{index:06d}.png"
+                    line = (json.dumps(rec, sort_keys=True) + "\n").encode()
+                    f.write(line)
+                    h.update(line)
+            if sums and h.hexdigest() != sums.get(rel):
+                raise DatasetError([(rel, "the records the spec gives differ from the recorded digest: this mosaic "
+                                     f"({_versions()}) differs from the one that made the dataset; regenerate it with --overwrite")],
+                                   source=str(root))
+            os.replace(tmp, root / rel)
+        finally:
+            tmp.unlink(missing_ok=True)
     return verify(root, deep=report.deep, manifest=man, sample_fn=sample_fn)  # rewritten bytes were checked above
 
 

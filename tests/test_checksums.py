@@ -152,12 +152,14 @@ def test_scan_metadata_finds_bad_lines_and_odd_names(tmp_path):
     assert scan.valid(0) and not scan.valid(2) and not scan.valid(7)
 
 
-def test_finalize_peak_memory_does_not_grow_with_the_dataset(tmp_path):
-    """finalize (merge the part files, leak check, manifest, checksums, card) of 2,000 samples peaks
-    no higher than of 200: nothing it holds grows with the number of samples."""
+def test_finalize_and_verify_peak_memory_does_not_grow_with_the_dataset(tmp_path):
+    """finalize (merge the part files, leak check, manifest, checksums, card) and the quick and deep
+    checks of a finished dataset (what a rerun of generate and `mosaic verify` do) peak no higher at
+    2,000 samples than at 200: nothing they hold grows with the number of samples."""
     from mosaic.dataset import finalize, generate
+    from mosaic.verify import verify
 
-    peaks = {}
+    peaks, checks = {}, {}
     for n in (200, 2000):
         spec = parse_spec(tiny(SPECS / "count.yaml", size=32, train=n, val=0, test=0))
         out = tmp_path / f"d{n}"
@@ -166,4 +168,9 @@ def test_finalize_peak_memory_does_not_grow_with_the_dataset(tmp_path):
         finalize(spec, out, False)  # warm up, then measure a second, identical finalize
         peaks[n] = _peak(lambda: finalize(spec, out, False))
         assert ((out / CHECKSUMS).read_bytes(), (out / "train" / "metadata.jsonl").read_bytes()) == before
+        for deep in (False, True):
+            assert verify(out, deep=deep).ok
+            checks[n, deep] = _peak(lambda: verify(out, deep=deep))
     assert peaks[2000] - peaks[200] < 64 * 1024, peaks
+    for deep in (False, True):  # holding the records and the digests would add several KB per sample
+        assert checks[2000, deep] - checks[200, deep] < 64 * 1024, checks
