@@ -8,7 +8,7 @@ sentence parsed into one, :func:`parse_sentence`)::
         - {kind: decreases, y: held_out.joint, x: spec.holdout.rule.n}
         - {kind: drop_exceeds, y: seen.count, than: [seen.color], x: spec.splits.train, from: max, to: min}
         - kind: drop_exceeds
-          a: {y: test.joint, from: {condition: baseline}, to: {condition: distractors}}
+          a: {y: seen.joint, from: {condition: baseline}, to: {condition: distractors}}
           b: {y: value.shape.cross, from: {condition: baseline}, to: {condition: skewed}}
         - {kind: exceeds, y: held_out.object_accuracy, a: {fraction: 0.3}, b: {fraction: 0.7}}
         - {kind: at_least, y: seen.joint, value: 0.9, where: {n: min}}
@@ -598,16 +598,20 @@ FAMILY_METRICS = {
 def expected_columns(kind: str, concepts: list[str], objective: str | None = None,
                      domains: dict[str, list] | None = None) -> list[str]:
     """The results columns a sweep's trials will have (``metrics.*`` columns are not predicted:
-    claims may name them freely): ``seen.`` / ``held_out.`` / ``test.`` + the concepts and the
+    claims may name them freely): ``seen.`` / ``held_out.`` (+ ``test.`` for the transformer
+    lab; diffusion scores a dataset without a holdout as ``seen``) + the concepts and the
     family's metrics (+ ``<group>.raw.*`` for diffusion), ``evaluator.joint``, ``time_s``,
     ``abstention.abstained``, ``abstention.verdicts_changed``, and for diffusion with ``domains``
     (concept -> values) ``value.<concept>.<value>`` (joint accuracy on the images of that value)."""
     fam = "diffusion" if kind == "diffusion" else (objective or "classifier")
     metrics = FAMILY_METRICS.get(fam, ["joint"])
     names = ([] if fam == "binding" else list(concepts)) + metrics
-    cols = [f"{g}.{m}" for g in ("seen", "held_out", "test") for m in names]
+    # the diffusion lab scores generated images as seen / held-out only (a dataset without a
+    # holdout: every image is seen); the transformer lab reports its test split as `test`
+    groups = ("seen", "held_out") if kind == "diffusion" else ("seen", "held_out", "test")
+    cols = [f"{g}.{m}" for g in groups for m in names]
     if kind == "diffusion":
-        cols += [f"{g}.{RAW}.{m}" for g in ("seen", "held_out", "test") for m in list(concepts) + ["joint"]]
+        cols += [f"{g}.{RAW}.{m}" for g in groups for m in list(concepts) + ["joint"]]
         cols += ["abstention.abstained", "abstention.verdicts_changed"]
         cols += [f"value.{c}.{v}" for c, vals in (domains or {}).items() for v in vals]
     return cols + ["evaluator.joint", "time_s"]
