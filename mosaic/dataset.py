@@ -126,6 +126,8 @@ def render_shard(spec_data: dict, out: str, split: str, shard: int, start: int, 
     concept values, in concept order, for the leak check) followed by the records. Pure in
     ``(spec, split, shard)``: rerunning it rewrites identical bytes. Returns the number of samples
     written.
+
+    Without ``masks`` no instance mask is drawn (:meth:`renderers.base.Renderer.render_image`).
     """
     from renderers import get_renderer
 
@@ -137,7 +139,7 @@ def render_shard(spec_data: dict, out: str, split: str, shard: int, start: int, 
     lines, concepts = [], []
     for index in range(start, stop):
         rec, scene = sample_record(spec, split, index)
-        image, mask = rend.render_one(scene)
+        image, mask = rend.render_one(scene) if masks else (rend.render_image(scene), None)
         # plain writes: a shard's images count only once its part file exists (written last,
         # atomically), and a resumed run rewrites every image of an unfinished shard
         _write_file(os.path.join(img_dir, f"{index:06d}.png"), encode_png(image))

@@ -93,7 +93,7 @@ def render_rows(spec_data: dict, split: str, start: int, stop: int, masks: bool,
     rows = []
     for index in range(start, stop):
         rec, scene = sample_record(spec, split, index)
-        image, mask = rend.render_one(scene)
+        image, mask = rend.render_one(scene) if masks else (rend.render_image(scene), None)  # no mask drawn unless stored
         rows.append(row_of(spec, rec, png_bytes(image), png_bytes(mask) if masks else None))
     return pa.Table.from_pylist(rows, schema=_schema(spec, masks))
 

@@ -106,13 +106,20 @@ class Scene:
 
     def relations(self, margin: float = 0.0) -> list[tuple[int, str, int]]:
         """Every ordered pair ``(i, relation, j)`` with an unambiguous relation (see :func:`relation`)."""
+        # relation() inlined over the centres: this runs for every ordered pair of every generated
+        # scene (a tenth of the record-building time of a 10-object scene as a function call per pair)
+        centres = [(o.center[0], o.center[1]) for o in self.objects]
         out = []
-        for i, a in enumerate(self.objects):
-            for j, b in enumerate(self.objects):
-                if i != j:
-                    rel = relation(a, b, margin)
-                    if rel is not None:
-                        out.append((i, rel, j))
+        for i, (ax, ay) in enumerate(centres):
+            for j, (bx, by) in enumerate(centres):
+                if i == j:
+                    continue
+                dx, dy = bx - ax, by - ay
+                adx, ady = abs(dx), abs(dy)
+                if adx >= ady + margin and adx > 0:
+                    out.append((i, "left_of" if dx > 0 else "right_of", j))
+                elif ady >= adx + margin and ady > 0:
+                    out.append((i, "above" if dy > 0 else "below", j))
         return out
 
 

@@ -113,7 +113,17 @@ def split_cells(spec: "Spec", split: str) -> tuple[np.ndarray, np.ndarray]:
     return cells, apportion(total, w, cells) if len(cells) else np.zeros(0, np.int64)
 
 
-_PLANS: dict[tuple[str, str], np.ndarray] = {}
+_PLANS: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _shuffled_plan(counts: np.ndarray, seed: np.random.SeedSequence) -> np.ndarray:
+    """``np.repeat(arange(len(counts)), counts)`` permuted by ``default_rng(seed)``: the same values
+    as ``table[rng.permutation(len(table))]`` (the shuffle draws depend only on the length), held in
+    the smallest unsigned dtype and shuffled in place, so a plan costs one byte per sample for up to
+    256 cells or values instead of eight, and no index array of the split's size is made."""
+    table = np.repeat(np.arange(len(counts), dtype=np.min_scalar_type(max(len(counts) - 1, 0))), counts)
+    np.random.default_rng(seed).shuffle(table)
+    return table
 
 
 def combination_for(spec: "Spec", split: str, index: int) -> tuple[Value, ...]:
@@ -122,13 +132,11 @@ def combination_for(spec: "Spec", split: str, index: int) -> tuple[Value, ...]:
     key = (spec.fingerprint(), split)
     if key not in _PLANS:
         cells, quotas = split_cells(spec, split)
-        table = np.repeat(np.arange(len(cells)), quotas)
-        perm = np.random.default_rng(np.random.SeedSequence(entropy=spec.seed, spawn_key=(1000 + SPLIT_IDS[split],))).permutation(len(table))
-        _PLANS[key] = cells[table[perm]]
-    plan = _PLANS[key]
+        _PLANS[key] = cells, _shuffled_plan(quotas, np.random.SeedSequence(entropy=spec.seed, spawn_key=(1000 + SPLIT_IDS[split],)))
+    cells, plan = _PLANS[key]  # plan: the cell (row of cells) of each sample, one small int each
     if index >= len(plan):
         raise IndexError(f"split {split!r} has {len(plan)} samples, asked for index {index}")
-    return spec.grid.values_of(plan[index])
+    return spec.grid.values_of(cells[plan[index]])
 
 
 def marginal_quotas(spec: "Spec", split: str, concept: str) -> np.ndarray:
@@ -149,10 +157,8 @@ def value_for(spec: "Spec", split: str, concept: str, index: int):
     key = (spec.fingerprint(), split, concept)
     if key not in _VALUE_PLANS:
         q = marginal_quotas(spec, split, concept)
-        table = np.repeat(np.arange(len(q)), q)
         k = list(spec.concepts).index(concept)
-        perm = np.random.default_rng(np.random.SeedSequence(entropy=spec.seed, spawn_key=(2000 + SPLIT_IDS[split], k))).permutation(len(table))
-        _VALUE_PLANS[key] = table[perm]
+        _VALUE_PLANS[key] = _shuffled_plan(q, np.random.SeedSequence(entropy=spec.seed, spawn_key=(2000 + SPLIT_IDS[split], k)))
     plan = _VALUE_PLANS[key]
     if not 0 <= index < len(plan):
         raise IndexError(f"split {split!r} has {len(plan)} samples, asked for index {index}")

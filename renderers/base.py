@@ -19,6 +19,11 @@ class Renderer(ABC):
     def render_one(self, scene: Scene) -> tuple[np.ndarray, np.ndarray]:
         """One scene -> (image uint8 [H, W, 3], instance mask uint8 [H, W])."""
 
+    def render_image(self, scene: Scene) -> np.ndarray:
+        """One scene -> image uint8 ``[H, W, 3]``, the same pixels as ``render_one(scene)[0]``;
+        backends override it to skip the instance mask (what generation without ``--masks`` needs)."""
+        return self.render_one(scene)[0]
+
     def render(self, scenes: Sequence[Scene]) -> tuple[np.ndarray, np.ndarray]:
         """Render a batch of scenes of equal ``image_size``.
 

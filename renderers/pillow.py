@@ -46,16 +46,31 @@ class PillowRenderer(Renderer):
         if len(scene.objects) > 255:
             raise ValueError(f"a scene has {len(scene.objects)} objects; masks hold at most 255")
         side, s = scene.image_size, self.supersample
-        img = Image.new("RGB", (side * s, side * s), tuple(scene.background))
+        img = self._image(scene)
         mask = Image.new("L", (side * s, side * s), 0)
-        d_img, d_mask = ImageDraw.Draw(img), ImageDraw.Draw(mask)
+        d_mask = ImageDraw.Draw(mask)
         for k, o in enumerate(scene.objects, start=1):
-            self._draw(d_img, o, side, tuple(o.rgb))
             self._draw(d_mask, o, side, k)
         if s > 1:
-            img = img.reduce(s)
             # mask: the label at the centre of each s x s block (no blending of object ids)
             m = np.asarray(mask)[s // 2 :: s, s // 2 :: s]
         else:
             m = np.asarray(mask)
-        return np.asarray(img, dtype=np.uint8), np.ascontiguousarray(m, dtype=np.uint8)
+        return img, np.ascontiguousarray(m, dtype=np.uint8)
+
+    def render_image(self, scene: Scene) -> np.ndarray:
+        """The image alone (no instance mask drawn): the same pixels as ``render_one(scene)[0]``, in
+        about half the drawing time."""
+        if len(scene.objects) > 255:
+            raise ValueError(f"a scene has {len(scene.objects)} objects; masks hold at most 255")
+        return self._image(scene)
+
+    def _image(self, scene: Scene) -> np.ndarray:
+        side, s = scene.image_size, self.supersample
+        img = Image.new("RGB", (side * s, side * s), tuple(scene.background))
+        d_img = ImageDraw.Draw(img)
+        for o in scene.objects:
+            self._draw(d_img, o, side, tuple(o.rgb))
+        if s > 1:
+            img = img.reduce(s)
+        return np.asarray(img, dtype=np.uint8)
