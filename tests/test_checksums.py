@@ -174,3 +174,18 @@ def test_finalize_and_verify_peak_memory_does_not_grow_with_the_dataset(tmp_path
     assert peaks[2000] - peaks[200] < 64 * 1024, peaks
     for deep in (False, True):  # holding the records and the digests would add several KB per sample
         assert checks[2000, deep] - checks[200, deep] < 64 * 1024, checks
+
+
+def test_split_plans_hold_one_byte_per_sample():
+    """The plans of which combination and value each index shows (mosaic.splits) are the one state
+    that grows with a split: one byte per sample for up to 256 cells or values (eight before)."""
+    from mosaic import splits
+    from mosaic.records import sample_record
+
+    n = 20_000
+    spec = parse_spec(tiny(SPECS / "count_composition.yaml", train=n, test_id=10, test_ood=10))
+    sample_record(spec, "train", n - 1)
+    cells, plan = splits._PLANS[(spec.fingerprint(), "train")]
+    assert len(plan) == n and plan.nbytes == n, plan.dtype
+    values = [v for k, v in splits._VALUE_PLANS.items() if k[:2] == (spec.fingerprint(), "train")]
+    assert all(v.nbytes == n for v in values), [v.dtype for v in values]
