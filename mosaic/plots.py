@@ -214,6 +214,8 @@ def plot_curves(df, x: str, lines: str | None, ys: list[str], out: Path, title: 
     against axis ``x``, one line per value of ``lines``, mean and standard deviation over the
     remaining rows (seeds) as error bars; one panel per metric, y from 0 to 1. Returns the path,
     or None if nothing to plot."""
+    import pandas as pd
+
     ys = [y for y in ys if y in df.columns and df[y].notna().any()]
     if not ys or x not in df.columns:
         return None
@@ -227,7 +229,7 @@ def plot_curves(df, x: str, lines: str | None, ys: list[str], out: Path, title: 
             if stats.empty:
                 continue
             lab = None if g is None else f"{lines.split('.')[-1]} = {g}"
-            ax.errorbar(stats[x].astype(float) if np.issubdtype(stats[x].dtype, np.number) else stats[x].astype(str),
+            ax.errorbar(stats[x].astype(float) if pd.api.types.is_numeric_dtype(stats[x]) else stats[x].astype(str),
                         stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3, label=lab)
         xs = sorted(df[x].dropna().unique())
         if len(xs) <= 12 and all(isinstance(v, (int, float, np.integer, np.floating)) for v in xs):

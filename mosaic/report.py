@@ -85,7 +85,9 @@ def make_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None
     if order:
         df = df.sort_values(order, kind="stable").reset_index(drop=True)
     x = rep.get("x") or (axes[0] if axes else "seed")
-    lines = rep.get("lines") or (next((a for a in axes if a != x), None))
+    zipped = list((sweep.get("zip") or {}))
+    tied = zipped if x in zipped else [x]  # axes zipped with x vary with it: never one line per value
+    lines = rep.get("lines") or (next((a for a in axes if a not in tied), None))
     ys = rep.get("y") or ["held_out.joint", "seen.joint"]
     problems = missing_columns(ys, df.columns)
     for msg in problems:
