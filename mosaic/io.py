@@ -16,19 +16,105 @@ from typing import Any
 def atomic_write(path: str | Path, data: str | bytes) -> Path:
     """Write ``data`` (str as UTF-8 text, or bytes) to ``path`` atomically; returns the path.
 
+    The temporary file never outlives a failure (a full disk, a folder standing at ``path``, an
+    interruption): it is removed before the error propagates.
+
     Raises:
-        OSError: the folder does not exist or is not writable.
+        OSError: the folder does not exist or is not writable; ``path`` is a folder
+            (IsADirectoryError).
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    if isinstance(data, str):
-        tmp.write_text(data, encoding="utf-8")
-    else:
-        tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        if isinstance(data, str):
+            tmp.write_text(data, encoding="utf-8")
+        else:
+            tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
     return path
 
 
 def atomic_write_json(path: str | Path, obj: Any, *, sort_keys: bool = True, default=None) -> Path:
     """Write ``obj`` as indented JSON (2 spaces, a final newline) atomically; returns the path."""
     return atomic_write(path, json.dumps(obj, indent=2, sort_keys=sort_keys, default=default) + "\n")
+
+
+def file_kind(mode: int) -> str:
+    import stat
+
+    return ("a regular file" if stat.S_ISREG(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a folder")
+
+
+def output_dir_problem(path: str | Path) -> str | None:
+    """Why ``path`` cannot be (or be created as) a writable folder, or None when it can.
+
+    Checked without writing anything: an existing ``path`` must be a folder (not a regular file,
+    device such as ``/dev/null``, FIFO or socket) that this process may write; a missing one must
+    not lie under a file, and its nearest existing ancestor must be a writable folder. The one
+    check of every output folder (``--out`` of each command, a config's ``out``, a dataset root).
+    """
+    import stat
+
+    p = Path(path)
+    if str(p) == "" or "\x00" in str(p):
+        return "is not a path"
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        st = None
+    except NotADirectoryError:
+        st = None  # an ancestor is not a folder: found below
+    except OSError as e:
+        return f"cannot be read: {e.strerror}"
+    if st is not None:
+        if not stat.S_ISDIR(st.st_mode):
+            return f"is {file_kind(st.st_mode)}, not a folder"
+        if not os.access(p, os.W_OK | os.X_OK):
+            return "is a folder this process may not write (permissions or a read-only file system)"
+        return None
+    if p.is_symlink():
+        return "is a broken symbolic link"
+    anc = p.absolute().parent
+    while True:
+        try:
+            st = anc.stat()
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            if anc.parent == anc:
+                return "cannot be created"
+            anc = anc.parent
+        except OSError as e:
+            return f"cannot be created: {anc}: {e.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"lies under {anc}, which is {file_kind(st.st_mode)}, not a folder"
+    if not os.access(anc, os.W_OK | os.X_OK):
+        return f"cannot be created: {anc} is a folder this process may not write"
+    return None
+
+
+def output_file_problem(path: str | Path) -> str | None:
+    """Why a file cannot be written at ``path`` (a PNG, a report), or None: an existing ``path``
+    must be a regular file (a folder, device such as ``/dev/null``, FIFO or socket is refused: an
+    atomic replace would put a file in its place); its folder is checked as :func:`output_dir_problem`."""
+    import stat
+
+    p = Path(path)
+    try:
+        st = p.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        st = None
+    except OSError as e:
+        return f"cannot be read: {e.strerror}"
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        return "is a folder, not a file" if stat.S_ISDIR(st.st_mode) else f"is {file_kind(st.st_mode)}, not a regular file"
+    parent = p.absolute().parent
+    problem = output_dir_problem(parent)
+    return None if problem is None else f"cannot be written: its folder {parent} {problem}"

@@ -55,3 +55,35 @@ def check_kind(data: Any, expected: str, source: str, error: Callable[[str], Exc
     if own and len(own) >= len(theirs):
         return
     raise error(f"{source} looks like a {guess} (it has {', '.join(theirs)}), not a {expected}: {COMMANDS[guess]}")
+
+
+#: top-level fields of one training family's config only (``mosaic train diffusion|transformer``)
+FAMILY_FIELDS = {
+    "diffusion": ("sampling",),
+    "transformer": ("objective", "input", "classifier", "binding"),
+}
+
+
+def family_of(fields) -> str | None:
+    """The training family (``diffusion``, ``transformer``) whose config class has the top-level
+    ``fields`` (e.g. ``DiffusionConfig.model_fields``), or None."""
+    return next((f for f, own in FAMILY_FIELDS.items() if set(own) <= set(fields)), None)
+
+
+def check_family(data: Any, expected: str | None, source: str, error: Callable[[str], Exception]) -> None:
+    """Raise ``error(message)`` when a training config meant for the ``expected`` family has none of
+    that family's own top-level fields but some of another family's (or a diffusion backbone,
+    ``model.backbone: unet|dit``): the message names the family it looks like and its command,
+    instead of a wall of unknown fields. (Reads the raw mapping only: imports nothing.)"""
+    if not isinstance(data, dict) or expected not in FAMILY_FIELDS:
+        return
+    keys = {str(k) for k in data}
+    model = data.get("model")
+    backbone = model.get("backbone") if isinstance(model, dict) else None
+    for family, own in FAMILY_FIELDS.items():
+        if family == expected:
+            continue
+        theirs = sorted(keys & set(own)) + (["model.backbone: " + str(backbone)] if family == "diffusion" and backbone in ("unet", "dit") else [])
+        if theirs and not keys & set(FAMILY_FIELDS[expected]):
+            raise error(f"{source} looks like a {family} config (it has {', '.join(theirs)}), not a {expected} config: "
+                        f"`mosaic train {family} CONFIG` takes it")

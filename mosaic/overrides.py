@@ -52,14 +52,91 @@ def yaml_size(data: Any, limit: int = MAX_YAML_VALUES) -> int:
     return size(data)
 
 
-def load_yaml_text(text: str, where: str, error: ErrorFactory) -> Any:
-    """Parse YAML text with bounded alias expansion (:func:`yaml_size`).
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping that names one key twice (plain YAML keeps the last silently)."""
 
-    Raises ``error(where, message)`` for a syntax error (line and column), a recursive alias or an
-    alias expansion beyond :data:`MAX_YAML_VALUES` values ("billion laughs").
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping naming one key twice: plain YAML keeps the last
+    value silently, so a spec, config or sweep with two ``splits:`` (or two ``lr:``) would run with
+    half of what its author wrote. Keys brought in by a merge (``<<: *base``) may be overridden: only
+    the keys written in the mapping itself are compared.
+
+    Raises:
+        DuplicateKeyError: naming the key, the line of the second occurrence (``problem_mark``)
+            and the line of the first.
+    """
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # unhashable: the base constructor reports it
+                    continue
+                if first is not None:
+                    raise DuplicateKeyError(
+                        "while constructing a mapping", node.start_mark,
+                        f"duplicate key {key!r} (first at line {first.line + 1}): YAML would keep only the last value; "
+                        "remove one of them", key_node.start_mark)
+                seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def safe_load(text: str) -> Any:
+    """``yaml.safe_load`` that refuses duplicate mapping keys (:class:`UniqueKeyLoader`): the one
+    YAML parser of every user file and ``--set`` value (specs, configs, sweeps, registries)."""
+    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def not_unicode_path(data: Any, path: str = "") -> str | None:
+    """The dotted path of the first key or string value in ``data`` holding a lone surrogate
+    (``"\\udcff"``: a YAML or JSON escape that is not a Unicode character, so it cannot be
+    written as UTF-8 into a manifest, a card or a file name), or None. A path of ``""`` means
+    ``data`` itself. Walks at most what :func:`yaml_size` admits."""
+    def bad(x) -> bool:
+        return isinstance(x, str) and any("\ud800" <= ch <= "\udfff" for ch in x)
+
+    if bad(data):
+        return path
+    if isinstance(data, dict):
+        for k, v in data.items():
+            name = str(k).encode("utf-8", "backslashreplace").decode("utf-8")  # printable, surrogates escaped
+            sub = f"{path}.{name}" if path else name
+            if bad(k):
+                return sub
+            found = not_unicode_path(v, sub)
+            if found is not None:
+                return found
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            found = not_unicode_path(v, f"{path}.{i}" if path else str(i))
+            if found is not None:
+                return found
+    return None
+
+
+def _not_unicode_message(field: str) -> str:
+    return (f"{field} holds a lone surrogate (an escape such as \\udcff that is not a Unicode character), which no file "
+            "can store as UTF-8: write the character itself, or remove the escape")
+
+
+def load_yaml_text(text: str, where: str, error: ErrorFactory) -> Any:
+    """Parse YAML text with bounded alias expansion (:func:`yaml_size`) and no duplicate keys.
+
+    Raises ``error(where, message)`` for a syntax error (line and column), a key named twice in one
+    mapping (both lines), a recursive alias or an alias expansion beyond :data:`MAX_YAML_VALUES`
+    values ("billion laughs").
     """
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
+    except DuplicateKeyError as e:
+        mark = e.problem_mark
+        raise error(where, f"{where} names a key twice, at line {mark.line + 1}, column {mark.column + 1}: {e.problem}") from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         pos = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
@@ -75,6 +152,9 @@ def load_yaml_text(text: str, where: str, error: ErrorFactory) -> Any:
                     "document); write the values out, or use fewer aliases") from None
     except RecursionError:
         raise error(where, f"{where} nests deeper than mosaic reads: flatten it") from None
+    field = not_unicode_path(data)
+    if field is not None:
+        raise error(where, f"{where}: " + _not_unicode_message(field or "the document"))
     return data
 
 
@@ -88,6 +168,10 @@ def read_yaml_file(path: str | Path, error: ErrorFactory, kind: str = "file") ->
     path = Path(path)
     if path.is_dir():
         raise error(str(path), f"{path} is a directory, not a {kind}")
+    if path.exists() and not path.is_file():  # /dev/zero, a FIFO, a socket: never read (it may not end)
+        from mosaic.io import file_kind
+
+        raise error(str(path), f"{path} is {file_kind(path.stat().st_mode)}, not a regular file: give the {kind} itself")
     if not path.is_file():
         raise error(str(path), f"no such {kind}: {path}")
     try:
@@ -140,14 +224,20 @@ def parse_set(item: str, error: ErrorFactory, example: str = "splits.train=500")
         raise error("--set", f"{item!r} is not key.path=value, e.g. {example}")
     key, raw = item.split("=", 1)
     try:
-        value = yaml.safe_load(raw)
+        value = safe_load(raw)
         yaml_size(value)
+    except DuplicateKeyError as e:
+        raise error("--set", f"value of {key.strip()!r} names a key twice: {e.problem}") from None
     except yaml.YAMLError as e:
         raise error("--set", f"value of {key.strip()!r} is not valid YAML: {e}") from None
     except ValueError as e:
         raise error("--set", f"value of {key.strip()!r} is refused: {e} (alias expansion is bounded)") from None
     except RecursionError:
         raise error("--set", f"value of {key.strip()!r} nests deeper than mosaic reads: flatten it") from None
+    shown = key.strip().encode("utf-8", "backslashreplace").decode("utf-8")
+    field = shown if not_unicode_path(key) is not None else not_unicode_path(value, shown)
+    if field is not None:
+        raise error("--set", _not_unicode_message(f"--set {shown}" if field == shown else f"{field} (--set {shown})"))
     return key.strip(), value
 
 

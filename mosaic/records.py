@@ -57,6 +57,9 @@ def package_versions() -> dict[str, str]:
 def read_manifest(root: str | Path) -> dict:
     """The manifest of a dataset directory. Raises DatasetError when missing or unreadable."""
     path = Path(root) / MANIFEST
+    if path.is_dir():
+        raise DatasetError(f"{path} is damaged (a folder stands where the manifest file belongs): restore the file from a copy, "
+                           f"or regenerate the dataset with `mosaic generate SPEC --out {root} --overwrite`")
     if not path.is_file():
         raise DatasetError(f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with `mosaic generate SPEC --out {root}`)")
     try:
@@ -127,9 +130,12 @@ def check_out_dir(out: Path, spec: Spec, masks: bool, overwrite: bool, storage: 
     """
     if not out.exists():
         return None
-    if out.is_file():
-        raise DatasetError(f"--out {out} is a file: give a directory")
-    has_manifest = (out / MANIFEST).is_file()
+    if not out.is_dir():  # a file, /dev/null, a FIFO ... (the CLI checks this before anything else: mosaic.io.output_dir_problem)
+        from mosaic.io import output_dir_problem
+
+        raise DatasetError([("--out", f"{out} {output_dir_problem(out)}: give a directory")])
+    man_path = out / MANIFEST
+    has_manifest = man_path.is_file() or man_path.is_dir() and not man_path.is_symlink()  # a folder there: a damaged dataset
     if overwrite:
         if has_manifest or not any(out.iterdir()):
             shutil.rmtree(out)
@@ -148,10 +154,9 @@ def check_out_dir(out: Path, spec: Spec, masks: bool, overwrite: bool, storage: 
     if bool(man.get("masks")) != bool(masks):
         raise DatasetError(f"{out} was generated {'with' if man.get('masks') else 'without'} masks: rerun with the same --masks setting, or --overwrite")
     have = man.get("storage", "imagefolder")
-    if have != storage:
-        other = "parquet" if storage == "imagefolder" else "imagefolder"
-        raise DatasetError(f"{out} holds a {have} dataset of this spec: generate with --format {have}, convert it with "
-                           f"`mosaic export {out} --format {other}`, or --overwrite")
+    if have != storage:  # convert the stored form into the requested one (export writes beside it by default)
+        raise DatasetError(f"{out} holds a {have} dataset of this spec: generate with --format {have}, convert it to {storage} "
+                           f"with `mosaic export {out} --format {storage}` (it writes {out}-{storage}), or --overwrite")
     if man.get("format") != FORMAT:
         raise DatasetError(f"{out} was generated in format {man.get('format')}; this mosaic writes {FORMAT}: "
                            "rerun with --overwrite (or another --out) to regenerate it")

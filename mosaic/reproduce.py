@@ -39,7 +39,9 @@ def load_registry(path: str | Path | None = None) -> dict:
     p = Path(path) if path is not None else REGISTRY_FILE
     if not p.is_file():
         raise MosaicError(f"the reproduce registry {p} is missing")
-    data = yaml.safe_load(p.read_text()) or {}
+    from mosaic.overrides import safe_load
+
+    data = safe_load(p.read_text()) or {}
     for paper, entry in data.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("scales"), dict):
             raise MosaicError(f"{p}: {paper}.scales must map a scale (cpu, gpu) to a list of sweep names")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 #: the largest seed: torch and numpy take seeds below 2**63 (``torch.manual_seed`` fails beyond 2**64)
 MAX_SEED = 2**63 - 1
@@ -25,6 +26,26 @@ class StrictModel(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_empty_path(cls, data):
+        """An empty string in a path field (``--set dataset.spec=""``) would silently mean the
+        current folder: refused, naming the field."""
+        if isinstance(data, dict):
+            for name, f in cls.model_fields.items():
+                v = data.get(name)
+                if isinstance(v, str) and not v.strip() and _mentions_path(f.annotation):
+                    raise PydanticCustomError("empty_path", "{field} is an empty path: give a file or folder name (an "
+                                              "empty one would mean the current folder)", {"field": name})
+        return data
+
+
+def _mentions_path(annotation) -> bool:
+    import typing
+    from pathlib import Path
+
+    return annotation is Path or any(_mentions_path(a) for a in typing.get_args(annotation))
 
 
 def _safe_name(v: str) -> str:

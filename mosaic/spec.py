@@ -673,7 +673,11 @@ def _cross_check(spec: Spec) -> list[tuple[str, str]]:
 
 
 def _check_quotas(spec: Spec, add):
-    """Every value of every concept outside the grid must get training samples."""
+    """Every value of every concept outside the grid must get training samples.
+
+    The rule for ``splits.train`` (the same with or without a holdout): 0 means no training split
+    (a dataset for evaluation only); any other number must give every value, and with a holdout
+    every seen combination, at least one training sample."""
     if not spec.splits.train:
         return
     grid = set(spec.holdout.concepts) if spec.holdout is not None else set()
@@ -686,7 +690,7 @@ def _check_quotas(spec: Spec, add):
             add("splits.train", (
                 f"splits.train = {spec.splits.train} gives no training sample to value(s) {lost} of concept {name!r} "
                 f"under its distribution: raise splits.train (to at least {len(c.domain)}, more for skewed distributions) "
-                "or flatten the distribution"
+                "or flatten the distribution (splits.train is 0, for no training split, or gives every value a training sample)"
             ))
 
 
@@ -703,6 +707,10 @@ def _check_splits(spec: Spec, add):
             add("splits.test", "with a holdout the test splits are test_id (seen combinations) and test_ood (held-out): rename test")
         sp.test_id = 100 if sp.test_id is None else sp.test_id
         sp.test_ood = 100 if sp.test_ood is None else sp.test_ood
+    sizes = {k: getattr(sp, k) for k in sp.names()}
+    if not any(sizes.values()):
+        add("splits", f"every split is 0 ({', '.join(f'{k}: {n}' for k, n in sizes.items())}): a dataset needs at least one "
+            "sample; set splits.train (e.g. 1000) and the test split(s)")
 
 
 def _check_holdout(spec: Spec, add):
@@ -733,13 +741,16 @@ def _check_holdout(spec: Spec, add):
     n_held = grid.count(HELD_OUT)
     if n_held == 0 and spec.splits.test_ood:
         add("splits.test_ood", f"the holdout rule holds out no combination, so test_ood = {spec.splits.test_ood} cannot be filled: set it to 0")
+    if not spec.splits.train:  # no training split (a dataset for evaluation only): nothing to cover
+        return
     cells, quotas = split_cells(spec, "train")
     if len(cells) and quotas.min() == 0:
         empty = [grid.values_of(c) for c, q in zip(cells, quotas) if q == 0]
         add("splits.train", (
             f"splits.train = {spec.splits.train} leaves {len(empty)} of {len(cells)} seen combinations without a training "
             f"sample (e.g. {list(empty[0])}): raise splits.train to at least {len(cells)} (or more with skewed "
-            "distributions), or use splits.per: combination"
+            "distributions), or use splits.per: combination (splits.train is 0, for no training split, or gives every seen "
+            "combination a training sample)"
         ))
 
 
@@ -904,8 +915,15 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> Spec:
         data = data.get("spec") if isinstance(data, dict) else None
         if not isinstance(data, dict):
             raise SpecError(f"{manifest} holds no spec: is it a mosaic dataset manifest? If it is damaged, restore it from a copy or regenerate the dataset with --overwrite", str(manifest))
+    elif manifest.name == "manifest.json" and manifest.is_dir():
+        raise SpecError(f"{manifest} is damaged (a folder stands where the manifest file belongs): restore the file from a copy, "
+                        f"or regenerate the dataset with `mosaic generate SPEC --out {manifest.parent} --overwrite`", str(manifest))
     elif path.is_dir():
-        raise SpecError(f"{path} is a directory without manifest.json: give a spec YAML file or a mosaic dataset", str(path))
+        what = ("a sweep folder (it holds sweep.yaml; its trials name their datasets under trials/*/config.yaml)"
+                if (path / "sweep.yaml").is_file() else
+                "a run folder (it holds config.yaml; its dataset is the one config.yaml names)" if (path / "config.yaml").is_file()
+                else "a directory without manifest.json")
+        raise SpecError(f"{path} is {what}: give a spec YAML file or a mosaic dataset", str(path))
     else:
         data = read_yaml(path)
         from mosaic.kinds import check_kind

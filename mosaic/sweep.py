@@ -106,6 +106,16 @@ class SweepSpec(_Base):
         both = set(self.grid) & set(self.zip)
         if both:
             raise ValueError(f"axes {sorted(both)} are in both grid and zip: keep each axis in one")
+        for section, entries in (("grid", self.grid), ("zip", self.zip), ("set", {k: [v] for k, v in self.set.items()})):
+            for key, vals in entries.items():
+                if not key.startswith(LABEL) and any(_sets_key(key, v, self.seed_key) for v in vals):
+                    raise ValueError(f"{section}.{key} sets {self.seed_key}, which `seeds:` overwrites in every trial: list the "
+                                     f"seeds under `seeds:` instead (e.g. seeds: [0, 1, 2])")
+        n = n_trials(self)
+        if n > MAX_TRIALS:  # bounded before expand() builds one dict per trial
+            sizes = [f"{k} {len(v)}" for k, v in self.grid.items()] + ([f"zip {len(next(iter(self.zip.values())))}"] if self.zip else [])
+            raise ValueError(f"grid x zip x seeds: {' x '.join(sizes + [f'seeds {len(self.seeds)}'])} = {n:,} trials: a sweep holds at most "
+                             f"{MAX_TRIALS:,}; split it into several sweeps, or use fewer values per axis")
         from mosaic.vocab import closest
 
         for field in ("x", "lines"):
@@ -123,6 +133,30 @@ class SweepSpec(_Base):
 
     def axes(self) -> list[str]:
         return list(self.grid) + list(self.zip) + ["seed"]
+
+
+#: most trials one sweep may have (product of the grid axes' lengths x the zip length x seeds),
+#: checked before any trial list is built
+MAX_TRIALS = 100_000
+
+
+def n_trials(sweep: SweepSpec) -> int:
+    """The number of trials :func:`expand` gives, computed without expanding (exact integer)."""
+    import math
+
+    zip_len = len(next(iter(sweep.zip.values()))) if sweep.zip else 1
+    return math.prod(len(v) for v in sweep.grid.values()) * zip_len * len(sweep.seeds)
+
+
+def _sets_key(key: str, value: Any, target: str) -> bool:
+    """Whether overriding ``key`` with ``value`` sets the dotted field ``target``: ``key`` is it, or a
+    section above it given as a mapping that reaches it (``training: {seed: 3}``)."""
+    if key == target:
+        return True
+    if isinstance(value, dict) and target.startswith(key + "."):
+        rest = target[len(key) + 1:]
+        return any(_sets_key(str(k), v, rest) for k, v in value.items())
+    return False
 
 
 def load_sweep(path: str | Path, sets: list[str] | None = None) -> SweepSpec:
@@ -147,17 +181,31 @@ def load_sweep(path: str | Path, sets: list[str] | None = None) -> SweepSpec:
     except ValidationError as e:
         from mosaic.overrides import validation_problems
 
-        lines = [f"  {loc}: {msg}" for loc, msg in validation_problems(e, model=SweepSpec)]
+        lines = [f"  {loc}: {msg}" if loc else f"  {msg}" for loc, msg in validation_problems(e, model=SweepSpec)]
         raise SweepError(f"invalid sweep {path}\n" + "\n".join(lines)) from None
     except MosaicError as e:
         raise SweepError(f"invalid sweep {path}: {e}") from None
     if not spec.config.is_file():
         raise SweepError(f"invalid sweep {path}\n  config: no such training config {str(spec.config)!r}")
+    from mosaic.kinds import check_family
+
+    try:
+        raw = read_config_yaml(spec.config)
+    except MosaicError as e:
+        raise SweepError(f"invalid sweep {path}\n  config: {e}") from None
+    check_family(raw, spec.kind, str(spec.config),
+                 lambda m: SweepError(f"invalid sweep {path}\n  config: {m} (this sweep has kind: {spec.kind})"))
     return spec
 
 
 def expand(sweep: SweepSpec) -> list[dict[str, Any]]:
-    """Every trial's axis values (``{axis: value}``, with ``seed``), grid-major, seeds innermost."""
+    """Every trial's axis values (``{axis: value}``, with ``seed``), grid-major, seeds innermost.
+
+    Raises:
+        SweepError: more than :data:`MAX_TRIALS` trials (a SweepSpec built without validation).
+    """
+    if n_trials(sweep) > MAX_TRIALS:
+        raise SweepError(f"sweep {sweep.name} has {n_trials(sweep):,} trials: a sweep holds at most {MAX_TRIALS:,}")
     grid_keys = list(sweep.grid)
     zip_rows = [dict(zip(sweep.zip, vals)) for vals in zip(*sweep.zip.values())] if sweep.zip else [{}]
     out = []
@@ -546,7 +594,11 @@ def collect(out: Path) -> "pd.DataFrame":  # noqa: F821
     if sortable:
         df = df.sort_values(sortable, kind="stable").reset_index(drop=True)
     df.to_csv(out / "results.csv", index=False)
-    df.to_parquet(out / "results.parquet", index=False)
+    # an axis whose values mix strings and mappings (`distribution: [uniform, {kind: geometric}]`)
+    # has no Arrow type: such columns go to Parquet as JSON text (the returned frame keeps the values)
+    mixed = [c for c in df.columns if df[c].map(lambda v: isinstance(v, (dict, list, tuple))).any()]
+    df.assign(**{c: df[c].map(lambda v: json.dumps(v, sort_keys=True, default=str)) for c in mixed}).to_parquet(
+        out / "results.parquet", index=False)
     return df
 
 

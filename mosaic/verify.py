@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -88,6 +89,14 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def spec_fingerprint(spec_data: dict) -> str:
+    """The fingerprint of a manifest's stored spec, computed as :meth:`mosaic.spec.Spec.fingerprint`
+    computed it at generation (sha256 of the canonical JSON of the resolved spec, 16 hex digits):
+    the stored spec is that resolved spec, so any edit to it shows as another fingerprint. (It is
+    not re-parsed: a later mosaic that adds defaulted fields still gets the recorded value.)"""
+    return hashlib.sha256(json.dumps(spec_data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
 def read_manifest_checked(root: str | Path) -> dict:
     """The manifest of ``root``, or DatasetError naming the file and what to do (missing, not
     UTF-8, not JSON, not a mapping, no spec)."""
@@ -95,6 +104,9 @@ def read_manifest_checked(root: str | Path) -> dict:
     path = root / MANIFEST
     if not root.is_dir():
         raise DatasetError(f"{root} is not a directory: give a dataset folder (made by `mosaic generate SPEC --out DIR`)")
+    if path.exists() and not path.is_file():
+        raise DatasetError(f"{path} is damaged: {file_kind_problem(path)[1]}; restore the file from a copy, or regenerate the "
+                           f"dataset with `mosaic generate SPEC --out {root} --overwrite`")
     if not path.is_file():
         raise DatasetError(f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with `mosaic generate SPEC --out {root}`)")
     try:
@@ -120,7 +132,9 @@ def _read_checksums(root: Path, man: dict, report: VerifyReport) -> RecordedDige
         return None
     p = root / rec.get("file", CHECKSUMS)
     if not p.is_file():
-        report.damage.append(Damage(p.name, "missing", "the file digests are gone; samples can be checked for truncation only"))
+        kind = file_kind_problem(p) or ("missing", "")
+        report.damage.append(Damage(p.name, kind[0], f"{kind[1]}: the file digests are gone; samples can be checked for "
+                                    "truncation only"))
         return None
     if digest_file(p)[0] != rec.get("sha256"):  # streamed: memory does not grow with the number of files
         report.damage.append(Damage(p.name, "altered", "the file digests differ from the manifest's record of them"))
@@ -150,6 +164,11 @@ def verify(root: str | Path, deep: bool = False, manifest: dict | None = None, s
     man = manifest or read_manifest_checked(root)
     storage = man.get("storage", "imagefolder")
     report = VerifyReport(str(root), storage, deep)
+    recorded, actual = man.get("fingerprint"), spec_fingerprint(man["spec"])
+    if actual != recorded:  # the spec every sample is a function of was edited: no file can be trusted to match it
+        report.damage.append(Damage(MANIFEST, "manifest", f"its spec hashes to fingerprint {actual}, but it records {recorded}: "
+                                    "the spec (or the fingerprint) in manifest.json was edited after generation"))
+        report.repairable = False
     if man.get("status") != "complete":
         report.damage.append(Damage(MANIFEST, "incomplete", f"status {man.get('status')!r}: generation did not finish; "
                                     "rerun the same `mosaic generate` command to resume"))
@@ -199,8 +218,54 @@ def _verify_parquet(root: Path, man: dict, report: VerifyReport) -> None:
         report.damage.append(Damage(path, problem, msg))
 
 
+def file_kind_problem(p: Path) -> tuple[str, str] | None:
+    """None when ``p`` is a regular file, else ``(problem, detail)``: ``missing`` (absent, a folder
+    standing where the file belongs, or a file standing where one of its folders belongs) or
+    ``undecodable`` (a device, FIFO or socket, which is never opened: a FIFO would block)."""
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        return "missing", "file is missing"
+    except NotADirectoryError:
+        return "missing", "file is missing: a file stands where one of its folders belongs"
+    except OSError as e:
+        return "undecodable", f"cannot be read: {e.strerror}"
+    if stat.S_ISDIR(st.st_mode):
+        return "missing", "a folder stands where this file belongs"
+    if not stat.S_ISREG(st.st_mode):
+        return "undecodable", "not a regular file (a device, FIFO or socket stands where this file belongs)"
+    return None
+
+
+def make_room(root: Path, rel: str, error: type[Exception] = DatasetError) -> Path:
+    """Make ``root/rel`` writable as a file before a repair writes it: a file (or dangling link)
+    standing where one of its folders belongs is removed (that folder is part of the dataset: the
+    file is damage), and so is an empty folder standing where the file belongs. Returns the path.
+
+    Raises:
+        error: a folder that holds files stands where the file belongs (never deleted: move it away).
+    """
+    node = root
+    for part in Path(rel).parts[:-1]:
+        node = node / part
+        if node.is_symlink() and not node.exists() or node.exists() and not node.is_dir():
+            node.unlink()
+    target = root / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_dir() and not target.is_symlink():
+        try:
+            target.rmdir()
+        except OSError:
+            raise error([(rel, f"a folder that holds files stands where this file of the dataset belongs: move {target} "
+                          "away (repair never deletes a folder with content), then rerun")], source=str(root)) from None
+    return target
+
+
 def _png_state(p: Path) -> tuple[str, str] | None:
     """None when the file looks whole (signature and IEND trailer), else (problem, detail)."""
+    kind = file_kind_problem(p)
+    if kind is not None:
+        return kind
     try:
         size = p.stat().st_size
         with p.open("rb") as f:
@@ -231,8 +296,9 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
         masks = bool(man.get("masks"))
         scan = None  # what the streamed read of metadata.jsonl found (mosaic.checksums.scan_metadata)
         if not meta.is_file():
-            if n:
-                report.damage.append(Damage(rel_meta, "missing", f"metadata of split {split!r} is missing", split))
+            if n or meta.exists() or meta.is_symlink():
+                kind = file_kind_problem(meta) or ("missing", "")
+                report.damage.append(Damage(rel_meta, kind[0], f"metadata of split {split!r}: {kind[1]}", split))
         else:
             report.files += 1
             scan = scan_metadata(meta, masks)  # line by line: no record is held
@@ -374,8 +440,7 @@ def repair(root: str | Path, report: VerifyReport, sample_fn=None, png_fn=None,
                 raise DatasetError([(rel, "regenerating it gives other bytes than the recorded digest: this mosaic "
                                      f"(versions {_versions()}) differs from the one that made the dataset "
                                      f"({man.get('versions')}); regenerate the dataset with --overwrite")], source=str(root))
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(root / rel, data)
+            atomic_write(make_room(root, rel), data)
         if on_progress:
             on_progress(k + 1, total)
     for split in meta_splits:  # streamed: one record at a time into a temporary file, checked, then moved in place
@@ -395,7 +460,7 @@ def repair(root: str | Path, report: VerifyReport, sample_fn=None, png_fn=None,
                 raise DatasetError([(rel, "the records the spec gives differ from the recorded digest: this mosaic "
                                      f"({_versions()}) differs from the one that made the dataset; regenerate it with --overwrite")],
                                    source=str(root))
-            os.replace(tmp, root / rel)
+            os.replace(tmp, make_room(root, rel))
         finally:
             tmp.unlink(missing_ok=True)
     return verify(root, deep=report.deep, manifest=man, sample_fn=sample_fn)  # rewritten bytes were checked above
@@ -420,8 +485,9 @@ def mark_shards_for_regeneration(root: str | Path, report: VerifyReport) -> list
     for split, lst in man.get("shards", {}).items():
         for k, s in enumerate(lst):
             if s["name"] in names:
-                (root / ".mosaic" / "shards" / f"{split}-{k:05d}.json").unlink(missing_ok=True)
-                (root / "data" / s["name"]).unlink(missing_ok=True)
+                for rel in (f".mosaic/shards/{split}-{k:05d}.json", f"data/{s['name']}"):
+                    target = make_room(root, rel)  # a folder or file in the way is cleared (or refused)
+                    target.unlink(missing_ok=True)
                 hit.append(s["name"])
     atomic_write_json(root / MANIFEST, {**man, "status": "incomplete", "repairing": {"shards": hit, "was": man.get("shards")}})
     return hit

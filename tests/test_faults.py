@@ -448,3 +448,128 @@ def test_a_second_generation_of_the_same_spec_waits_for_the_first(ds):
         holder.wait()
     assert r.exit_code == 0, r.output
     assert time.time() - t0 >= 1.5  # it waited instead of failing or writing alongside
+
+
+# ------------------------------------------------------------------------------------------------
+# file <-> folder swaps, an edited manifest spec, hints that say what works (issue 13, hostile run 2)
+# ------------------------------------------------------------------------------------------------
+
+def _no_temp_files(out: Path) -> list[str]:
+    return [str(p.relative_to(out)) for p in out.rglob("*") if ".tmp" in p.name]
+
+
+def _swap(out: Path, rel: str, to: str) -> None:
+    import shutil
+
+    p = out / rel
+    shutil.rmtree(p) if p.is_dir() else p.unlink()
+    if to == "folder":
+        p.mkdir()
+    else:
+        p.write_bytes(b"a file where a folder was")
+
+
+@pytest.mark.parametrize("rel, to, shown", [
+    ("train/images/000001.png", "folder", "train/images/000001.png: missing: a folder stands where this file belongs"),
+    ("train/metadata.jsonl", "folder", "train/metadata.jsonl: missing"),
+    ("train/images", "file", "train/images/000000.png: missing"),
+    ("val/images", "folder", "val/images/000000.png: missing"),
+], ids=["png->folder", "metadata->folder", "images-folder->file", "images-folder-emptied"])
+@pytest.mark.parametrize("how", ["generate", "verify --repair"])
+def test_a_file_swapped_with_a_folder_is_reported_and_repaired_byte_identically(ds, rel, to, shown, how):
+    sp, out = ds
+    pristine = _snapshot(out)
+    _swap(out, rel, to)
+    r = runner.invoke(app, ["verify", str(out)])
+    assert r.exit_code == 1 and shown in " ".join(r.output.split()), r.output
+    args = ["generate", str(sp), "--out", str(out)] if how == "generate" else ["verify", str(out), "--repair"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0 and "repaired" in r.output, (r.output, r.exception)
+    assert _snapshot(out) == pristine
+    assert _no_temp_files(out) == []
+
+
+def test_a_folder_with_content_where_a_file_belongs_is_never_deleted(ds):
+    sp, out = ds
+    p = out / "train" / "images" / "000001.png"
+    p.unlink()
+    (p / "sub").mkdir(parents=True)
+    (p / "sub" / "keep.txt").write_text("user data")
+    for args in (["verify", str(out), "--repair"], ["generate", str(sp), "--out", str(out)]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2 and "Traceback" not in r.output and r.exception is None or isinstance(r.exception, SystemExit)
+        assert "train/images/000001.png" in r.output and "move" in r.output, r.output
+    assert (p / "sub" / "keep.txt").read_text() == "user data"
+    assert _no_temp_files(out) == []
+
+
+def test_a_fifo_where_a_sample_belongs_is_reported_without_blocking(ds):
+    _, out = ds
+    p = out / "train" / "images" / "000002.png"
+    p.unlink()
+    os.mkfifo(p)
+    r = runner.invoke(app, ["verify", str(out)])  # opening a FIFO would block forever: the 300 s alarm fails the test
+    assert r.exit_code == 1 and "train/images/000002.png: undecodable" in r.output, r.output
+    r = runner.invoke(app, ["verify", str(out), "--repair"])
+    assert r.exit_code == 0, r.output
+    assert p.is_file()
+
+
+def test_a_folder_where_the_manifest_belongs_is_named_and_overwrite_replaces_it(ds):
+    sp, out = ds
+    (out / "manifest.json").unlink()
+    (out / "manifest.json").mkdir()
+    for args in (["verify", str(out)], ["generate", str(sp), "--out", str(out)], ["validate", str(out)]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2 and "manifest.json is damaged" in r.output and "Traceback" not in r.output, (args, r.output)
+    r = runner.invoke(app, ["generate", str(sp), "--out", str(out), "--overwrite"])
+    assert r.exit_code == 0, r.output
+    assert (out / "manifest.json").is_file()
+
+
+def test_atomic_write_leaves_no_temporary_file_when_it_fails(tmp_path):
+    from mosaic.io import atomic_write
+
+    target = tmp_path / "x.png"
+    target.mkdir()
+    with pytest.raises(IsADirectoryError):
+        atomic_write(target, b"data")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.png"]
+
+
+@pytest.mark.parametrize("edit", ["spec", "fingerprint"])
+def test_an_edited_manifest_spec_is_damage_and_repair_says_what_to_do(ds, edit):
+    sp, out = ds
+    p = out / "manifest.json"
+    man = json.loads(p.read_text())
+    if edit == "spec":
+        man["spec"]["objects"][0]["size"] = 0.3  # another size: no file of the dataset matches this spec
+    else:
+        man["fingerprint"] = "0123456789abcdef"
+    p.write_text(json.dumps(man, indent=2, sort_keys=True) + "\n")
+    for extra in ([], ["--quick"]):
+        r = runner.invoke(app, ["verify", str(out), *extra])
+        text = " ".join(r.output.split())
+        assert r.exit_code == 1 and "manifest.json: manifest" in text and "fingerprint" in text, r.output
+        fix = text[text.index("fix:"):]
+        assert "--repair" not in fix.replace("--repair cannot", "") and "--overwrite" in fix and "restore" in fix, fix
+    r = runner.invoke(app, ["verify", str(out), "--repair"])
+    assert r.exit_code == 2 and "manifest" in r.output and "Traceback" not in r.output, r.output
+
+
+def test_verify_does_not_suggest_repair_for_damaged_checksums(ds):
+    _, out = ds
+    (out / "checksums.sha256").write_text("0" * 64 + "  train/metadata.jsonl\n")
+    r = runner.invoke(app, ["verify", str(out)])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 1 and "checksums.sha256: altered" in text, r.output
+    fix = text[text.index("fix:"):]
+    assert f"verify {out} --repair" not in fix and "rerun the same `mosaic generate`" not in fix, fix
+    assert "--overwrite" in fix and "restore" in fix, fix
+
+
+def test_the_other_storage_form_hint_converts_into_the_requested_form(ds, tmp_path):
+    sp, out = ds
+    r = runner.invoke(app, ["generate", str(sp), "--out", str(out), "--format", "parquet"])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and f"mosaic export {out} --format parquet" in text, r.output

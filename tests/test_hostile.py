@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
 import pytest
 import yaml
@@ -634,3 +635,250 @@ def test_values_that_look_like_emoji_codes_are_printed_as_given(tmp_path):
     p.write_text(yaml.safe_dump(SPEC))
     r = runner.invoke(app, ["validate", str(p), "--set", "splits={train:100,test:10}"])
     assert r.exit_code == 2 and "train:100" in r.output and "\U0001f4af" not in r.output
+
+
+# ------------------------------------------------------------------------------------------------
+# an independent hostile run, round 2 (issue 13): each class below ended in a traceback, a silently
+# wrong setting or a late error
+# ------------------------------------------------------------------------------------------------
+
+HOLDOUT_SPEC = {**SPEC, "holdout": {"concepts": ["color", "shape"], "rule": {"kind": "diagonal", "n": 1}},
+                "splits": {"train": 12, "val": 2, "test_id": 2, "test_ood": 2}}
+
+
+def _write(tmp_path, data, name="spec.yaml"):
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data) if not isinstance(data, str) else data)
+    return p
+
+
+@pytest.mark.parametrize("base", [SPEC, HOLDOUT_SPEC], ids=["plain", "holdout"])
+@pytest.mark.parametrize("command", [["validate"], ["preview", "--out", "{tmp}/p.png"], ["splits"]])
+def test_every_split_zero_is_refused_naming_splits(tmp_path, base, command):
+    if command == ["splits"] and "holdout" not in base:
+        pytest.skip("splits needs a holdout")
+    sp = _write(tmp_path, {**base, "splits": {k: 0 for k in base["splits"]}})
+    code, text, r = invoke([command[0], sp] + [c.format(tmp=tmp_path) for c in command[1:]])
+    assert_clean(code, text, "splits: every split is 0", r)
+    assert not (tmp_path / "p.png").exists()
+
+
+@pytest.mark.parametrize("base", [SPEC, HOLDOUT_SPEC], ids=["plain", "holdout"])
+def test_the_training_split_rule_is_the_same_with_and_without_a_holdout(tmp_path, base):
+    """splits.train is 0 (no training split: a dataset for evaluation only) or gives every value
+    (every seen combination) a training sample; the refusal states that rule."""
+    sp = _write(tmp_path, base)
+    code, text, r = invoke(["validate", sp, "--set", "splits.train=0"])
+    assert code == 0, text
+    code, text, r = invoke(["validate", sp, "--set", "splits.train=1"])
+    assert_clean(code, text, "splits.train", r)
+    assert "splits.train is 0, for no training split" in " ".join(text.split())
+
+
+def test_preview_of_more_samples_than_the_split_holds_shows_the_split(tmp_path):
+    sp = _write(tmp_path, SPEC)
+    code, text, r = invoke(["preview", sp, "--split", "val", "--n", "16", "--out", tmp_path / "p.png"])
+    assert code == 0 and (tmp_path / "p.png").is_file(), text
+    code, text, r = invoke(["preview", sp, "--split", "val", "--set", "splits.val=0", "--out", tmp_path / "q.png"])
+    assert_clean(code, text, "--split 'val' has 0 samples", r)
+
+
+def _output_targets(tmp_path):
+    reg = tmp_path / "regular"
+    reg.write_text("x")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    return {"dev-null": "/dev/null", "fifo": str(fifo), "regular-file": str(reg), "under-a-file": str(reg / "sub" / "dir")}
+
+
+@pytest.mark.parametrize("target", ["dev-null", "fifo", "regular-file", "under-a-file"])
+@pytest.mark.parametrize("command", ["generate", "export", "sweep", "train", "evaluator-train", "evaluate", "reproduce"])
+def test_an_output_folder_that_is_not_a_folder_is_refused_before_writing(tmp_path, command, target):
+    out = _output_targets(tmp_path)[target]
+    sp = _write(tmp_path, SPEC)
+    cp = _write(tmp_path, config(tmp_path, sp), "cfg.yaml")
+    before = files_under(tmp_path)
+    args = {
+        "generate": ["generate", sp, "--out", out],
+        "export": ["export", tmp_path, "--format", "parquet", "--out", out],
+        "sweep": ["sweep", _sweep(tmp_path), "--out", out],
+        "train": ["train", "diffusion", cp, "--out", out],
+        "evaluator-train": ["evaluator", "train", sp, "--out", out],
+        "evaluate": ["evaluate", tmp_path, "--spec", sp, "--out", out],
+        "reproduce": ["reproduce", "mosaic", "--out", out],
+    }[command]
+    before = files_under(tmp_path)
+    code, text, r = invoke(args)
+    assert_clean(code, text, "--out", r)
+    assert repr(out) in text or out in text, text
+    assert files_under(tmp_path) == before
+    assert not Path("/dev/.null.lock").exists()
+
+
+@pytest.mark.parametrize("target, needle", [("/dev/null", "not a regular file"), ("{tmp}", "is a folder, not a file"),
+                                            ("{tmp}/regular/x.png", "regular file, not a folder")])
+@pytest.mark.parametrize("command", ["preview", "splits"])
+def test_an_output_file_that_cannot_be_a_file_is_refused(tmp_path, command, target, needle):
+    (tmp_path / "regular").write_text("x")
+    sp = _write(tmp_path, HOLDOUT_SPEC)
+    code, text, r = invoke([command, sp, "--out", target.format(tmp=tmp_path)])
+    assert_clean(code, text, needle, r)
+    assert "--out" in text
+
+
+def test_a_sweep_of_too_many_trials_is_refused_before_expansion(tmp_path):
+    from mosaic.sweep import MAX_TRIALS
+
+    axes = {f"training.{k}": list(range(1, 101)) for k in ("warmup_steps", "steps", "log_every", "checkpoint_every")}
+    sw = _sweep(tmp_path, grid=axes)
+    code, text, r = invoke(["sweep", sw, "--dry-run", "--out", tmp_path / "sw"])
+    assert_clean(code, text, f"{MAX_TRIALS:,}", r)
+    assert "100,000,000 trials" in text and not (tmp_path / "sw").exists()
+
+
+@pytest.mark.parametrize("extra, sets", [
+    ({"grid": {"training.seed": [1, 2]}}, []),
+    ({"zip": {"training.seed": [1, 2], "training.steps": [2, 3]}}, []),
+    ({}, ["set.training.seed=3"]),
+    ({"set": {"training": {"seed": 3, "steps": 2}}}, []),
+], ids=["grid", "zip", "set-flat", "set-mapping"])
+def test_a_sweep_axis_on_the_seed_is_refused_pointing_to_seeds(tmp_path, extra, sets):
+    sw = _sweep(tmp_path, **extra)
+    code, text, r = invoke(["sweep", sw, "--dry-run", "--out", tmp_path / "sw"] + sum((["--set", s] for s in sets), []))
+    assert_clean(code, text, "training.seed", r)
+    assert "seeds:" in text
+
+
+DUPLICATE_SPEC = """name: h
+image: {size: 32}
+concepts:
+  color: {values: [red, green, blue]}
+  shape: {values: [circle, square]}
+objects:
+  - {name: o, shape: {concept: shape}, color: {concept: color}, size: 0.4}
+splits: {train: 12, val: 2, test: 2}
+splits: {train: 0, val: 2, test: 2}
+"""
+
+
+@pytest.mark.parametrize("kind", ["spec", "config", "sweep", "set-value", "nested"])
+def test_duplicate_yaml_keys_are_refused_naming_the_key_and_line(tmp_path, kind):
+    sp = _write(tmp_path, SPEC)
+    if kind == "spec":
+        args, line = ["validate", _write(tmp_path, DUPLICATE_SPEC, "dup.yaml")], "line 9"
+    elif kind == "nested":
+        args, line = ["validate", _write(tmp_path, DUPLICATE_SPEC.replace("splits: {train: 0, val: 2, test: 2}\n", "")
+                                         .replace("train: 12,", "train: 12, val: 3,"), "dup.yaml")], "line 8"
+    elif kind == "config":
+        text = yaml.safe_dump(config(tmp_path, sp), sort_keys=False) + "name: other\n"
+        args, line = ["train", "diffusion", _write(tmp_path, text, "cfg.yaml"), "--dry-run"], "line"
+    elif kind == "sweep":
+        args, line = ["sweep", _write(tmp_path, _sweep(tmp_path).read_text() + "seeds: [0]\nseeds: [1]\n", "sw2.yaml"), "--dry-run"], "line"
+    else:
+        args, line = ["validate", sp, "--set", "splits={train: 12, train: 0}"], "train"
+    code, text, r = invoke(args)
+    assert_clean(code, text, "duplicate key", r)
+    assert line in text
+    key = {"spec": "'splits'", "nested": "'val'", "config": "'name'", "sweep": "'seeds'", "set-value": "'train'"}[kind]
+    assert key in text
+
+
+def test_a_merge_key_may_still_override_merged_keys(tmp_path):
+    from mosaic.overrides import safe_load
+
+    assert safe_load("base: &b {x: 1, y: 2}\nother:\n  <<: *b\n  x: 3\n")["other"] == {"x": 3, "y": 2}
+
+
+@pytest.mark.parametrize("where", ["spec-set", "spec-file", "config-overrides", "config-overrides-key", "sweep-axis"])
+def test_lone_surrogates_are_refused_naming_the_field(tmp_path, where):
+    sp = _write(tmp_path, SPEC)
+    cp = _write(tmp_path, config(tmp_path, sp), "cfg.yaml")
+    if where == "spec-set":
+        args, field = ["generate", sp, "--out", tmp_path / "ds", "--set", 'description="\\udcff"'], "description"
+    elif where == "spec-file":
+        args, field = ["generate", _write(tmp_path, yaml.safe_dump(SPEC) + 'description: "a\\udcff"\n', "s2.yaml"),
+                       "--out", tmp_path / "ds"], "description"
+    elif where == "config-overrides":
+        args, field = ["train", "diffusion", cp, "--set", 'dataset.overrides.description="\\udcff"'], "dataset.overrides.description"
+    elif where == "config-overrides-key":
+        args, field = ["train", "diffusion", cp, "--set", 'dataset.overrides={"x\\udcff": 1}'], "dataset.overrides.x\\udcff"
+    else:
+        args, field = ["sweep", _sweep(tmp_path, grid={"spec.description": ["ok", "\udcff"]}), "--out", tmp_path / "sw"], "grid.spec.description.1"
+    code, text, r = invoke(args)
+    assert_clean(code, text, "lone surrogate", r)
+    assert field in text
+    assert not (tmp_path / "ds").exists() and not (tmp_path / "data").exists() and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("path, needle", [("/dev/zero", "character device, not a regular file"),
+                                          ("{fifo}", "FIFO (named pipe), not a regular file")])
+def test_a_special_file_given_as_a_spec_is_named_as_such(tmp_path, path, needle):
+    os.mkfifo(tmp_path / "fifo")
+    code, text, r = invoke(["validate", path.format(fifo=tmp_path / "fifo")])
+    assert_clean(code, text, needle, r)
+    assert "no such" not in text
+
+
+def test_a_config_of_the_other_family_is_named(tmp_path):
+    sp = _write(tmp_path, SPEC)
+    cp = _write(tmp_path, config(tmp_path, sp), "cfg.yaml")
+    code, text, r = invoke(["train", "transformer", cp])
+    assert_clean(code, text, "looks like a diffusion config", r)
+    assert "mosaic train diffusion" in text and "unknown field" not in text
+    tcfg = {"name": "t", "dataset": {"spec": str(sp)}, "objective": "classifier", "input": {"kind": "tokens"},
+            "training": {"steps": 1, "device": "cpu"}}
+    tp = _write(tmp_path, tcfg, "t.yaml")
+    code, text, r = invoke(["train", "diffusion", tp])
+    assert_clean(code, text, "looks like a transformer config", r)
+    assert "mosaic train transformer" in text and "unknown field" not in text
+    d = yaml.safe_load(_sweep(tmp_path).read_text())
+    sw = _write(tmp_path, {**d, "kind": "transformer"}, "sw.yaml")
+    code, text, r = invoke(["sweep", sw, "--dry-run"])
+    assert_clean(code, text, "looks like a diffusion config", r)
+
+
+def test_a_sweep_folder_given_as_a_spec_is_named(tmp_path):
+    (tmp_path / "swdir").mkdir()
+    (tmp_path / "swdir" / "sweep.yaml").write_text("name: s\n")
+    code, text, r = invoke(["validate", tmp_path / "swdir"])
+    assert_clean(code, text, "sweep folder", r)
+
+
+@pytest.mark.parametrize("field", ["dataset.spec", "dataset.root", "out"])
+def test_an_empty_path_in_a_set_value_is_refused_naming_the_field(tmp_path, field):
+    sp = _write(tmp_path, SPEC)
+    cp = _write(tmp_path, config(tmp_path, sp), "cfg.yaml")
+    code, text, r = invoke(["train", "diffusion", cp, "--set", f'{field}=""', "--dry-run"])
+    assert_clean(code, text, "is an empty path", r)
+    assert field.split(".")[-1] in text
+
+
+def test_no_empty_progress_bar_above_an_error(tmp_path):
+    sp = _write(tmp_path, SPEC)
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "foreign.txt").write_text("x")
+    code, text, r = invoke(["generate", sp, "--out", tmp_path / "ds"])
+    assert_clean(code, text, "holds no manifest.json", r)
+    assert "0/?" not in text and "generate h" not in text
+
+
+def test_a_batch_larger_than_the_training_split_is_refused_before_generating(tmp_path):
+    sp = _write(tmp_path, SPEC)
+    cp = _write(tmp_path, config(tmp_path, sp, **{"training.batch_size": 64}), "cfg.yaml")
+    code, text, r = invoke(["train", "diffusion", cp])
+    assert_clean(code, text, "training.batch_size", r)
+    assert "12 samples" in text
+    assert not (tmp_path / "data").exists() and not (tmp_path / "run").exists()
+
+
+def test_a_run_folder_under_a_file_is_refused_before_generating(tmp_path):
+    sp = _write(tmp_path, SPEC)
+    (tmp_path / "regular").write_text("x")
+    cp = _write(tmp_path, config(tmp_path, sp, out=str(tmp_path / "regular" / "run")), "cfg.yaml")
+    code, text, r = invoke(["train", "diffusion", cp])
+    assert_clean(code, text, "out", r)
+    assert "regular file, not a folder" in text
+    assert not (tmp_path / "data").exists()
+    cp = _write(tmp_path, config(tmp_path, sp, **{"dataset.root": str(tmp_path / "regular")}), "cfg2.yaml")
+    code, text, r = invoke(["train", "diffusion", cp])
+    assert_clean(code, text, "dataset.root", r)

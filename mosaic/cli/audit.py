@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from mosaic.cli.common import SpecArg, console, fail, set_option
+from mosaic.cli.common import SpecArg, check_out, console, fail, set_option
 from mosaic.errors import MosaicError
 
 
@@ -27,6 +27,7 @@ def audit(
 
     folder = out if out is not None else run / AUDIT_DIR
     try:
+        check_out(out)
         if import_ is not None:
             dst = import_audit(run, import_, out=folder)
             console.print(f"stored {dst}")
@@ -70,6 +71,7 @@ def calibrate(
         from mosaic.evaluation.quality import calibrate_abstention
         from mosaic.spec import load_spec
 
+        check_out(json_out, "--json", kind="file")
         s = load_spec(spec, set_)
         r = calibrate_abstention(s, n=n, bad_n=bad_n, target=target)
     except MosaicError as e:

@@ -3,6 +3,7 @@ types and spec loading. Imports nothing heavy (no numpy, torch or spec module at
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -55,3 +56,48 @@ def load(spec_path: Path, overrides: list[str] | None):
     from mosaic.spec import load_spec
 
     return load_spec(spec_path, overrides)
+
+
+def check_out(path: Path | None, option: str = "--out", kind: str = "folder") -> None:
+    """The one check of a command's output path, before anything is read or written: a ``folder``
+    must be (or be creatable as) a writable folder, a ``file`` a regular file in a writable folder
+    (:func:`mosaic.io.output_dir_problem`, :func:`mosaic.io.output_file_problem`). None: nothing to check.
+
+    Raises:
+        mosaic.errors.MosaicError: naming the option and the value (``/dev/null``, a FIFO, an
+            existing file where a folder is wanted, a path under a file, an unwritable place).
+    """
+    if path is None:
+        return
+    from mosaic.errors import MosaicError
+    from mosaic.io import output_dir_problem, output_file_problem
+
+    problem = (output_dir_problem if kind == "folder" else output_file_problem)(path)
+    if problem:
+        want = "a folder (created if missing) in a writable place" if kind == "folder" else "a file path in a writable folder"
+        raise MosaicError([(option, f"{str(path)!r} {problem}: give {want}")])
+
+
+@contextmanager
+def lazy_progress(label: str):
+    """A progress bar (bar, done/total, elapsed, remaining) that appears at its first update: a
+    command that fails before any work leaves no ``0/?`` bar above its error. Yields
+    ``update(done, total)``."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    progress = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                        console=console, transient=False)
+    task = None
+
+    def update(done: int, total: int | None) -> None:
+        nonlocal task
+        if task is None:
+            progress.start()
+            task = progress.add_task("", total=total)
+        progress.update(task, completed=done, total=total)
+
+    try:
+        yield update
+    finally:
+        if task is not None:
+            progress.stop()

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.markup import escape
 from rich.table import Table
 
-from mosaic.cli.common import MAX_SHARD_MB, MAX_WORKERS, SpecArg, console, err_console, fail, load, set_option
+from mosaic.cli.common import MAX_SHARD_MB, MAX_WORKERS, SpecArg, check_out, console, err_console, fail, lazy_progress, load, set_option
 from mosaic.errors import MosaicError
 
 SetOpt = set_option("spec", "splits.train=500")
@@ -84,17 +84,12 @@ def generate(
 
         check_format(format)  # bad options fail before anything is read or written
         check_backend(backend)
+        check_out(out)
         s = load(spec, set_)
         from mosaic.dataset import generate as gen
 
         t0 = time.perf_counter()
-        with Progress(TextColumn("[bold]generate[/] " + s.name), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TimeRemainingColumn(), console=console, transient=False) as progress:
-            task = progress.add_task("gen", total=None)
-
-            def cb(done, total):
-                progress.update(task, completed=done, total=total)
-
+        with lazy_progress("[bold]generate[/] " + escape(s.name)) as cb:
             man = gen(s, out, workers=workers, overwrite=overwrite, masks=masks, on_progress=cb, verify=verify, format=format,
                       backend=backend, address=address, shard_bytes=int(shard_mb * 2**20))
         dt = time.perf_counter() - t0
@@ -119,6 +114,7 @@ def preview(
 ) -> None:
     """Render the first samples of a split to a contact sheet with captions (writes nothing else)."""
     try:
+        check_out(out, kind="file")
         s = load(spec, set_)
         from mosaic.dataset import sample_record
         from mosaic.preview import contact_sheet
@@ -126,6 +122,13 @@ def preview(
 
         if split not in s.split_sizes():
             raise MosaicError(f"--split {split!r} is not a split of this spec; splits: {', '.join(s.split_sizes())}")
+        size = s.split_sizes()[split]
+        if size == 0:
+            raise MosaicError(f"--split {split!r} has 0 samples in this spec (splits.{split}: 0): preview another split "
+                              f"({', '.join(k for k, v in s.split_sizes().items() if v)}) or raise splits.{split}")
+        if n > size:
+            err_console.print(f"note: split {split!r} has {size} samples: showing {size}, not --n {n}", highlight=False)
+            n = size
         recs, scenes = zip(*[sample_record(s, split, i) for i in range(n)])
         images, _ = get_renderer("pillow", supersample=s.image.supersample).render(list(scenes))
         path = contact_sheet(images, [r["caption"] for r in recs], out, title=f"{s.name} · {split} · first {n}")

@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mosaic.cli.common import MAX_CHECK_N, SpecArg, console, fail, set_option
+from mosaic.cli.common import MAX_CHECK_N, SpecArg, check_out, console, fail, set_option
 from mosaic.errors import MosaicError
 
 evaluator_app = typer.Typer(no_args_is_help=True, help="Train a learned evaluator, or check an evaluator's accuracy on fresh ground-truth renders.")
@@ -91,6 +91,7 @@ def check_command(
         from mosaic.evaluation import check_evaluator, load_evaluator
         from mosaic.spec import load_spec
 
+        check_out(json_out, "--json", kind="file")
         s = load_spec(spec, set_)
         ev = load_evaluator(s, evaluator)
         with _progress("check") as progress:
@@ -124,6 +125,7 @@ def train_command(
         from mosaic.evaluation.learned import LearnedConfig, train_evaluator
         from mosaic.spec import load_spec
 
+        check_out(out)
         s = load_spec(spec, set_)
         given = {"steps": steps, "batch_size": batch_size, "input_size": input_size, "n_train": n_train, "width": width,
                  "check_n": check_n, "seed": seed, "threads": threads}
@@ -171,6 +173,7 @@ def evaluate(
         from mosaic.evaluation import evaluate_folder, load_evaluator
         from mosaic.spec import load_spec
 
+        check_out(out)
         s = load_spec(spec, set_)
         ev = load_evaluator(s, evaluator, abstain=not no_abstain)
         other = load_evaluator(s, compare, abstain=not no_abstain) if compare is not None else None

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.markup import escape
 
-from mosaic.cli.common import MAX_SHARD_MB, console, err_console, fail
+from mosaic.cli.common import MAX_SHARD_MB, check_out, console, err_console, fail, lazy_progress
 from mosaic.errors import MosaicError
 
 
@@ -26,12 +26,10 @@ def export_command(
         from mosaic.parquet import check_format, export
 
         check_format(format)
+        check_out(out)
         t0 = time.perf_counter()
-        with Progress(TextColumn(f"[bold]export[/] {src.name} -> {format}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TimeRemainingColumn(), console=console, transient=False) as progress:
-            task = progress.add_task("export", total=None)
-            man = export(src, format, out, shard_bytes=int(shard_mb * 2**20), overwrite=overwrite,
-                         on_progress=lambda d, t: progress.update(task, completed=d, total=t))
+        with lazy_progress(f"[bold]export[/] {escape(src.name)} -> {escape(format)}") as update:
+            man = export(src, format, out, shard_bytes=int(shard_mb * 2**20), overwrite=overwrite, on_progress=update)
         dt = time.perf_counter() - t0
     except MosaicError as e:
         fail(e)

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mosaic.cli.common import MAX_WORKERS, console, fail
+from mosaic.cli.common import MAX_WORKERS, check_out, console, fail
 from mosaic.errors import MosaicError
 
 
@@ -35,6 +35,7 @@ def reproduce_command(
             raise MosaicError(f"--scale {scale!r}: use one of {', '.join(SCALES)}")
         if backend not in ("local", "ray"):
             raise MosaicError(f"--backend {backend!r}: use local or ray")
+        check_out(folder, "--out" if out is not None else "the default folder")
         if dry_run:
             plan = plan_reproduction(paper, scale, folder, workers=workers)
             for s in plan["sweeps"]:

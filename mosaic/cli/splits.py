@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from mosaic.cli.common import console, fail, load, set_option, spec_argument
+from mosaic.cli.common import check_out, console, fail, load, set_option, spec_argument
 from mosaic.errors import MosaicError
 
 SpecArg = spec_argument("Spec YAML file")
@@ -22,6 +22,7 @@ def splits(
 ) -> None:
     """Print the combination grid (seen / held-out / per-split counts) without generating; --out draws it."""
     try:
+        check_out(out, kind="file")
         import numpy as np
 
         from mosaic.holdout import EXCLUDED, HELD_OUT, SEEN

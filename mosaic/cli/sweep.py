@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mosaic.cli.common import MAX_WORKERS, console, fail, set_option
+from mosaic.cli.common import MAX_WORKERS, check_out, console, fail, set_option
 from mosaic.errors import MosaicError
 
 SetOpt = set_option("sweep")
@@ -74,6 +74,7 @@ def sweep_command(
         check_sweep_options(backend, workers, address)  # before anything is read or written
         s = load_sweep(sweep, set_)
         folder = out or Path("data") / "sweeps" / s.name
+        check_out(folder, "--out" if out is not None else "the default folder")
         n = len(expand(s))
         if dry_run:
             from mosaic.lab.data import load_dataset_spec

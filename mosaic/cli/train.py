@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from mosaic.cli.common import console, err_console, fail, set_option
+from mosaic.cli.common import check_out, console, err_console, fail, set_option
 from mosaic.errors import MosaicError
 
 train_app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -43,11 +43,16 @@ def _train(config_cls, run, config: Path, set_, out, unit: str, inside: str = ""
         from mosaic.lab.config import load_config
 
         sets = list(set_ or [])
+        check_out(out)
         if out is not None:
             sets.append(f"out={out}")
         cfg = load_config(config_cls, config, sets)
         if dry_run:  # validate everything and print the estimate (mosaic.lab.cost); nothing is written
             from mosaic.lab.cost import estimate_run, print_estimate
+            from mosaic.lab.run import check_batch, check_outputs, dataset_spec
+
+            check_outputs(cfg)  # what a real run checks before generating: the run folder, the batch against the split
+            check_batch(cfg, dataset_spec(cfg))
 
             console.print(f"measuring {cfg.name} (a few steps on this machine; nothing is written) ...", highlight=False)
             print_estimate(estimate_run(cfg), console)
@@ -134,6 +139,7 @@ def sample(
         from mosaic.evaluation.table import print_table, table_from_scores
         from mosaic.lab.diffusion import DiffusionTask, open_run, sample_and_score
 
+        check_out(out)
         cfg, folder, root = open_run(run)
         s = cfg.sampling
         if sampler is not None and sampler not in ("ddim", "dpm"):

@@ -44,7 +44,19 @@ def verify(
         err_console.print(f"  {escape(d.path)}: {d.problem}: {escape(d.detail)}", highlight=False)
     if len(report.damage) > max_lines:
         err_console.print(f"  ... and {len(report.damage) - max_lines} more")
-    fix = ("rerun the same `mosaic generate` command (it regenerates the damaged samples byte-identically) or "
-           f"`mosaic verify {dataset} --repair`") if report.repairable else "rerun the same `mosaic generate` command to finish it"
+    from mosaic.verify import CHECKSUMS, MANIFEST
+
+    if any(d.path == MANIFEST and d.problem == "manifest" for d in report.damage):
+        fix = (f"{MANIFEST} no longer describes the data it was written with, and --repair cannot tell which part is right: "
+               f"restore it from a copy, or regenerate the dataset with `mosaic generate SPEC --out {dataset} --overwrite`")
+    elif any(d.path == CHECKSUMS for d in report.damage):  # the reference itself: repair has nothing to compare with
+        fix = (f"{CHECKSUMS} (the recorded digests every file is checked against) is damaged, and --repair cannot rebuild it: "
+               f"restore it from a copy (its sha256 is recorded in manifest.json), or regenerate the dataset with "
+               f"`mosaic generate SPEC --out {dataset} --overwrite`")
+    elif report.repairable:
+        fix = ("rerun the same `mosaic generate` command (it regenerates the damaged samples byte-identically) or "
+               f"`mosaic verify {dataset} --repair`")
+    else:
+        fix = "rerun the same `mosaic generate` command to finish it"
     err_console.print(f"fix: {fix}")
     raise typer.Exit(1)

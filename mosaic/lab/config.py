@@ -160,10 +160,11 @@ def load_config(cls: type[C], path: str | Path, sets: list[str] | None = None) -
     Raises:
         ConfigError: missing file, YAML syntax error, malformed override, or invalid fields.
     """
-    from mosaic.kinds import check_kind
+    from mosaic.kinds import check_family, check_kind, family_of
 
     data = read_config_yaml(path)
     check_kind(data, "training config", str(path), lambda m: ConfigError(m, str(path)))
+    check_family(data, family_of(getattr(cls, "model_fields", {})), str(path), lambda m: ConfigError(m, str(path)))
     if not isinstance(data, dict):
         raise ConfigError(f"a config is a YAML mapping, got {type(data).__name__}", str(path))
     return validate_config(cls, apply_sets(data, sets), source=str(path))

@@ -129,6 +129,49 @@ def check_memory(cfg: RunConfig, spec) -> None:
                             "or image.size, or use a machine with more memory")])
 
 
+def check_outputs(cfg: RunConfig) -> None:
+    """The run folder (``out``) must be (or be creatable as) a writable folder, and for a dataset
+    generated from ``dataset.spec``, ``dataset.root`` a folder or creatable as one (an existing
+    read-only root may hold the dataset already) (:func:`mosaic.io.output_dir_problem`): checked
+    first, before a dataset is generated for a run that could not be written.
+
+    Raises:
+        ConfigError: naming the field and the path (under a file, ``/dev/null``, unwritable).
+    """
+    from mosaic.errors import ConfigError
+    from mosaic.io import output_dir_problem
+
+    problems = []
+    out = cfg.run_dir()
+    if (p := output_dir_problem(out)) is not None:
+        problems.append(("out", f"the run folder {str(out)!r} {p}: give a folder (created if missing) in a writable place"))
+    root = Path(cfg.dataset.root)  # an existing read-only root may hold the dataset already: only a non-folder is refused here
+    if cfg.dataset.spec is not None and not root.is_dir() and (p := output_dir_problem(root)) is not None:
+        problems.append(("dataset.root", f"{str(cfg.dataset.root)!r} {p}: give a folder (created if missing) in a writable place"))
+    if problems:
+        raise ConfigError(problems)
+
+
+def check_batch(cfg: RunConfig, spec, processes: int = 1) -> None:
+    """One global batch (``training.batch_size`` x ``processes``) must fit in the training split the
+    spec gives (:class:`mosaic.lab.data.BatchPlan` drops the last partial batch of an epoch), checked
+    before the dataset is generated.
+
+    Raises:
+        ConfigError: naming training.batch_size, the split size and the fix.
+    """
+    from mosaic.errors import ConfigError
+
+    n = spec.split_sizes().get("train", 0)
+    need = cfg.training.batch_size * processes
+    if n < need:
+        field = "dataset.overrides" if cfg.dataset.spec is not None else "dataset.path"
+        more = f" x {processes} processes = {need}" if processes > 1 else ""
+        raise ConfigError([("training.batch_size", f"{cfg.training.batch_size}{more} is more than the {n} samples of the "
+                            f"training split (splits.train of the dataset's spec; see {field}): lower training.batch_size "
+                            f"to at most {max(n // processes, 1)}, or raise splits.train")])
+
+
 def pick_checkpoint(run: RunFolder, wanted: str) -> str:
     """``wanted`` (``best`` or ``final``), or ``final`` when no best weights were selected."""
     return wanted if wanted == "final" or run.best.is_dir() else "final"
@@ -162,10 +205,13 @@ def _run(cfg: RunConfig, family: Family, say, on_generate) -> dict:
     done = finished_metrics(run_folder, config)  # cheap path: a finished run with the same config is a no-op
     if done is not None:
         return done
+    check_outputs(cfg)  # a run that could not be written fails before its dataset is generated
     spec = dataset_spec(cfg)
     check_memory(cfg, spec)
+    check_batch(cfg, spec)
     family.check(cfg, spec)  # the whole config against the spec: nothing is generated or written before
     accelerator = make_accelerator(cfg.training, run_folder.root)
+    check_batch(cfg, spec, accelerator.num_processes)
     t0 = time.perf_counter()
     # the main process generates first; then one process per node (a node without the shared file system makes its own copy)
     with accelerator.main_process_first(), accelerator.local_main_process_first():
