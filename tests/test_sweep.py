@@ -52,6 +52,20 @@ def test_label_axes_name_conditions_and_set_nothing(tmp_path):
     assert trial_id(trials[1]).startswith("condition=more_train=400_seed=0-")
 
 
+def test_collect_writes_axes_that_mix_strings_and_mappings(tmp_path):
+    """`distribution: [uniform, {kind: geometric}]` has no Arrow type: Parquet gets JSON text, the
+    frame (and the CSV) keep the values; the report and claims still select by them."""
+    out = tmp_path / "sw"
+    out.mkdir()
+    dists = ["uniform", {"kind": "geometric", "ratio": 0.5}]
+    for d in dists:
+        fake_trial(out, {"spec.concepts.shape.distribution": d, "seed": 0}, "done", 0.5, 0.9)
+    df = collect(out)
+    back = pd.read_parquet(out / "results.parquet")
+    assert sorted(back["spec.concepts.shape.distribution"]) == ['"uniform"', '{"kind": "geometric", "ratio": 0.5}']
+    assert {str(v) for v in df["spec.concepts.shape.distribution"]} == {str(d) for d in dists}
+
+
 def test_bad_sweeps_name_the_field(tmp_path):
     with pytest.raises(SweepError, match="zip axes must have equal lengths"):
         load_sweep(sweep_file(tmp_path, CFG, zip={"a": [1, 2], "b": [1]}))
