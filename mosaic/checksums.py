@@ -24,38 +24,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
+from mosaic.io import atomic_writer
+
 CHECKSUMS = "checksums.sha256"
 BLOCK = 1 << 20  # bytes read at a time when hashing a file
-
-
-@contextmanager
-def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
-    """A binary file written piece by piece that replaces ``path`` atomically when the ``with``
-    block ends without an error (as :func:`mosaic.io.atomic_write`, for data too large to hold).
-    On any error the temporary file ``.<name>.tmp<pid>`` is removed and ``path`` is untouched.
-
-    Raises:
-        OSError: the folder does not exist or is not writable; ``path`` is a folder.
-    """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            yield f
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
 
 
 def digest_file(path: str | Path, buffer: bytearray | None = None) -> tuple[str, int]:

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Iterator
 
 
-def atomic_write(path: str | Path, data: str | bytes) -> Path:
-    """Write ``data`` (str as UTF-8 text, or bytes) to ``path`` atomically; returns the path.
-
-    The temporary file never outlives a failure (a full disk, a folder standing at ``path``, an
-    interruption): it is removed before the error propagates.
+@contextmanager
+def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
+    """A binary file written piece by piece that replaces ``path`` atomically when the ``with``
+    block ends without an error (for data too large to hold: checksums, merged metadata). On any
+    error (a full disk, a folder standing at ``path``, an interruption) the temporary file
+    ``.<name>.tmp<pid>`` is removed and ``path`` is untouched.
 
     Raises:
         OSError: the folder does not exist or is not writable; ``path`` is a folder
@@ -26,10 +28,8 @@ def atomic_write(path: str | Path, data: str | bytes) -> Path:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        if isinstance(data, str):
-            tmp.write_text(data, encoding="utf-8")
-        else:
-            tmp.write_bytes(data)
+        with open(tmp, "wb") as f:
+            yield f
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -37,7 +37,19 @@ def atomic_write(path: str | Path, data: str | bytes) -> Path:
         except OSError:
             pass
         raise
-    return path
+
+
+def atomic_write(path: str | Path, data: str | bytes) -> Path:
+    """Write ``data`` (str as UTF-8 text, or bytes) to ``path`` atomically; returns the path
+    (:func:`atomic_writer` with one write: the temporary file never outlives a failure).
+
+    Raises:
+        OSError: the folder does not exist or is not writable; ``path`` is a folder
+            (IsADirectoryError).
+    """
+    with atomic_writer(path) as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
+    return Path(path)
 
 
 def atomic_write_json(path: str | Path, obj: Any, *, sort_keys: bool = True, default=None) -> Path:
