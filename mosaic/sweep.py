@@ -111,6 +111,16 @@ class SweepSpec(_Base):
                 if not key.startswith(LABEL) and any(_sets_key(key, v, self.seed_key) for v in vals):
                     raise ValueError(f"{section}.{key} sets {self.seed_key}, which `seeds:` overwrites in every trial: list the "
                                      f"seeds under `seeds:` instead (e.g. seeds: [0, 1, 2])")
+        for key in self.set:
+            if key.startswith(LABEL):
+                raise ValueError(f"set.{key}: a label axis names the conditions of grid or zip; in `set` it would name nothing")
+        for key, vals in {**self.grid, **self.zip}.items():
+            if key.startswith(LABEL):
+                name = key[len(LABEL):]
+                if not name or not name.replace("_", "").isalnum() or name == "seed":
+                    raise ValueError(f"{key}: a label axis is `label.<name>` with a name of letters, digits and _ (not 'seed')")
+                if not all(isinstance(v, str) and v for v in vals) or len(set(vals)) != len(vals):
+                    raise ValueError(f"{key}: label values must be distinct non-empty strings, got {vals!r}")
         n = n_trials(self)
         if n > MAX_TRIALS:  # bounded before expand() builds one dict per trial
             sizes = [f"{k} {len(v)}" for k, v in self.grid.items()] + ([f"zip {len(next(iter(self.zip.values())))}"] if self.zip else [])

@@ -50,6 +50,10 @@ def test_label_axes_name_conditions_and_set_nothing(tmp_path):
     raw = trial_config(s, trials[1])
     assert raw["dataset"]["overrides"] == {"image.size": 16, "splits.train": 400} and "label" not in raw
     assert trial_id(trials[1]).startswith("condition=more_train=400_seed=0-")
+    for bad in ({"zip": {"label.": ["a"]}}, {"zip": {"label.seed": ["a"]}}, {"zip": {"label.a.b": ["a"]}},
+                {"zip": {"label.c": ["a", "a"]}}, {"zip": {"label.c": [1, 2]}}, {"set": {"label.c": "a"}}):
+        with pytest.raises(SweepError, match="label"):
+            load_sweep(sweep_file(tmp_path, CFG, **bad))
 
 
 def test_collect_writes_axes_that_mix_strings_and_mappings(tmp_path):
