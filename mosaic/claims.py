@@ -67,6 +67,11 @@ class _Claim(StrictModel):
     def axes(self) -> list[str]:
         raise NotImplementedError
 
+    def selectors(self) -> list[tuple[str, dict]]:
+        """``(field, {axis: value})`` of every selector the claim fixes axes with (``where``,
+        ``from``, ``to``, ``a``, ``b``), for checking the values against the sweep's."""
+        return [("where", self.where)]
+
     def sentence(self) -> str:
         raise NotImplementedError
 
@@ -132,6 +137,10 @@ class DropClaim(_Claim):
     def columns(self):
         return [self.a.y] + [b.y for b in self.b]
 
+    def selectors(self):
+        drops = [("a", self.a)] + [(f"b[{i}]", b) for i, b in enumerate(self.b)]
+        return [(f"{n}.{k}", getattr(d, f)) for n, d in drops for k, f in (("from", "from_"), ("to", "to"))] + [("where", self.where)]
+
     def axes(self):
         return list(dict.fromkeys([*self.a.from_, *self.a.to, *[k for b in self.b for k in (*b.from_, *b.to)], *self.where]))
 
@@ -154,6 +163,9 @@ class ExceedsClaim(_Claim):
 
     def columns(self):
         return [self.y, self.y_b or self.y]
+
+    def selectors(self):
+        return [("a", self.a), ("b", self.b), ("where", self.where)]
 
     def axes(self):
         return list(dict.fromkeys([*self.a, *self.b, *self.where]))
@@ -279,10 +291,13 @@ def resolve_axis(name: str, axes: list[str]) -> str:
     raise ValueError(f"axis {name!r} is not an axis of the sweep: " + (f"did you mean {close!r}? " if close else "") + f"axes: {', '.join(axes)}")
 
 
-def claim_problems(claims: list[Claim], axes: list[str], columns: list[str] | None = None) -> list[str]:
+def claim_problems(claims: list[Claim], axes: list[str], columns: list[str] | None = None,
+                   values: dict[str, list] | None = None) -> list[str]:
     """One message per axis (and, with ``columns``, results column) a claim names that the sweep
-    does not have; the message names the claim (``report.claims[i]``), the name and the closest
-    valid one."""
+    does not have, and (with ``values``: axis -> the sweep's values of it) per selector value that
+    is not ``max`` / ``min`` nor one of the axis's values (a misspelt ``condition: baselin`` would
+    otherwise select no trial); the message names the claim (``report.claims[i]``), the name and
+    the closest valid one."""
     from mosaic.vocab import closest
 
     out = []
@@ -292,6 +307,20 @@ def claim_problems(claims: list[Claim], axes: list[str], columns: list[str] | No
                 resolve_axis(a, axes)
             except ValueError as e:
                 out.append(f"report.claims[{i}] ({c.name or c.sentence()}): {e}")
+        for field, sel in (c.selectors() if values is not None else []):
+            for a, v in sel.items():
+                try:
+                    ax = resolve_axis(a, axes)
+                except ValueError:
+                    continue  # reported above
+                if ax not in values or (isinstance(v, str) and v in ("max", "min")):
+                    continue
+                have = [_canon(x) for x in values[ax]]
+                if _canon(v) not in have:
+                    shown = [str(_value(x)) for x in values[ax]]
+                    close = closest(str(v), shown, cutoff=0.6)
+                    out.append(f"report.claims[{i}] ({c.name or c.sentence()}): {field}: {a} = {v!r} is not a value of axis {ax!r}: "
+                               + (f"did you mean {close!r}? " if close else "") + f"its values: {', '.join(shown)} (or max / min)")
         if columns is not None:
             for y in c.columns():
                 if y not in columns:

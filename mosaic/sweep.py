@@ -136,7 +136,8 @@ class SweepSpec(_Base):
                 raise ValueError(f"report.{field} {name!r} is not an axis of the sweep: {hint}axes: {', '.join(self.axes())}")
         from mosaic.claims import claim_problems, parse_claim
 
-        problems = claim_problems([parse_claim(c) for c in self.report.claims], self.axes())
+        problems = claim_problems([parse_claim(c) for c in self.report.claims], self.axes(),
+                                  values={**self.grid, **self.zip, "seed": list(self.seeds)})
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -156,3 +156,32 @@ def test_value_columns_are_expected_for_diffusion_and_checked():
     bad = parse_claim({"kind": "at_least", "y": "value.shape.crosss", "value": 0.5})
     (msg,) = claim_problems([bad], AXES, cols)
     assert "value.shape.crosss" in msg and "did you mean 'value.shape.cross'" in msg
+
+
+def test_selector_values_are_checked_against_the_axis_values():
+    values = {"spec.holdout.rule.n": [1, 2, 3], "label.condition": ["baseline", "distractors", "skew"], "seed": [0, 1, 2]}
+    axes = ["spec.holdout.rule.n", "label.condition", "seed"]
+    good = [parse_claim({"kind": "at_least", "y": "seen.joint", "value": 0.9, "where": {"n": "min"}}),
+            parse_claim({"kind": "exceeds", "y": "seen.joint", "a": {"condition": "baseline"}, "b": {"condition": "skew"}, "where": {"n": 2.0}})]
+    assert claim_problems(good, axes, values=values) == []
+    bad = [parse_claim({"kind": "drop_exceeds", "a": {"y": "seen.joint", "from": {"condition": "baselin"}, "to": {"condition": "distractors"}},
+                        "b": {"y": "seen.joint", "from": {"condition": "baseline"}, "to": {"condition": "skew"}}}),
+           parse_claim({"kind": "at_least", "y": "seen.joint", "value": 0.9, "where": {"n": 4}})]
+    probs = claim_problems(bad, axes, values=values)
+    assert len(probs) == 2
+    assert "a.from: condition = 'baselin'" in probs[0] and "did you mean 'baseline'" in probs[0]
+    assert "where: n = 4" in probs[1] and "its values: 1, 2, 3" in probs[1]
+    assert claim_problems(bad, axes) == []  # without values only names are checked
+
+
+def test_sweep_with_a_misspelt_selector_value_is_refused():
+    from mosaic.sweep import SweepSpec
+
+    raw = {"name": "s", "kind": "diffusion", "config": "experiments/train/quickstart_cpu.yaml",
+           "grid": {"spec.holdout.rule.k": [1, 2]}, "seeds": [0, 1, 2],
+           "report": {"x": "spec.holdout.rule.k", "y": ["held_out.joint"],
+                      "claims": [{"kind": "exceeds", "y": "held_out.joint", "a": {"k": 1}, "b": {"k": 3}}]}}
+    with pytest.raises(ValueError, match="b: k = 3 is not a value of axis 'spec.holdout.rule.k'"):
+        SweepSpec.model_validate(raw)
+    raw["report"]["claims"][0]["b"] = {"k": 2}
+    SweepSpec.model_validate(raw)
