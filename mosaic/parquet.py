@@ -98,23 +98,27 @@ def render_rows(spec_data: dict, split: str, start: int, stop: int, masks: bool,
     return pa.Table.from_pylist(rows, schema=_schema(spec, masks))
 
 
-def _row_bytes(row: dict) -> int:
-    n = sum(len(row[c]["bytes"]) for c in _IMAGE_COLS if c in row)
-    rest = {k: v for k, v in row.items() if k not in _IMAGE_COLS}
-    return n + len(json.dumps(rest))
-
-
-def plan_rows_per_shard(rows: list[dict], shard_bytes: int) -> int:
-    """Rows per shard so a shard holds about ``shard_bytes``, from a split's first rows."""
-    if not rows:
+def plan_rows_per_shard(table: pa.Table, shard_bytes: int) -> int:
+    """Rows per shard so a shard holds about ``shard_bytes`` on disk, from a split's first rows:
+    they are written to memory with the shard writer's own settings (PNG bytes stored as they
+    are, zstd on the metadata) and the bytes per row of that file set the plan."""
+    if table.num_rows == 0:
         return 1
-    per_row = max(1, sum(_row_bytes(r) for r in rows) // len(rows))
+
+    def size(copies: int) -> int:  # the file with the rows written `copies` times, one row group each
+        sink = pa.BufferOutputStream()
+        with _writer_with(sink, table.schema) as w:
+            for _ in range(copies):
+                w.write_table(table)
+        return sink.getvalue().size
+
+    per_row = max(1, (size(2) - size(1)) // table.num_rows)  # the difference leaves out the file's fixed header and footer
     return max(1, int(shard_bytes) // per_row)
 
 
 def _estimate(spec: Spec, split: str, n: int, masks: bool, renderer: str, shard_bytes: int) -> int:
     t = render_rows(spec.to_dict(), split, 0, min(n, ESTIMATE_SAMPLES), masks, renderer)
-    return plan_rows_per_shard(t.to_pylist(), shard_bytes)
+    return plan_rows_per_shard(t, shard_bytes)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -312,7 +316,7 @@ def generate_parquet(
     out = Path(out)
     check_backend(backend)
     if shard_bytes < 1:
-        raise DatasetError([("--shard-bytes", f"shard size {shard_bytes} must be positive, e.g. 268435456 (256 MiB)")])
+        raise DatasetError([("--shard-mb", f"shard size {shard_bytes} bytes must be positive, e.g. --shard-mb 256 (268435456 bytes)")])
     sizes = spec.split_sizes()
     for split, n in sizes.items():
         for i in range(min(n, 4)):
@@ -345,8 +349,9 @@ def _generate_parquet_locked(spec, out, workers, overwrite, masks, shard_bytes, 
     if existing is not None:
         was = existing.get("parquet", {}).get("shard_bytes")
         if was != int(shard_bytes):
-            raise DatasetError([("--shard-bytes", f"{out} was started with shard size {was}, not {shard_bytes}: rerun with "
-                                 f"--shard-bytes {was} to resume, or --overwrite to start again")])
+            mib = lambda b: format(b / 2**20, ".17g") if isinstance(b, (int, float)) else repr(b)  # noqa: E731 - the CLI's unit
+            raise DatasetError([("--shard-mb", f"{out} was started with shard size {mib(was)} MiB ({was} bytes), not {mib(int(shard_bytes))} MiB: "
+                                 f"rerun with --shard-mb {mib(was)} to resume, or --overwrite to start again")])
         plan = {s: int(r) for s, r in existing["parquet"]["rows_per_shard"].items()}
     else:
         plan = {s: _estimate(spec, s, n, masks, renderer, shard_bytes) for s, n in sizes.items() if n > 0}
@@ -515,7 +520,8 @@ def export(src: str | Path, format: str, dst: str | Path | None = None, shard_by
             if v["count"]:
                 from itertools import islice
 
-                plan[split] = plan_rows_per_shard(list(islice(_imagefolder_rows(spec, src, split, masks), ESTIMATE_SAMPLES)), shard_bytes)
+                rows = list(islice(_imagefolder_rows(spec, src, split, masks), ESTIMATE_SAMPLES))
+                plan[split] = plan_rows_per_shard(pa.Table.from_pylist(rows, schema=_schema(spec, masks)), shard_bytes)
         (dst / "data").mkdir(parents=True)
         (dst / ".mosaic" / "shards").mkdir(parents=True)
         atomic_write_json(dst / MANIFEST, _base_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes))
@@ -548,6 +554,13 @@ def _table_of_imagefolder_cached():
         return pa.Table.from_pylist(rows, schema=_schema(spec, masks))
 
     return make
+
+
+def _records_of(path: Path) -> Iterator[dict]:
+    """The records of a ``metadata.jsonl``, one line at a time."""
+    with open(path, "rb") as f:
+        for line in f:
+            yield json.loads(line)
 
 
 def _parquet_to_imagefolder(spec: Spec, src: Path, dst: Path, man: dict, masks: bool, renderer: str, on_progress) -> dict:
@@ -585,6 +598,10 @@ def _parquet_to_imagefolder(spec: Spec, src: Path, dst: Path, man: dict, masks: 
     out_man["splits"] = {s: {"count": v["count"]} for s, v in man["splits"].items()}
     out_man["leak_check"] = tally.report()
     out_man["status"] = "complete" if out_man["leak_check"]["passed"] else "failed_leak_check"
+    if out_man["status"] == "complete":  # every file read back and digested, as `mosaic generate` does (mosaic verify checks them)
+        from mosaic.checksums import write_checksums
+
+        out_man["checksums"] = write_checksums(dst, {s: _records_of(dst / s / "metadata.jsonl") for s in man["splits"]})
     atomic_write_json(dst / MANIFEST, out_man)
     write_card(dst, spec, out_man, "imagefolder")
     if on_progress:

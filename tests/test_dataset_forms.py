@@ -30,7 +30,7 @@ def cc_spec():
 def both(tmp_path_factory, cc_spec):
     root = tmp_path_factory.mktemp("forms")
     generate(cc_spec, root / "img", masks=True)
-    generate(cc_spec, root / "pq", masks=True, format="parquet", shard_bytes=30_000)
+    generate(cc_spec, root / "pq", masks=True, format="parquet", shard_bytes=10_000)
     return root / "img", root / "pq"
 
 
@@ -109,8 +109,8 @@ def test_ray_generation_equals_local(tmp_path, cc_spec):
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         for fmt in ("imagefolder", "parquet"):
-            a = generate(cc_spec, tmp_path / f"local-{fmt}", format=fmt, shard_size=16, shard_bytes=30_000)
-            b = generate(cc_spec, tmp_path / f"ray-{fmt}", format=fmt, shard_size=16, shard_bytes=30_000, backend="ray", workers=2)
+            a = generate(cc_spec, tmp_path / f"local-{fmt}", format=fmt, shard_size=16, shard_bytes=10_000)
+            b = generate(cc_spec, tmp_path / f"ray-{fmt}", format=fmt, shard_size=16, shard_bytes=10_000, backend="ray", workers=2)
             assert a == b and tree(tmp_path / f"local-{fmt}") == tree(tmp_path / f"ray-{fmt}")
     finally:
         ray.shutdown()

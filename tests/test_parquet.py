@@ -40,8 +40,8 @@ def small_groups(monkeypatch):
 
 
 def test_one_and_two_workers_give_identical_shards(tmp_path, cc_spec, small_groups):
-    a = generate_parquet(cc_spec, tmp_path / "w1", workers=1, shard_bytes=40_000, masks=True)
-    b = generate_parquet(cc_spec, tmp_path / "w2", workers=2, shard_bytes=40_000, masks=True)
+    a = generate_parquet(cc_spec, tmp_path / "w1", workers=1, shard_bytes=13_000, masks=True)
+    b = generate_parquet(cc_spec, tmp_path / "w2", workers=2, shard_bytes=13_000, masks=True)
     assert a == b and len(a["shards"]["train"]) > 2
     ta, tb = tree(tmp_path / "w1"), tree(tmp_path / "w2")
     assert ta == tb
@@ -53,7 +53,7 @@ def test_one_and_two_workers_give_identical_shards(tmp_path, cc_spec, small_grou
 
 def test_killed_run_resumes_to_the_same_bytes(tmp_path, cc_spec, small_groups):
     ref = tmp_path / "ref"
-    generate_parquet(cc_spec, ref, shard_bytes=40_000)
+    generate_parquet(cc_spec, ref, shard_bytes=13_000)
     out = tmp_path / "out"
     calls = []
 
@@ -63,7 +63,7 @@ def test_killed_run_resumes_to_the_same_bytes(tmp_path, cc_spec, small_groups):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        generate_parquet(cc_spec, out, shard_bytes=40_000, on_progress=kill)
+        generate_parquet(cc_spec, out, shard_bytes=13_000, on_progress=kill)
     assert read_manifest(out)["status"] == "incomplete"
     finished = sorted(p.name for p in (out / ".mosaic" / "shards").glob("*.json"))
     assert finished and len(finished) < len(read_manifest(ref)["shards"]["train"])
@@ -71,7 +71,7 @@ def test_killed_run_resumes_to_the_same_bytes(tmp_path, cc_spec, small_groups):
     # a finished shard damaged on disk is redone, not trusted
     victim = out / "data" / json.loads((out / ".mosaic" / "shards" / finished[0]).read_text())["name"]
     victim.write_bytes(victim.read_bytes()[:100])
-    generate_parquet(cc_spec, out, shard_bytes=40_000)
+    generate_parquet(cc_spec, out, shard_bytes=13_000)
     assert tree(ref) == tree(out)
 
 
@@ -97,7 +97,7 @@ def test_imagefolder_and_parquet_hold_identical_images_and_labels(tmp_path, cc_s
     img = tmp_path / "img"
     generate(cc_spec, img, masks=True)
     pqd = tmp_path / "pq"
-    generate_parquet(cc_spec, pqd, masks=True, shard_bytes=30_000)
+    generate_parquet(cc_spec, pqd, masks=True, shard_bytes=10_000)
     for split in ("train", "val", "test_id", "test_ood"):
         recs = read_metadata(img, split)
         rows = list(iter_records(pqd, split))
@@ -117,10 +117,10 @@ def test_export_round_trip(tmp_path, cc_spec):
     img = tmp_path / "img"
     generate(cc_spec, img)
     pqd = tmp_path / "pq"
-    generate_parquet(cc_spec, pqd, shard_bytes=30_000)
+    generate_parquet(cc_spec, pqd, shard_bytes=10_000)
     back = export(pqd, "imagefolder", tmp_path / "back")
     assert back["status"] == "complete" and back["storage"] == "imagefolder"
-    exp = export(tmp_path / "back", "parquet", tmp_path / "exp", shard_bytes=30_000)
+    exp = export(tmp_path / "back", "parquet", tmp_path / "exp", shard_bytes=10_000)
     assert tree(tmp_path / "exp") == tree(pqd)  # parquet -> imagefolder -> parquet: the same shards, card, manifest
     for split in ("train", "test_ood"):
         a, b = read_metadata(img, split), read_metadata(tmp_path / "back", split)
@@ -134,13 +134,22 @@ def test_export_round_trip(tmp_path, cc_spec):
     assert hf["train"].features["labels"]["count"].names == [str(v) for v in cc_spec.domain("count")]
     assert hf["test_ood"]["labels"] == [r["labels"] for r in read_metadata(tmp_path / "back", "test_ood")]
     assert exp["leak_check"] == back["leak_check"] == read_manifest(img)["leak_check"]
+    # the exported imagefolder is checksummed like a generated one: mosaic verify reads every file against it
+    from mosaic.verify import verify
+
+    assert verify(tmp_path / "back", deep=True).ok
+    assert back["checksums"]["files"] == read_manifest(img)["checksums"]["files"]
+    pngs = [ln for ln in (img / "checksums.sha256").read_text().splitlines() if ".png" in ln]
+    assert pngs and sorted(pngs) == sorted(ln for ln in (tmp_path / "back" / "checksums.sha256").read_text().splitlines() if ".png" in ln)
+    (tmp_path / "back" / "train" / "images" / "000003.png").write_bytes(b"\x89PNG damaged")
+    assert not verify(tmp_path / "back", deep=True).ok
 
 
 def test_bad_input(tmp_path, cc_spec):
     with pytest.raises(DatasetError, match="unknown format 'zip'"):
         export(tmp_path, "zip")
     pqd = tmp_path / "pq"
-    man = generate_parquet(cc_spec, pqd, shard_bytes=30_000)
+    man = generate_parquet(cc_spec, pqd, shard_bytes=10_000)
     with pytest.raises(DatasetError, match="already parquet"):
         export(pqd, "parquet")
     names = [s["name"] for s in man["shards"]["train"]]
@@ -165,8 +174,8 @@ def _imagefolder(tmp_path, spec):
 
 def test_ray_backend_gives_the_same_bytes(tmp_path, cc_spec, small_groups):
     pytest.importorskip("ray")
-    a = generate_parquet(cc_spec, tmp_path / "local", shard_bytes=40_000)
-    b = generate_parquet(cc_spec, tmp_path / "ray", shard_bytes=40_000, backend="ray", workers=2)
+    a = generate_parquet(cc_spec, tmp_path / "local", shard_bytes=13_000)
+    b = generate_parquet(cc_spec, tmp_path / "ray", shard_bytes=13_000, backend="ray", workers=2)
     assert a == b and tree(tmp_path / "local") == tree(tmp_path / "ray")
 
 
@@ -178,6 +187,6 @@ def test_unknown_backend_and_changed_shard_size_write_nothing(tmp_path, cc_spec)
     assert not (tmp_path / "x").exists()
     out = tmp_path / "pq"
     with pytest.raises(KeyboardInterrupt):
-        generate_parquet(cc_spec, out, shard_bytes=30_000, on_progress=lambda d, t: (_ for _ in ()).throw(KeyboardInterrupt) if d else None)
-    with pytest.raises(DatasetError, match="--shard-bytes 30000"):
-        generate_parquet(cc_spec, out, shard_bytes=50_000)
+        generate_parquet(cc_spec, out, shard_bytes=10_000, on_progress=lambda d, t: (_ for _ in ()).throw(KeyboardInterrupt) if d else None)
+    with pytest.raises(DatasetError, match=r"rerun with --shard-mb 0.0095367431640625 to resume"):
+        generate_parquet(cc_spec, out, shard_bytes=16_000)
