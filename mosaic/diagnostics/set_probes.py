@@ -92,76 +92,116 @@ def _fit_soft(x: np.ndarray, targets: list[np.ndarray], cfg: ProbeConfig) -> lis
     return [w.detach().numpy().copy() for w in heads]
 
 
+class SetProbes:
+    """Trained set probes (§2.1): one bias-free head per attribute and one over the trained object
+    tuples. Build with :func:`fit_set_probes`; score any embeddings (true or predicted) with
+    :meth:`score`.
+
+    Attributes:
+        heads: float32 ``[V_a, D]`` per attribute, then ``[U, D]`` for the objects.
+        attributes: attribute names; n_values: values per attribute.
+        tuples: int64 ``[U]`` codes of the trained object tuples (``Σ_a value_a · radix_a``).
+    """
+
+    def __init__(self, heads: list[np.ndarray], attributes: list[str], n_values: list[int], tuples: np.ndarray):
+        self.heads, self.attributes, self.n_values, self.tuples = heads, list(attributes), list(n_values), tuples
+        self._radix = np.cumprod([1, *self.n_values[:-1]])
+        self._row = {int(c): i for i, c in enumerate(tuples)}
+
+    def codes(self, objects: np.ndarray) -> np.ndarray:
+        """int64 ``[N, M]``: the tuple code of each object (-1 for an absent slot)."""
+        o = _np(objects, np.int64)
+        return np.where((o >= 0).all(2), (o * self._radix).sum(2), -1)
+
+    def rows(self, codes: np.ndarray) -> np.ndarray:
+        """int64 like ``codes``: the object head's row of each code; -1 absent, -2 never trained."""
+        if not codes.size:
+            return codes
+        return np.vectorize(lambda c: self._row.get(int(c), -2) if c >= 0 else -1, otypes=[np.int64])(codes)
+
+    def score(self, x, objects) -> dict:
+        """Set accuracy on scenes.
+
+        Args:
+            x: float ``[N, D]`` scene embeddings; objects: int ``[N, M, A]``.
+        Returns:
+            ``{"n", "concepts": {attribute: accuracy}, "concept_mean", "object": accuracy over the
+            scenes whose tuples all have a trained row (nan when none), "n_untrained"}``.
+        """
+        xs, o = _np(x, np.float32), _np(objects, np.int64)
+        out: dict = {"n": int(len(xs)), "concepts": {}}
+        for a, name in enumerate(self.attributes):
+            present = _soft_targets(o[:, :, a], self.n_values[a]) > 0
+            out["concepts"][name] = float(set_accuracy(xs @ self.heads[a].T, present).mean()) if len(xs) else float("nan")
+        out["concept_mean"] = float(np.mean(list(out["concepts"].values())))
+        r = self.rows(self.codes(o))
+        untrained = (r == -2).any(1) if r.size else np.zeros(len(o), bool)
+        out["n_untrained"] = int(untrained.sum())
+        ok = ~untrained
+        if ok.any():
+            present = _soft_targets(np.where(r[ok] >= 0, r[ok], -1), len(self.tuples)) > 0
+            out["object"] = float(set_accuracy(xs[ok] @ self.heads[-1].T, present).mean())
+        else:
+            out["object"] = float("nan")
+        return out
+
+
+def fit_set_probes(x, objects, n_values: list[int], attributes: list[str], *, held_out=None,
+                   config: ProbeConfig | None = None, max_train: int | None = None) -> SetProbes:
+    """Train the concept and object set probes (§2.1) on train-split scenes.
+
+    Args:
+        x: float ``[N, D]`` scene embeddings; objects: int ``[N, M, A]`` (an absent object's
+            attributes are < 0); n_values: values per attribute; attributes: their names.
+        held_out: bool ``[N]`` or None: any True raises (probes train on seen combinations only).
+        config: epochs, lr, cosine, weight decay and seed (full batch: ``batch_size`` and the
+            validation slice are not used; the reference trains 10,000 epochs, the final state).
+        max_train: fit on a seeded subset of at most this many scenes.
+    Raises:
+        LeakageError: a held-out training scene.
+        DiagnosticError: ``objects`` is not ``[N, M, A]`` with ``A == len(attributes)``.
+    """
+    cfg = config or ProbeConfig()
+    x, objs = _np(x, np.float32), _np(objects, np.int64)
+    if objs.ndim != 3 or objs.shape[2] != len(attributes) or len(objs) != len(x) or len(n_values) != len(attributes):
+        raise DiagnosticError(f"set probes: objects must be [N, M, {len(attributes)}] for {len(x)} features "
+                              f"(and one value count per attribute), got {objs.shape}")
+    _check_train(x, held_out, "set probes")
+    if max_train is not None and len(x) > max_train:
+        keep = np.sort(np.random.default_rng(cfg.seed).choice(len(x), max_train, replace=False))
+        x, objs = x[keep], objs[keep]
+    probe = SetProbes([], attributes, n_values, np.zeros(0, np.int64))
+    codes = probe.codes(objs)
+    probe = SetProbes([], attributes, n_values, np.unique(codes[codes >= 0]))  # the trained rows: seen types
+    targets = [_soft_targets(objs[:, :, a], n_values[a]) for a in range(len(attributes))]
+    targets.append(_soft_targets(probe.rows(codes), len(probe.tuples)))
+    probe.heads = _fit_soft(x, targets, cfg)
+    return probe
+
+
 def set_probe_report(train: tuple, evals: dict[str, tuple], n_values: list[int], attributes: list[str],
                      config: ProbeConfig | None = None, max_train: int | None = None) -> dict:
     """Concept and object set probes (§2.1) trained on the train split, scored on each split.
 
     Args:
-        train: ``(features float [N, D], objects int [N, M, A], held_out bool [N] or None)``;
-            an object slot whose attributes are < 0 is absent.
+        train: ``(features float [N, D], objects int [N, M, A], held_out bool [N] or None)``.
         evals: split -> ``(features [N', D], objects [N', M', A])``.
-        n_values: values per attribute (``A`` entries); attributes: their names.
-        config: epochs, lr, cosine, weight decay and seed (full batch: ``batch_size`` and the
-            validation slice are not used; the reference trains 10,000 epochs).
-        max_train: fit on a seeded subset of at most this many training scenes.
+        n_values, attributes, config, max_train: as :func:`fit_set_probes`.
     Returns:
-        ``{"objects": U trained tuples, "train": {...}, split: {"concepts": {attribute: set
-        accuracy}, "concept_mean", "object": set accuracy over scenes whose tuples all have a row
-        (nan when none), "n", "n_untrained": scenes with a tuple never trained}}``.
+        ``{"objects": U trained tuples, "train": {...}, split: :meth:`SetProbes.score`}``.
     Raises:
-        LeakageError: a training scene is flagged held-out.
-        DiagnosticError: ``objects`` is not ``[N, M, A]`` with ``A == len(attributes)``.
+        LeakageError, DiagnosticError: as :func:`fit_set_probes`.
     """
-    cfg = config or ProbeConfig()
     x, objs, held = train
-    x = _np(x, np.float32)
-    objs = _np(objs, np.int64)
-    if objs.ndim != 3 or objs.shape[2] != len(attributes) or len(objs) != len(x):
-        raise DiagnosticError(f"set probes: objects must be [N, M, {len(attributes)}] for {len(x)} features, got {objs.shape}")
-    _check_train(x, held, "set probes")
+    probe = fit_set_probes(x, objs, n_values, attributes, held_out=held, config=config, max_train=max_train)
     if max_train is not None and len(x) > max_train:
-        keep = np.sort(np.random.default_rng(cfg.seed).choice(len(x), max_train, replace=False))
-        x, objs = x[keep], objs[keep]
-    A = len(attributes)
-    radix = np.cumprod([1, *n_values[:-1]])
-
-    def tuple_codes(o):  # int64 [N, M]: one code per object (-1 absent)
-        code = (o * radix).sum(2)
-        return np.where((o >= 0).all(2), code, -1)
-
-    train_codes = tuple_codes(objs)
-    vocab = np.unique(train_codes[train_codes >= 0])          # the trained object rows (seen types)
-    row_of = {int(c): i for i, c in enumerate(vocab)}
-
-    def rows(codes):
-        return np.vectorize(lambda c: row_of.get(int(c), -2) if c >= 0 else -1, otypes=[np.int64])(codes) if codes.size else codes
-
-    targets = [_soft_targets(objs[:, :, a], n_values[a]) for a in range(A)] + [_soft_targets(rows(train_codes), len(vocab))]
-    heads = _fit_soft(x, targets, cfg)
-
-    def score(xs, o) -> dict:
-        xs, o = _np(xs, np.float32), _np(o, np.int64)
-        out: dict = {"n": int(len(xs)), "concepts": {}}
-        for a, name in enumerate(attributes):
-            present = _soft_targets(o[:, :, a], n_values[a]) > 0
-            out["concepts"][name] = float(set_accuracy(xs @ heads[a].T, present).mean())
-        out["concept_mean"] = float(np.mean(list(out["concepts"].values())))
-        r = rows(tuple_codes(o))
-        untrained = (r == -2).any(1)
-        out["n_untrained"] = int(untrained.sum())
-        ok = ~untrained
-        if ok.any():
-            present = _soft_targets(np.where(r[ok] >= 0, r[ok], -1), len(vocab)) > 0
-            out["object"] = float(set_accuracy(xs[ok] @ heads[A].T, present).mean())
-        else:
-            out["object"] = float("nan")
-        return out
-
-    rep: dict = {"objects": int(len(vocab)), "train": score(x, objs)}
+        keep = np.sort(np.random.default_rng((config or ProbeConfig()).seed).choice(len(x), max_train, replace=False))
+        x, objs = _np(x, np.float32)[keep], _np(objs, np.int64)[keep]
+    rep: dict = {"objects": int(len(probe.tuples)), "train": probe.score(x, objs)}
     for split, (xs, o) in evals.items():
         if len(o):
-            rep[split] = score(xs, o)
+            rep[split] = probe.score(xs, o)
     return rep
 
 
-__all__ = ["set_accuracy", "set_probe_report"]
+__all__ = ["SetProbes", "fit_set_probes", "set_accuracy", "set_probe_report"]
