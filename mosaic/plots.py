@@ -354,6 +354,32 @@ def plot_generative_vs_discriminative(dc: dict, path: str | Path) -> Path:
     return save_figure(fig, path)
 
 
+def plot_binding_complexity(bc: dict, path: str | Path) -> Path:
+    """Binding-function complexity (:func:`mosaic.diagnostics.binding_complexity.binding_complexity`):
+    R² of each approximator family's predicted scene embeddings on seen (``test_id``) and
+    held-out (``test_ood``) object types, at the final epoch (bars below 0 clipped at -0.5)."""
+    plt = pyplot()
+    fams = list((bc.get("families") or {}))
+    splits = [s for s in ("train", "test_id", "test_ood", "test") if any(s in bc["families"][f] for f in fams)]
+    fig, ax = plt.subplots(figsize=(max(4.6, 1.6 * len(fams) + 1.5), 3.4), dpi=120)
+    xs = np.arange(len(fams))
+    w = 0.8 / max(1, len(splits))
+    label = {"train": "train (fitted)", "test_id": "seen types (test_id)", "test_ood": "held-out types (test_ood)", "test": "test"}
+    for i, s in enumerate(splits):
+        ys = [((bc["families"][f].get(s) or {}).get("r2")) for f in fams]
+        ys = [np.nan if v is None else max(v, -0.5) for v in ys]
+        ax.bar(xs + (i - (len(splits) - 1) / 2) * w, ys, w, label=label[s], hatch="//" if s == "test_ood" else None)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(xs, fams)
+    ax.set_ylabel("R² of the predicted scene embedding")
+    ax.set_ylim(-0.52, 1.05)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8, framealpha=0.7)
+    ep = next((bc["families"][f].get("epochs") for f in fams), None)
+    ax.set_title(f"binding-function complexity ({ep} epochs, final)", fontsize=10)
+    return save_figure(fig, path)
+
+
 #: verdict -> colour of the claims figure
 CLAIM_COLORS = {"holds": "#2a8a2a", "does not hold": "#c02020", "inconclusive": "#c08000"}
 

@@ -682,7 +682,8 @@ def test_analyze_a_transformer_run_writes_metrics_columns_and_figures(tiny_class
     run = tiny_classifier_run
     out = analyze_run(run, options=AnalysisSection.model_validate(TINY_OPTS), say=lambda s: None)
     assert out["what"] == ["probes", "layers", "factorization"] and out["checkpoint"] == "final"
-    assert set(out["skipped"]) == {"rank", "diffusion-classifier"} and "transformer run" in out["skipped"]["diffusion-classifier"]
+    assert set(out["skipped"]) == {"rank", "binding-complexity", "interventions", "diffusion-classifier"}
+    assert "transformer run" in out["skipped"]["diffusion-classifier"] and "1 object template" in out["skipped"]["interventions"]
     assert out["probes"]["concept"]["test_ood"]["n"] == 48 and out["probes"]["slots"]["slots"] == 1
     assert out["layers"]["layers"] == ["block1", "block2", "output"] and len(out["layers"]["held_out"]) == 3
     assert out["factorization"]["n"] == 64 and "heldout" in out["factorization"] and "probe_span_r2" in out["factorization"]

@@ -11,7 +11,7 @@ from rich.table import Table
 from mosaic.cli.common import console, fail, set_option
 from mosaic.errors import MosaicError
 
-WHAT_HELP = ("Comma-separated diagnostics: probes, layers, factorization, rank, diffusion-classifier "
+WHAT_HELP = ("Comma-separated diagnostics: probes, layers, factorization, rank, binding-complexity, interventions, diffusion-classifier "
              "(default: every one that applies to the run; one that does not apply is an error)")
 
 
@@ -33,7 +33,8 @@ def analyze(
 ) -> None:
     """Run the representation diagnostics on a finished run: linear probes (per concept and
     binding), per-layer probe accuracy, factorization extras (whitened R², k95, probe-span R²),
-    rank axes of ordinal concepts, and the diffusion classifier (diffusion runs). Probes train on
+    rank axes of ordinal concepts, binding-function complexity and colour interventions (2-object
+    colour/shape scenes), and the diffusion classifier (diffusion runs). Probes train on
     the train split only and are scored on seen (test_id) and held-out (test_ood) combinations.
     Results go into RUN/metrics.json under `analysis`, figures into RUN/analysis/."""
     try:
@@ -137,6 +138,46 @@ def report_tables(a: dict, task_table: dict) -> list[Table]:
             t.add_column(s, justify="right")
         for axis in ("extremes", "fitted"):
             t.add_row(axis, *[_num((r.get(axis) or {}).get(s, {}).get("spearman")) for s in splits])
+        tables.append(t)
+    bc = a.get("binding_complexity")
+    if bc:
+        fams = bc.get("families") or {}
+        splits = [s for s in ("train", "test_id", "test_ood", "test") if any(s in r for r in fams.values())]
+        t = Table(title=f"binding-function complexity: g(labels) -> scene embedding, fitted on {bc['n'].get('train')} train scenes "
+                        f"({next(iter(fams.values()), {}).get('epochs')} epochs, final)")
+        t.add_column("family")
+        probes = bool(bc.get("probe_true"))
+        for s in splits:
+            t.add_column(f"R² {s} (n={bc['n'].get(s)})", justify="right")
+        tests = [s for s in splits if s != "train"]
+        if probes:
+            t.add_column(f"probe concept ({' / '.join(tests)})", justify="right")
+            t.add_column(f"probe object ({' / '.join(tests)})", justify="right")
+
+        def probe_cols(get):
+            return [" / ".join(_pct((get(s) or {}).get(k)) for s in tests) for k in ("probe_concept", "probe_object")] if probes else []
+
+        if probes:
+            t.add_row("true embedding", *[""] * len(splits), *probe_cols(bc["probe_true"].get))
+        for fam, r in fams.items():
+            t.add_row(fam, *[_num((r.get(s) or {}).get("r2")) for s in splits], *probe_cols(r.get))
+        t.caption = ("R²: SST around the mean of all scored scenes; probe object: the set probe ranks both object types above "
+                     "all others (- where a scene holds a held-out type: its class was never trained)")
+        tables.append(t)
+    iv = a.get("interventions")
+    if iv:
+        splits = [s for s in ("test_id", "test_ood", "test") if isinstance(iv.get(s), dict)]
+        t = Table(title=f"colour interventions ({iv.get('bank')} bank of {iv.get('bank_entries')} train entries, gallery of {iv.get('gallery')} scenes)")
+        for col in ("bases", "edits", "skipped (no bank entry / no control / same shape)", "hit", "same colour", "different colour",
+                    "hit (first-indexed rule)"):
+            t.add_column(col, justify="left" if col == "bases" else "right")
+        for s in splits:
+            r = iv[s]
+            t.add_row(f"{s} (n={r['n_bases']})", str(r["n_edits"]),
+                      f"{r['skipped_missing_bank']} / {r['skipped_missing_control']} / {r['skipped_same_shape']}", _pct(r.get("hit")),
+                      _pct((r.get("same_color") or {}).get("hit")), _pct((r.get("different_color") or {}).get("hit")),
+                      _pct(r.get("hit_first_indexed")))
+        t.caption = "hit: the cosine top-1 of the edited embedding is a scene of the edited pair (any render)"
         tables.append(t)
     dc = a.get("diffusion_classifier")
     if dc:

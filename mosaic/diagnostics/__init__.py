@@ -12,6 +12,11 @@ each module's docstring cites its source code):
   per-concept probe-span R², the probe-subspace analysis, least-squares and held-out R².
 - ``rank`` (:mod:`.rank`): rank axes for ordinal concepts (two-extremes and fitted), Spearman ρ
   and Kendall τ-b of the projection, seen vs held-out.
+- ``binding-complexity`` (:mod:`.binding_complexity`): how complex a function of the objects'
+  labels must be (MLP, product, product + sum) to predict the scene embedding; R² on seen and
+  held-out object types (2-object colour/shape scenes).
+- ``interventions`` (:mod:`.interventions`): replace an object's colour by arithmetic on mean
+  object embeddings and check that the edit retrieves a scene of the edited pair.
 - ``diffusion-classifier`` (:mod:`.diffusion_classifier`): a conditional diffusion model as a
   zero-shot classifier over every combination of the grid.
 
@@ -25,6 +30,6 @@ Around them: :mod:`.features` reads per-layer features of lab models with forwar
 
 from mosaic.diagnostics.errors import DiagnosticError, LeakageError, NotApplicableError
 
-DIAGNOSTICS = ("probes", "layers", "factorization", "rank", "diffusion-classifier")
+DIAGNOSTICS = ("probes", "layers", "factorization", "rank", "binding-complexity", "interventions", "diffusion-classifier")
 
 __all__ = ["DIAGNOSTICS", "DiagnosticError", "LeakageError", "NotApplicableError"]

@@ -14,6 +14,8 @@ layers                 every encoder block, pooled, then the       every down bl
 factorization          the embedding, test splits together         the last block
 rank                   ordinal concepts only (count, size,         same
                        position)
+binding-complexity     the embedding; 2-object datasets with a     same (last block)
+interventions          colour and a shape concept per object
 diffusion-classifier   — (not a generative model)                  the model itself
 =====================  ==========================================  ===========================
 
@@ -62,11 +64,37 @@ def not_applicable(family: str, spec, conditioning: str | None = None) -> dict[s
         out["diffusion-classifier"] = (
             "the run uses caption conditioning; the classifier's candidates are concept-value combinations, which only "
             "factorized or combination conditioning can express", "train with model.conditioning: factorized")
+    slots, why = binding_slots(spec)
+    if slots is None:
+        for d in ("binding-complexity", "interventions"):
+            out[d] = (why, "these diagnostics apply to 2-object scenes with a colour and a shape concept per object "
+                           "(e.g. experiments/specs/binding.yaml); leave them out of --what")
     if not ordinal_concepts(spec):
         roles = ", ".join(f"{c} ({r})" for c, r in spec.roles.items())
         out["rank"] = (f"the dataset has no ordinal concept (concepts: {roles})",
                        "rank axes apply to count, size and position (angle-bin) concepts; leave 'rank' out of --what")
     return out
+
+
+def binding_slots(spec) -> tuple[list[tuple[str, str]] | None, str | None]:
+    """The ``(colour concept, shape concept)`` of each object of a 2-object scene, in template
+    (label) order, or ``(None, why)`` when the dataset is not one: the binding diagnostics
+    (binding complexity, interventions) need exactly two objects per scene (no distractors, no
+    repeats), each with its colour and its shape bound to a concept of its own."""
+    ts = spec.templates
+    names = ", ".join(t.name for t in ts)
+    if len(ts) != 2:
+        return None, f"the dataset's scenes are built from {len(ts)} object template(s) ({names}), not 2 objects"
+    slots = []
+    for t in ts:
+        if t.repeat.value != 1:
+            return None, f"object {t.name!r} repeats (repeat {t.repeat.model_dump(exclude_none=True)}), so scenes do not hold exactly 2 objects"
+        if t.color.concept is None or t.shape.concept is None:
+            return None, f"object {t.name!r} does not bind both its colour and its shape to a concept"
+        slots.append((t.color.concept, t.shape.concept))
+    if len({c for sl in slots for c in sl}) != 4:
+        return None, f"the two objects share a colour or shape concept ({slots}); each object needs its own"
+    return slots, None
 
 
 def resolve_what(what: list[str] | None, family: str, spec, conditioning: str | None = None) -> tuple[list[str], dict[str, str]]:
@@ -279,6 +307,131 @@ def run_rank(f: Features, spec) -> dict:
     return out
 
 
+@dataclass
+class BindingScenes:
+    """The 2-object scenes of the analysed splits for the binding diagnostics.
+
+    Attributes:
+        x: split -> float32 ``[N, D]`` the run's embedding.
+        labels: split -> int64 ``[N, 4]`` ``(colour₀, shape₀, colour₁, shape₁)`` value indices in
+            each concept's own domain; n_values: their value counts.
+        objects: split -> int64 ``[N, 2, 2]`` ``(colour, shape)`` per object in one colour and
+            one shape vocabulary shared by both objects.
+        held: split -> bool ``[N]``; dropped: split -> scenes left out (a missing label).
+        concepts: the four concept names.
+    """
+
+    x: dict
+    labels: dict
+    objects: dict
+    held: dict
+    dropped: dict
+    n_values: list[int]
+    concepts: list[str]
+    remap: list = None
+    n_colors: int = 0
+    n_shapes: int = 0
+
+    def objects_of(self, labels: np.ndarray) -> np.ndarray:
+        """int64 ``[N, 2, 2]`` shared-vocabulary objects of ``[N, 4]`` slot labels."""
+        return np.stack([self.remap[j][labels[:, j]] for j in range(4)], 1).reshape(-1, 2, 2)
+
+
+def binding_scenes(f: Features, spec) -> BindingScenes:
+    """Select the slot concepts of :func:`binding_slots` from a run's features.
+
+    Raises:
+        NotApplicableError: the dataset is not a 2-object colour/shape dataset.
+    """
+    from mosaic.diagnostics.errors import NotApplicableError
+
+    slots, why = binding_slots(spec)
+    if slots is None:
+        raise NotApplicableError("binding-complexity", why)
+    concepts = [c for sl in slots for c in sl]
+    cols = [f.concepts.index(c) for c in concepts]
+    vocab = {}
+    for role, k in (("color", 0), ("shape", 1)):
+        vals: list = []
+        for sl in slots:
+            vals += [v for v in spec.domain(sl[k]) if v not in vals]
+        vocab[role] = vals
+    # value index in a concept's domain -> index in the shared vocabulary
+    remap = [np.array([vocab["color" if j % 2 == 0 else "shape"].index(v) for v in spec.domain(c)]) for j, c in enumerate(concepts)]
+    out = BindingScenes({}, {}, {}, {}, {}, [len(spec.domain(c)) for c in concepts], concepts, remap,
+                        len(vocab["color"]), len(vocab["shape"]))
+    x = f.layers[f.embedding]
+    for split, lab in f.labels.items():
+        y = lab[:, cols]
+        ok = (y >= 0).all(1)
+        y = y[ok]
+        out.x[split], out.labels[split], out.held[split] = x[split][ok], y, f.held[split][ok]
+        out.objects[split] = out.objects_of(y)
+        out.dropped[split] = int((~ok).sum())
+    return out
+
+
+def binding_max_train(opts: AnalysisSection, todo: list[str]) -> int | None:
+    """The train-split cap the binding diagnostics' features need (None: all)."""
+    caps = [opts.binding_complexity.max_train if d == "binding-complexity" else opts.interventions.max_train
+            for d in todo if d in ("binding-complexity", "interventions")]
+    return None if any(c is None for c in caps) else max(caps)
+
+
+def run_binding_complexity(b: BindingScenes, opts: AnalysisSection, device) -> dict:
+    """Fit the approximator families on train scenes (seen types; a seeded subset of
+    ``max_train``), R² and the concept probes on the predicted embeddings of ``test_id`` (seen
+    types) and ``test_ood`` (held-out types); the final epoch is reported."""
+    from mosaic.diagnostics.binding_complexity import ComplexityConfig, binding_complexity
+
+    o = opts.binding_complexity
+    idx = _subset(len(b.labels["train"]), o.max_train, o.seed)
+    train = (b.labels["train"][idx], b.x["train"][idx], b.held["train"][idx])
+    evals = {s: (b.labels[s], b.x[s]) for s in (SEEN, HELD, "test") if s in b.labels and len(b.labels[s])}
+    score = None
+    if o.probes:
+        from mosaic.diagnostics.binding_complexity import fit_set_probes
+
+        pidx = idx[_subset(len(idx), opts.probes.max_train, opts.probes.seed)]
+        probes = fit_set_probes(b.x["train"][pidx], b.objects["train"][pidx], b.n_colors, b.n_shapes,
+                                held_out=b.held["train"][pidx], config=_probe_config(opts, device))
+
+        def score(pred, lab):
+            return probes.score(pred, b.objects_of(lab))
+
+    cfg = ComplexityConfig(families=tuple(o.families), hidden=tuple(o.hidden), epochs=o.epochs, lr=o.lr, seed=o.seed,
+                           device=str(device))
+    out = binding_complexity(train, evals, b.n_values, cfg, probe_score=score)
+    out.update({"slots": b.concepts, "hidden": list(o.hidden), "lr": o.lr, "selection": "final epoch",
+                "probes": "set probes trained on the train split (colour, shape, object type; min positive > max negative "
+                          "logit); probe_object is None where a scene holds a type no probe class was trained on"
+                if o.probes else None})
+    return out
+
+
+def run_interventions(b: BindingScenes, opts: AnalysisSection, device) -> dict:
+    """Bank from the train scenes, edits of ``test_id`` (seen) and ``test_ood`` (held-out) bases,
+    retrieval over the gallery (train + test splits, or the test splits)."""
+    from mosaic.diagnostics.interventions import interventions
+
+    o = opts.interventions
+    idx = _subset(len(b.labels["train"]), o.max_train, o.seed)
+    tests = [s for s in (SEEN, HELD, "test") if s in b.x and len(b.x[s])]
+    bases = {}
+    for s in tests:
+        j = _subset(len(b.x[s]), o.max_bases, o.seed)
+        bases[s] = (b.x[s][j], b.objects[s][j])
+    parts = (["train"] if o.gallery == "all" else []) + tests
+    pick = {s: (idx if s == "train" else slice(None)) for s in parts}
+    gallery = (np.concatenate([b.x[s][pick[s]] for s in parts]), np.concatenate([b.objects[s][pick[s]] for s in parts]))
+    out = interventions((b.x["train"][idx], b.objects["train"][idx], b.held["train"][idx]), bases, gallery,
+                        strength=o.strength, seed=o.seed, device=str(device), positional=o.bank == "positions")
+    out["gallery_splits"] = parts
+    out["hit_rule"] = ("hit: any gallery scene labelled with the edited pair in its order (reference: only the first-indexed "
+                       "one, hit_first_indexed); hit_unordered: in either order")
+    return out
+
+
 def run_diffusion_classifier(task, opts: AnalysisSection, device, generation: dict | None = None, say=print) -> dict:
     """Classify real test images (``images_per_split`` per split) over every combination of the
     concepts' values; report seen vs held-out next to the run's generation accuracy."""
@@ -348,7 +501,8 @@ def analyze_task(family: str, task, opts: AnalysisSection, *, what: list[str] | 
     Returns:
         The ``analysis`` entry of metrics.json: ``what``, ``skipped`` (name -> why), ``seconds``
         (per diagnostic, including feature extraction), and one entry per diagnostic run
-        (``probes``, ``layers``, ``factorization``, ``rank``, ``diffusion_classifier``), ``figures``.
+        (``probes``, ``layers``, ``factorization``, ``rank``, ``binding_complexity``,
+        ``interventions``, ``diffusion_classifier``), ``figures``.
     Raises:
         NotApplicableError: a requested diagnostic that does not apply; LeakageError, DiagnosticError.
     """
@@ -364,6 +518,20 @@ def analyze_task(family: str, task, opts: AnalysisSection, *, what: list[str] | 
         out["seconds"]["features"] = time.perf_counter() - t0
         out["embedding"] = feats.embedding
         say(f"analysis: features of {len(feats.layers)} layers in {out['seconds']['features']:.1f} s")
+    bscenes = None
+    if any(d in todo for d in ("binding-complexity", "interventions")):
+        t0 = time.perf_counter()
+        cap = binding_max_train(opts, todo)
+        bf = feats
+        if bf is None or cap != opts.probes.max_train:
+            sub = opts.model_copy(update={"probes": opts.probes.model_copy(update={"max_train": cap})})
+            with torch.no_grad():
+                bf = (transformer_features if family == "transformer" else diffusion_features)(task, sub, device)
+            out["embedding"] = bf.embedding
+        bscenes = binding_scenes(bf, task.spec)
+        out["seconds"]["binding_features"] = time.perf_counter() - t0
+        say(f"analysis: binding scenes ({', '.join(f'{s} {len(v)}' for s, v in bscenes.x.items())}) "
+            f"in {out['seconds']['binding_features']:.1f} s")
     weights = None
     for d in todo:
         t0 = time.perf_counter()
@@ -381,6 +549,10 @@ def analyze_task(family: str, task, opts: AnalysisSection, *, what: list[str] | 
             out["factorization"] = run_factorization(feats, weights)
         elif d == "rank":
             out["rank"] = run_rank(feats, task.spec)
+        elif d == "binding-complexity":
+            out["binding_complexity"] = run_binding_complexity(bscenes, opts, device)
+        elif d == "interventions":
+            out["interventions"] = run_interventions(bscenes, opts, device)
         else:
             out["diffusion_classifier"] = run_diffusion_classifier(task, opts, device, metrics.get("table"), say)
         out["seconds"][d] = time.perf_counter() - t0
@@ -402,6 +574,8 @@ def draw(analysis: dict, metrics: dict, out_dir: Path) -> list[Path]:
         paths.append(plots.plot_rank_scatter(r, out_dir / f"rank_{c}.png"))
     if "probes" in analysis and metrics.get("table"):
         paths.append(plots.plot_probe_vs_task(analysis["probes"], metrics["table"], out_dir / "probes_vs_task.png"))
+    if "binding_complexity" in analysis:
+        paths.append(plots.plot_binding_complexity(analysis["binding_complexity"], out_dir / "binding_complexity.png"))
     if "diffusion_classifier" in analysis and (analysis["diffusion_classifier"].get("generation")):
         paths.append(plots.plot_generative_vs_discriminative(analysis["diffusion_classifier"], out_dir / "generative_vs_discriminative.png"))
     return [p for p in paths if p is not None]

@@ -16,6 +16,11 @@ def analysis_columns(analysis: dict | None) -> dict:
     - ``factorization.r2``, ``.r2_whitened``, ``.r2_lstsq``, ``.heldout_r2``, ``.cross_abs_cos``,
       ``.within_abs_cos``, ``.probe_span_r2``, ``.k95.<concept>``;
     - ``rank.<concept>.<axis>.<split>.spearman`` (axis ``extremes`` / ``fitted``);
+    - ``binding_complexity.<family>.<split>.r2`` / ``.probe_concept`` / ``.probe_object`` (family
+      ``regular_mlp`` / ``mult_linear`` / ``sum_mult_linear``, split ``train`` / ``test_id`` /
+      ``test_ood``);
+    - ``interventions.<split>.hit`` / ``.hit_first_indexed`` / ``.n_edits`` /
+      ``.skipped_missing_bank``, ``interventions.<split>.<same_color|different_color>.hit``;
     - ``diffusion_classifier.<seen|held_out>.joint`` and ``.<concept>``, ``.images_per_s``;
     - ``seconds.<diagnostic>``.
     """
@@ -59,6 +64,19 @@ def analysis_columns(analysis: dict | None) -> dict:
             for split, v in (r.get(axis) or {}).items():
                 if isinstance(v, dict) and "spearman" in v:
                     put(f"rank.{c}.{axis}.{split}.spearman", v["spearman"])
+    bcx = analysis.get("binding_complexity") or {}
+    for fam, r in (bcx.get("families") or {}).items():
+        for split in ("train", SEEN, HELD, "test"):
+            for k in ("r2", "probe_concept", "probe_object"):
+                put(f"binding_complexity.{fam}.{split}.{k}", (r.get(split) or {}).get(k))
+    itv = analysis.get("interventions") or {}
+    for split in (SEEN, HELD, "test"):
+        r = itv.get(split)
+        if isinstance(r, dict):
+            for k in ("hit", "hit_first_indexed", "n_edits", "skipped_missing_bank", "skipped_missing_control"):
+                put(f"interventions.{split}.{k}", r.get(k))
+            for g in ("same_color", "different_color"):
+                put(f"interventions.{split}.{g}.hit", (r.get(g) or {}).get("hit"))
     dcr = analysis.get("diffusion_classifier") or {}
     for group in ("seen", "held_out"):
         for k, v in (dcr.get(group) or {}).items():

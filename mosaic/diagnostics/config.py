@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 
 from mosaic.schema import StrictModel
 
-Diagnostic = Literal["probes", "layers", "factorization", "rank", "diffusion-classifier"]
+Diagnostic = Literal["probes", "layers", "factorization", "rank", "binding-complexity", "interventions", "diffusion-classifier"]
 
 
 class ProbeOptions(StrictModel):
@@ -47,6 +47,51 @@ class DiffusionClassifierOptions(StrictModel):
     seed: int = Field(0, ge=0)
 
 
+class BindingComplexityOptions(StrictModel):
+    """Binding-function complexity (:mod:`mosaic.diagnostics.binding_complexity`; reference:
+    hidden [1024], Adam lr 1e-2 constant, 4000 full-batch epochs). Fewer epochs by default: see
+    README for the measured cost and how R² moves with epochs."""
+
+    families: list[Literal["regular_mlp", "mult_linear", "sum_mult_linear"]] = Field(
+        default_factory=lambda: ["regular_mlp", "mult_linear", "sum_mult_linear"], min_length=1,
+        description="approximator families fitted")
+    hidden: list[int] = Field(default_factory=lambda: [1024], description="regular_mlp hidden widths (reference [1024])")
+    epochs: int = Field(1000, ge=1, description="full-batch Adam steps (reference 4000)")
+    lr: float = Field(1e-2, gt=0, description="Adam learning rate, constant (reference 1e-2)")
+    max_train: int | None = Field(4000, ge=10, description="train-split scenes fitted (a seeded subset; null: all)")
+    probes: bool = Field(True, description="score the concept probes (trained on the train split) on the predicted embeddings")
+    seed: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if len(set(self.families)) != len(self.families):
+            raise ValueError(f"families lists a family twice: {self.families}")
+        if any(h < 1 for h in self.hidden):
+            raise ValueError(f"hidden widths must be >= 1, got {self.hidden}")
+        return self
+
+
+class InterventionOptions(StrictModel):
+    """Colour interventions (:mod:`mosaic.diagnostics.interventions`; reference: one target colour
+    per base, seed 42, strength 1)."""
+
+    strength: float = Field(1.0, description="k in z - k (u(a,o) - u(t,o)) (reference 1)")
+    bank: Literal["objects", "positions"] = Field(
+        "objects", description="objects: u(colour, shape) over either slot (reference default); positions: one entry per slot")
+    gallery: Literal["all", "test"] = Field("all", description="scenes retrieved from: all: train + test_id + test_ood; test: the test splits only")
+    max_bases: int | None = Field(None, ge=1, description="base scenes edited per test split (a seeded subset; null: all)")
+    max_train: int | None = Field(None, ge=10, description="train-split scenes in the bank and gallery (a seeded subset; null: all)")
+    seed: int = Field(42, ge=0)
+
+    @model_validator(mode="after")
+    def _finite(self):
+        import math
+
+        if not math.isfinite(self.strength):
+            raise ValueError(f"strength {self.strength} must be a finite number")
+        return self
+
+
 class AnalysisSection(StrictModel):
     """Which diagnostics run after training (or with ``mosaic analyze``) and how."""
 
@@ -56,6 +101,8 @@ class AnalysisSection(StrictModel):
     pool: Literal["own", "mean"] = Field("own", description="transformer tokens per block: the encoder's own readout token, or their mean")
     feature_timestep: int = Field(100, ge=0, description="diffusion: the timestep at which UNet/DiT block features are read")
     diffusion_classifier: DiffusionClassifierOptions = Field(default_factory=DiffusionClassifierOptions)
+    binding_complexity: BindingComplexityOptions = Field(default_factory=BindingComplexityOptions)
+    interventions: InterventionOptions = Field(default_factory=InterventionOptions)
     figures: bool = Field(True, description="draw RUN/analysis/*.png")
 
     @model_validator(mode="after")
