@@ -135,6 +135,12 @@ def test_exactly_additive_slot_code_makes_every_colour_edit_retrieve_the_edited_
     assert r["same_color"]["n"] > 0 and r["left"]["n"] == r["right"]["n"] == r["n_edits"] // 2
     # three renders per pair: the reference's first-indexed rule counts the other two as misses
     assert r["hit_first_indexed"] < 0.6
+    # some targets (t, o) are held-out types: the reference's draw skips those bases, `banked` draws around them
+    assert r["skipped_missing_bank"] > 0
+    banked = iv.interventions((x[tr], objs[tr], held[tr]), {"test_id": (x[te], objs[te])}, (x, objs), positional=True,
+                              targets="banked")
+    assert banked["test_id"]["skipped_missing_bank"] < r["skipped_missing_bank"] and banked["test_id"]["n_edits"] > r["n_edits"]
+    assert banked["test_id"]["hit"] == 1.0
     # held-out bases have no bank entry for their own objects: skipped and counted, never filled in
     h = out["test_ood"]
     assert h["n_edits"] == 0 and h["hit"] is None

@@ -425,7 +425,7 @@ def run_interventions(b: BindingScenes, opts: AnalysisSection, device) -> dict:
     pick = {s: (idx if s == "train" else slice(None)) for s in parts}
     gallery = (np.concatenate([b.x[s][pick[s]] for s in parts]), np.concatenate([b.objects[s][pick[s]] for s in parts]))
     out = interventions((b.x["train"][idx], b.objects["train"][idx], b.held["train"][idx]), bases, gallery,
-                        strength=o.strength, seed=o.seed, device=str(device), positional=o.bank == "positions")
+                        strength=o.strength, seed=o.seed, device=str(device), positional=o.bank == "positions", targets=o.targets)
     out["gallery_splits"] = parts
     out["hit_rule"] = ("hit: any gallery scene labelled with the edited pair in its order (reference: only the first-indexed "
                        "one, hit_first_indexed); hit_unordered: in either order")

@@ -78,6 +78,8 @@ class InterventionOptions(StrictModel):
     strength: float = Field(1.0, description="k in z - k (u(a,o) - u(t,o)) (reference 1)")
     bank: Literal["objects", "positions"] = Field(
         "objects", description="objects: u(colour, shape) over either slot (reference default); positions: one entry per slot")
+    targets: Literal["any", "banked"] = Field(
+        "any", description="any: t from every other colour, base skipped when u(t, o) is missing (reference); banked: t from colours with both entries")
     gallery: Literal["all", "test"] = Field("all", description="scenes retrieved from: all: train + test_id + test_ood; test: the test splits only")
     max_bases: int | None = Field(None, ge=1, description="base scenes edited per test split (a seeded subset; null: all)")
     max_train: int | None = Field(None, ge=10, description="train-split scenes in the bank and gallery (a seeded subset; null: all)")

@@ -104,7 +104,7 @@ def _rate(hits: np.ndarray) -> float | None:
 
 
 def intervene(bases: tuple, bank: dict, gallery: tuple, *, strength: float = 1.0, seed: int = 42, batch_size: int = 2048,
-              device="cpu", positional: bool = False) -> dict:
+              device="cpu", positional: bool = False, targets: str = "any") -> dict:
     """Edit each base scene's colours (left and right) and score retrieval over the gallery.
 
     Args:
@@ -114,6 +114,11 @@ def intervene(bases: tuple, bank: dict, gallery: tuple, *, strength: float = 1.0
         gallery: ``(embeddings float [G, D], objects int [G, 2, 2])`` scenes retrieved from.
         strength: k in ``z − k·(u(a, o) − u(t, o))`` (reference 1).
         seed: seeds the target colour of each base (one ``numpy`` generator, bases in order).
+        targets: ``any`` (the reference): t is drawn from every colour not in the base, and the
+            base is skipped when a bank entry of t is missing; ``banked``: t is drawn from the
+            colours whose entries ``u(t, o₁)``, ``u(t, o₂)`` are in the bank (under an
+            object-level holdout many ``(t, o)`` are held-out types, so ``any`` skips many seen
+            bases too).
         batch_size: queries per similarity block.
     Returns:
         ``{"n_bases", "skipped_same_shape", "skipped_missing_bank", "skipped_missing_control",
@@ -132,6 +137,8 @@ def intervene(bases: tuple, bank: dict, gallery: tuple, *, strength: float = 1.0
         raise DiagnosticError(f"interventions: bases have width {xb.shape[1]}, the gallery {xg.shape[1]}")
     if not np.isfinite(strength):
         raise DiagnosticError(f"interventions: strength {strength} must be finite")
+    if targets not in ("any", "banked"):
+        raise DiagnosticError(f"interventions: targets {targets!r} must be 'any' or 'banked'")
     rng = np.random.default_rng(seed)
     colours = np.unique(og[:, :, 0])
     pair_first: dict[tuple, int] = {}
@@ -143,10 +150,14 @@ def intervene(bases: tuple, bank: dict, gallery: tuple, *, strength: float = 1.0
         if o1 == o2:
             skipped["same_shape"] += 1
             continue
-        targets = colours[(colours != a1) & (colours != a2)]
-        if not len(targets):
+        cand = colours[(colours != a1) & (colours != a2)]
+        if targets == "banked":
+            cand = np.array([c for c in cand if ((c, o1, 0) in bank and (c, o2, 1) in bank if positional
+                                                 else (c, o1) in bank and (c, o2) in bank)], dtype=np.int64)
+        if not len(cand):
+            skipped["missing_bank"] += 1
             continue
-        t = int(rng.choice(targets))
+        t = int(rng.choice(cand))
         keys = ((a1, o1, 0), (a2, o2, 1), (t, o1, 0), (t, o2, 1)) if positional else ((a1, o1), (a2, o2), (t, o1), (t, o2))
         us = [bank.get(k) for k in keys]
         if any(u is None for u in us):
@@ -184,7 +195,7 @@ def intervene(bases: tuple, bank: dict, gallery: tuple, *, strength: float = 1.0
 
 
 def interventions(train: tuple, bases: dict[str, tuple], gallery: tuple, *, strength: float = 1.0, seed: int = 42,
-                  batch_size: int = 2048, device="cpu", positional: bool = False) -> dict:
+                  batch_size: int = 2048, device="cpu", positional: bool = False, targets: str = "any") -> dict:
     """The intervention diagnostic: bank from the train scenes, edits of each base set.
 
     Args:
@@ -195,15 +206,16 @@ def interventions(train: tuple, bases: dict[str, tuple], gallery: tuple, *, stre
         strength, seed, batch_size, device: see :func:`intervene` (each set uses its own
             generator seeded with ``seed``).
         positional: per-slot bank entries (reference ``avg_scene_position_dependent``).
+        targets: ``any`` (reference) or ``banked`` (see :func:`intervene`).
     Returns:
         ``{"bank_entries": K, "gallery": G, set: intervene(...)}``.
     Raises:
         LeakageError: a held-out bank scene; DiagnosticError: bad shapes.
     """
     bank = object_bank(train[0], train[1], held_out=train[2], positional=positional)
-    out: dict = {"bank": "position-dependent" if positional else "position-independent", "bank_entries": len(bank),
+    out: dict = {"bank": "position-dependent" if positional else "position-independent", "targets": targets, "bank_entries": len(bank),
                  "gallery": int(len(_np(gallery[1], np.int64)))}
     for name, b in bases.items():
         out[name] = intervene(b, bank, gallery, strength=strength, seed=seed, batch_size=batch_size, device=device,
-                              positional=positional)
+                              positional=positional, targets=targets)
     return out
