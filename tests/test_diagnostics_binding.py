@@ -275,7 +275,7 @@ def test_analyze_a_binding_run_writes_both_diagnostics(tiny_binding_run):
                                                        for p in stored["figures"])
     cols = analysis_columns(out)
     assert {"analysis.binding_complexity.mult_linear.test_ood.r2", "analysis.binding_complexity.regular_mlp.test_id.probe_object",
-            "analysis.interventions.test_id.hit", "analysis.interventions.test_id.same_color.hit",
+            "analysis.interventions.test_id.hit", "analysis.interventions.test_id.hit_unordered", "analysis.interventions.test_id.same_color.hit",
             "analysis.interventions.test_ood.skipped_missing_bank", "analysis.seconds.binding-complexity"} <= set(cols)
     assert "analysis.interventions.test_ood.hit" not in cols                 # no edits: no rate, not a 0
 

@@ -19,7 +19,7 @@ def analysis_columns(analysis: dict | None) -> dict:
     - ``binding_complexity.<family>.<split>.r2`` / ``.probe_concept`` / ``.probe_object`` (family
       ``regular_mlp`` / ``mult_linear`` / ``sum_mult_linear``, split ``train`` / ``test_id`` /
       ``test_ood``);
-    - ``interventions.<split>.hit`` / ``.hit_first_indexed`` / ``.n_edits`` /
+    - ``interventions.<split>.hit`` / ``.hit_unordered`` / ``.hit_first_indexed`` / ``.n_edits`` /
       ``.skipped_missing_bank``, ``interventions.<split>.<same_color|different_color>.hit``;
     - ``diffusion_classifier.<seen|held_out>.joint`` and ``.<concept>``, ``.images_per_s``;
     - ``seconds.<diagnostic>``.
@@ -73,7 +73,7 @@ def analysis_columns(analysis: dict | None) -> dict:
     for split in (SEEN, HELD, "test"):
         r = itv.get(split)
         if isinstance(r, dict):
-            for k in ("hit", "hit_first_indexed", "n_edits", "skipped_missing_bank", "skipped_missing_control"):
+            for k in ("hit", "hit_unordered", "hit_first_indexed", "n_edits", "skipped_missing_bank", "skipped_missing_control"):
                 put(f"interventions.{split}.{k}", r.get(k))
             for g in ("same_color", "different_color"):
                 put(f"interventions.{split}.{g}.hit", (r.get(g) or {}).get("hit"))
