@@ -366,15 +366,20 @@ def plot_binding_complexity(bc: dict, path: str | Path) -> Path:
     w = 0.8 / max(1, len(splits))
     label = {"train": "train (fitted)", "test_id": "seen types (test_id)", "test_ood": "held-out types (test_ood)", "test": "test"}
     for i, s in enumerate(splits):
-        ys = [((bc["families"][f].get(s) or {}).get("r2")) for f in fams]
-        ys = [np.nan if v is None else max(v, -0.5) for v in ys]
-        ax.bar(xs + (i - (len(splits) - 1) / 2) * w, ys, w, label=label[s], hatch="//" if s == "test_ood" else None)
+        raw = [((bc["families"][f].get(s) or {}).get("r2")) for f in fams]
+        ys = [np.nan if v is None else max(v, -0.5) for v in raw]
+        x = xs + (i - (len(splits) - 1) / 2) * w
+        ax.bar(x, ys, w, label=label[s], hatch="//" if s == "test_ood" else None)
+        for xi, v in zip(x, raw):                       # the value on each bar (the true one where clipped)
+            if v is not None:
+                ax.text(xi, max(v, -0.5) + (0.02 if v >= 0 else -0.02), f"{v:.2f}" if v > -10 else f"{v:.0f}", ha="center",
+                        va="bottom" if v >= 0 else "top", fontsize=6.5)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(xs, fams)
     ax.set_ylabel("R² of the predicted scene embedding")
-    ax.set_ylim(-0.52, 1.05)
+    ax.set_ylim(-0.62, 1.1)
     ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=8, framealpha=0.7)
+    ax.legend(fontsize=7, framealpha=0.7, ncol=len(splits), loc="upper center", bbox_to_anchor=(0.5, -0.1))
     ep = next((bc["families"][f].get("epochs") for f in fams), None)
     ax.set_title(f"binding-function complexity ({ep} epochs, final)", fontsize=10)
     return save_figure(fig, path)
