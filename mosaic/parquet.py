@@ -601,7 +601,8 @@ def _parquet_to_imagefolder(spec: Spec, src: Path, dst: Path, man: dict, masks: 
     if out_man["status"] == "complete":  # every file read back and digested, as `mosaic generate` does (mosaic verify checks them)
         from mosaic.checksums import write_checksums
 
-        out_man["checksums"] = write_checksums(dst, {s: _records_of(dst / s / "metadata.jsonl") for s in man["splits"]})
+        order = [s for s in spec.split_sizes() if s in man["splits"]] + [s for s in man["splits"] if s not in spec.split_sizes()]
+        out_man["checksums"] = write_checksums(dst, {s: _records_of(dst / s / "metadata.jsonl") for s in order})  # generate's order
     atomic_write_json(dst / MANIFEST, out_man)
     write_card(dst, spec, out_man, "imagefolder")
     if on_progress:
