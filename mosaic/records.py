@@ -60,6 +60,8 @@ def read_manifest(root: str | Path) -> dict:
     if path.is_dir():
         raise DatasetError(f"{path} is damaged (a folder stands where the manifest file belongs): restore the file from a copy, "
                            f"or regenerate the dataset with `mosaic generate SPEC --out {root} --overwrite`")
+    if not Path(root).exists():
+        raise DatasetError(f"{root} does not exist: give the folder of a generated dataset (`mosaic generate SPEC --out {root}` makes one)")
     if not path.is_file():
         raise DatasetError(f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with `mosaic generate SPEC --out {root}`)")
     try:

@@ -27,6 +27,15 @@ def test_generate_and_preview(tmp_path, write_spec):
     r = runner.invoke(app, ["preview", str(p), "--out", str(png), "--n", "6"])
     assert r.exit_code == 0, r.output
     assert Image.open(png).size[0] > 300
+    r = runner.invoke(app, ["preview", str(p), "--out", str(tmp_path / "val.png"), "--n", "2", "--split", "validation"])
+    assert r.exit_code == 0, r.output  # HF's name for val, as MosaicDataset and the dataset card use it
+
+
+def test_commands_on_a_folder_that_does_not_exist_say_so(tmp_path):
+    for args in (["export", str(tmp_path / "nope"), "--format", "parquet"],):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2 and "does not exist" in r.output and "Traceback" not in r.output, r.output
+        assert not (tmp_path / "nope").exists() and not (tmp_path / "nope-parquet").exists()
 
 
 @pytest.mark.parametrize("mutate, expect", [

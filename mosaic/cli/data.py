@@ -120,6 +120,8 @@ def preview(
         from mosaic.preview import contact_sheet
         from renderers import get_renderer
 
+        if split == "validation" and "val" in s.split_sizes():  # HF's name, as MosaicDataset accepts it
+            split = "val"
         if split not in s.split_sizes():
             raise MosaicError(f"--split {split!r} is not a split of this spec; splits: {', '.join(s.split_sizes())}")
         size = s.split_sizes()[split]
