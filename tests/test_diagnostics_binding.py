@@ -193,12 +193,15 @@ def test_set_probes_read_both_objects_and_leave_unseen_types_unscored():
     x, objs, held = additive_scenes(noise=0.0, code="objects")
     from mosaic.diagnostics.probes import ProbeConfig
 
-    p = bc.fit_set_probes(x[~held], objs[~held], 6, 4, config=ProbeConfig(epochs=60, batch_size=128, lr=5e-2))
+    from mosaic.diagnostics.set_probes import fit_set_probes
+
+    p = fit_set_probes(x[~held], objs[~held], [6, 4], ["color", "shape"], config=ProbeConfig(epochs=200, lr=5e-2))
     s = p.score(x[~held], objs[~held])
-    assert s["probe_concept"] > 0.95 and s["probe_object"] > 0.95
-    assert p.score(x[held], objs[held])["probe_object"] is None          # held-out types: their classes were never trained
+    assert s["concept_mean"] > 0.95 and s["object"] > 0.95 and s["n_untrained"] == 0
+    s = p.score(x[held], objs[held])                                   # held-out types: their rows were never trained
+    assert s["n_untrained"] == int(held.sum()) and np.isnan(s["object"])
     with pytest.raises(LeakageError):
-        bc.fit_set_probes(x, objs, 6, 4, held_out=held)
+        fit_set_probes(x, objs, [6, 4], ["color", "shape"], held_out=held)
 
 
 def test_applicability_names_why():
@@ -278,6 +281,28 @@ def test_analyze_a_binding_run_writes_both_diagnostics(tiny_binding_run):
             "analysis.interventions.test_id.hit", "analysis.interventions.test_id.hit_unordered", "analysis.interventions.test_id.same_color.hit",
             "analysis.interventions.test_ood.skipped_missing_bank", "analysis.seconds.binding-complexity"} <= set(cols)
     assert "analysis.interventions.test_ood.hit" not in cols                 # no edits: no rate, not a 0
+
+
+def test_probes_on_a_binding_run_include_the_set_probes(tiny_binding_run):
+    from typer.testing import CliRunner
+
+    from mosaic.cli import app
+    from mosaic.diagnostics.columns import analysis_columns
+    from mosaic.diagnostics.config import AnalysisSection
+    from mosaic.diagnostics.runs import analyze_run
+
+    out = analyze_run(tiny_binding_run, what=["probes"], options=AnalysisSection.model_validate({"probes": {"epochs": 5}}),
+                      write=False, say=lambda s: None)
+    sp = out["probes"]["set"]
+    assert sp["objects"] == 9 and sp["test_id"]["n_untrained"] == 0 and sp["test_ood"]["n_untrained"] == 9
+    assert 0 <= sp["test_id"]["object"] <= 1 and sp["test_ood"]["object"] is None   # no trained row: not scored (nan -> null)
+    cols = analysis_columns(out)
+    assert "analysis.set_probe.test_ood.concept" in cols and "analysis.set_probe.test_id.object" in cols
+    assert "analysis.set_probe.test_ood.object" not in cols
+    r = CliRunner().invoke(app, ["analyze", str(tiny_binding_run), "--what", "probes", "--set", "probes.epochs=5", "--no-write"],
+                           env={"COLUMNS": "240"})
+    assert r.exit_code == 0, r.output
+    assert "set probe: concepts" in r.output and "set probe: objects" in r.output
 
 
 def test_cli_refuses_the_binding_diagnostics_on_a_one_object_run_and_bad_options(tiny_binding_run, tmp_path):

@@ -16,7 +16,7 @@ WHAT_HELP = ("Comma-separated diagnostics: probes, layers, factorization, rank, 
 
 
 def _pct(x) -> str:
-    return "-" if not isinstance(x, (int, float)) else f"{100 * x:.1f}%"
+    return "-" if not isinstance(x, (int, float)) or x != x else f"{100 * x:.1f}%"
 
 
 def _num(x, fmt=".3f") -> str:
@@ -106,6 +106,15 @@ def report_tables(a: dict, task_table: dict) -> list[Table]:
                 if group in task_table:
                     row.append(_pct(task_table[group].get("object_accuracy")) if name == "slots" else "")
             t.add_row(*row)
+        sp = p.get("set")
+        if sp:
+            for key, label in (("concept_mean", "set probe: concepts (order-free)"), ("object", "set probe: objects (trained types)")):
+                row = [label]
+                for split, group in groups:
+                    row.append(_pct((sp.get(split) or {}).get(key)))
+                    if group in task_table:
+                        row.append("")
+                t.add_row(*row)
         tables.append(t)
     lay = a.get("layers")
     if lay:

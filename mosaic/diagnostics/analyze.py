@@ -243,8 +243,10 @@ def _evals(f: Features, layer: str) -> dict:
 
 
 def run_probes(f: Features, opts: AnalysisSection, device) -> tuple[dict, list]:
-    """Concept probes on the embedding and, with object tuples, slot-wise binding probes
-    (colour given shape when both are attributes, else the second attribute given the first)."""
+    """Concept probes on the embedding and, with object tuples, slot-wise binding probes, keyed
+    probes (colour given shape when both are attributes, else the second attribute given the
+    first) and, with several objects per scene, the order-free set probes
+    (:mod:`mosaic.diagnostics.set_probes`)."""
     from mosaic.diagnostics.probes import binding_probe_report, concept_probes, slot_probe_report
 
     cfg = _probe_config(opts, device)
@@ -263,6 +265,10 @@ def run_probes(f: Features, opts: AnalysisSection, device) -> tuple[dict, list]:
         key, tgt = (a.index("shape"), a.index("color")) if {"shape", "color"} <= set(a) else (0, 1)
         out["binding"] = binding_probe_report(train, {s: v for s, v in evals.items() if s != HELD}, key, tgt, n_vals[key],
                                               n_vals[tgt], cfg, names=(a[key], a[tgt]))
+        if f.objects["train"].shape[1] >= 2:  # order-free set probes (binding paper §2.1): multi-object scenes
+            from mosaic.diagnostics.set_probes import set_probe_report
+
+            out["set"] = set_probe_report(train, evals, n_vals, a, cfg, max_train=opts.probes.max_train)
     return out, probes.weights
 
 
@@ -390,14 +396,15 @@ def run_binding_complexity(b: BindingScenes, opts: AnalysisSection, device) -> d
     evals = {s: (b.labels[s], b.x[s]) for s in (SEEN, HELD, "test") if s in b.labels and len(b.labels[s])}
     score = None
     if o.probes:
-        from mosaic.diagnostics.binding_complexity import fit_set_probes
+        from mosaic.diagnostics.set_probes import fit_set_probes
 
         pidx = idx[_subset(len(idx), opts.probes.max_train, opts.probes.seed)]
-        probes = fit_set_probes(b.x["train"][pidx], b.objects["train"][pidx], b.n_colors, b.n_shapes,
+        probes = fit_set_probes(b.x["train"][pidx], b.objects["train"][pidx], [b.n_colors, b.n_shapes], ["color", "shape"],
                                 held_out=b.held["train"][pidx], config=_probe_config(opts, device))
 
         def score(pred, lab):
-            return probes.score(pred, b.objects_of(lab))
+            r = probes.score(pred, b.objects_of(lab))
+            return {"probe_concept": r["concept_mean"], "probe_object": None if r["n_untrained"] else r["object"]}
 
     cfg = ComplexityConfig(families=tuple(o.families), hidden=tuple(o.hidden), epochs=o.epochs, lr=o.lr, seed=o.seed,
                            device=str(device))

@@ -35,9 +35,8 @@ no family on held-out types (R² ≈ 0).
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -224,82 +223,6 @@ def predict(model: nn.Module, labels, batch_size: int = 65536) -> np.ndarray:
     labels = torch.as_tensor(np.asarray(labels, dtype=np.int64))
     out = [model(labels[s:s + batch_size].to(dev)).float().cpu() for s in range(0, len(labels), batch_size)]
     return torch.cat(out).numpy() if out else np.zeros((0, model.net[-1].out_features), np.float32)
-
-
-@dataclass
-class SetProbes:
-    """Position-agnostic set probes on 2-object scenes (diagnostics.md §2.1): a colour head, a
-    shape head and an object head (one class per (colour, shape) type, ``colour · n_shapes +
-    shape``), each ``Linear(D → V)`` (with a bias, :mod:`mosaic.diagnostics.probes`).
-
-    Attributes:
-        probes: the trained :class:`~mosaic.diagnostics.probes.LinearProbes` (heads colour,
-            shape, object); n_colors, n_shapes: the vocabularies; trained_types: bool
-            ``[n_colors · n_shapes]``, the object classes that were a training target.
-    """
-
-    probes: object
-    n_colors: int
-    n_shapes: int
-    trained_types: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-
-    def score(self, x, objects) -> dict:
-        """Set accuracy on scenes: a head is right on a scene when its lowest logit over the values
-        present beats its highest logit over the values absent (``min pos > max neg``, the
-        reference's ``compute_correct_by_scene``).
-
-        Args:
-            x: float ``[N, D]`` (true or predicted) scene embeddings.
-            objects: int ``[N, 2, 2]`` (slot, colour/shape).
-        Returns:
-            ``{"probe_concept": mean over scenes and the colour/shape heads, "probe_object": the
-            object head's rate, or None when a scene holds an object type that was never a
-            training target (its class was never trained: held-out types)}``.
-        """
-        o = np.asarray(objects, dtype=np.int64)
-        lg = self.probes.logits(np.asarray(x, dtype=np.float32))
-        types = o[:, :, 0] * self.n_shapes + o[:, :, 1]
-        hits = []
-        for h, pos in enumerate((o[:, :, 0], o[:, :, 1], types)):
-            mask = np.zeros(lg[h].shape, bool)
-            mask[np.arange(len(o))[:, None], pos] = True
-            lo = np.where(mask, lg[h], np.inf).min(1)
-            hi = np.where(mask, -np.inf, lg[h]).max(1)
-            hits.append(lo > hi)
-        obj = None if len(self.trained_types) and not self.trained_types[types].all() else float(hits[2].mean())
-        return {"probe_concept": float(np.concatenate(hits[:2]).mean()), "probe_object": obj}
-
-
-def fit_set_probes(x, objects, n_colors: int, n_shapes: int, *, held_out=None, config=None) -> SetProbes:
-    """Train the colour, shape and object set probes of :class:`SetProbes` on train scenes.
-
-    The reference's soft target (0.5 / 0.5 over the two values present, 1.0 when both objects
-    share it) and soft cross-entropy equal the mean hard cross-entropy over the two objects, so
-    each scene enters twice, once per object, and the hard-label trainer of
-    :func:`mosaic.diagnostics.probes.fit_linear_probes` is used (its schedule and validation
-    selection; the reference: bias-free heads, full batch, 10 000 epochs).
-
-    Args:
-        x: float ``[N, D]`` train-split scene embeddings; objects: int ``[N, 2, 2]``.
-        n_colors, n_shapes: vocabulary sizes; held_out: bool ``[N]`` (any True raises);
-        config: :class:`mosaic.diagnostics.probes.ProbeConfig`.
-    Raises:
-        LeakageError: a held-out training scene; DiagnosticError: bad shapes.
-    """
-    from mosaic.diagnostics.probes import fit_linear_probes
-
-    x = np.asarray(x, dtype=np.float32)
-    o = np.asarray(objects, dtype=np.int64)
-    if o.shape != (len(x), 2, 2):
-        raise DiagnosticError(f"set probes: objects must be [N, 2, 2] for {len(x)} scenes, got {o.shape}")
-    flat = o.transpose(1, 0, 2).reshape(-1, 2)                    # slot 0 of every scene, then slot 1
-    y = np.stack([flat[:, 0], flat[:, 1], flat[:, 0] * n_shapes + flat[:, 1]], 1)
-    held = None if held_out is None else np.tile(np.asarray(held_out, bool).reshape(-1), 2)
-    probes = fit_linear_probes(np.concatenate([x, x]), y, [n_colors, n_shapes, n_colors * n_shapes], held_out=held,
-                               config=config, what="set probes")
-    trained = np.zeros(n_colors * n_shapes, bool)
-    trained[y[:, 2]] = True
-    return SetProbes(probes, n_colors, n_shapes, trained)
 
 
 def binding_complexity(train: tuple, evals: dict[str, tuple], n_values: list[int], config: ComplexityConfig | None = None,

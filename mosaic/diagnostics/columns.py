@@ -11,6 +11,8 @@ def analysis_columns(analysis: dict | None) -> dict:
     - ``probe.<split>.<concept>`` / ``probe.<split>.mean``: concept-probe accuracy (split
       ``test_id`` / ``test_ood``); ``slot_probe.<split>``: slot-wise binding-probe object
       accuracy; ``binding_probe.<split>``: keyed (colour given shape) probe accuracy, seen splits;
+      ``set_probe.<split>.concept`` / ``.object``: order-free set probes (concept mean; object
+      tuples, nan where a scene holds a type never trained);
     - ``layers.seen.<layer>`` / ``layers.held_out.<layer>``, ``layers.last_held_out``,
       ``layers.best_by_val_held_out``, ``layers.best_held_out``, ``layers.gain_over_last``;
     - ``factorization.r2``, ``.r2_whitened``, ``.r2_lstsq``, ``.heldout_r2``, ``.cross_abs_cos``,
@@ -44,6 +46,10 @@ def analysis_columns(analysis: dict | None) -> dict:
     for split, v in (p.get("slots") or {}).items():
         if isinstance(v, dict):
             put(f"slot_probe.{split}", v.get("object_accuracy"))
+    for split, v in (p.get("set") or {}).items():
+        if isinstance(v, dict):
+            put(f"set_probe.{split}.concept", v.get("concept_mean"))
+            put(f"set_probe.{split}.object", v.get("object"))
     lay = analysis.get("layers") or {}
     for group in ("seen", "held_out"):
         for name, v in zip(lay.get("layers", []), lay.get(group, [])):
