@@ -87,6 +87,9 @@ def sample_sheet(folder: str | Path, out: str | Path, n: int = 16, predictions: 
         cap = ("HELD-OUT " if r.get("held_out") else "seen ") + " ".join(str(v) for v in (r.get("concepts") or {}).values())
         if predictions is not None:
             p = predictions[i]
-            cap += " | read: " + " ".join("?" if v is None else str(v) for v in p.values())
+            names = list(r.get("concepts") or {}) + [c for c in p if c not in (r.get("concepts") or {})]  # the intended order
+            vals = [p.get(c) for c in names if c in p]
+            cap += " | read: " + ("unreadable" if vals and all(v is None for v in vals)
+                                  else " ".join("?" if v is None else str(v) for v in vals))
         caps.append(cap)
     return contact_sheet(images, caps, out, tile=tile)

@@ -85,3 +85,22 @@ def test_a_dataset_stands_for_its_spec(tmp_path, write_spec):
     assert load_spec(tmp_path / "ds" / "manifest.json").fingerprint() == spec.fingerprint()
     r = runner.invoke(app, ["validate", str(tmp_path)])
     assert r.exit_code == 2 and "without manifest.json" in r.output
+
+
+def test_sample_sheet_captions_reads_in_the_intended_order_and_names_unreadable(tmp_path, monkeypatch):
+    import json
+
+    import numpy as np
+
+    import mosaic.preview as pv
+
+    (tmp_path / "images").mkdir()
+    recs = [{"file_name": f"images/{i}.png", "concepts": {"color": "red", "shape": "circle"}, "held_out": i == 0,
+             "combination": [str(i)]} for i in range(2)]
+    for r in recs:
+        Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / r["file_name"])
+    (tmp_path / "metadata.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    got = {}
+    monkeypatch.setattr(pv, "contact_sheet", lambda images, caps, out, tile: got.setdefault("caps", caps))
+    pv.sample_sheet(tmp_path, tmp_path / "s.png", predictions=[{"shape": "square", "color": "red"}, {"shape": None, "color": None}])
+    assert got["caps"] == ["HELD-OUT red circle | read: red square", "seen red circle | read: unreadable"]
