@@ -505,13 +505,28 @@ def export(src: str | Path, format: str, dst: str | Path | None = None, shard_by
     if have == format:
         raise DatasetError([("--format", f"{src} is already {format}: choose the other form ({'imagefolder' if format == 'parquet' else 'parquet'})")])
     dst = Path(dst) if dst is not None else src.with_name(f"{src.name}-{format}")
-    if dst.exists():
-        if not dst.is_dir() or (any(dst.iterdir()) and not (overwrite and (dst / MANIFEST).is_file())):
+    rs, rd = src.resolve(), dst.resolve()
+    if rs == rd or rs in rd.parents or rd in rs.parents:  # checked before anything is deleted: the source is only read
+        raise DatasetError([("--out", f"{dst} is {'the source' if rs == rd else 'inside the source' if rs in rd.parents else 'a folder holding the source'} "
+                             f"{src}: give a folder outside it (default: {src.name}-{format} beside it)")])
+    if dst.exists() or dst.is_symlink():
+        if not dst.is_dir() or dst.is_symlink() or (any(dst.iterdir()) and not overwrite):
             raise DatasetError(f"--out {dst} exists and is not empty: give a new directory (or --overwrite to replace a mosaic dataset)")
-        shutil.rmtree(dst)
-    if have == "parquet":
-        verify_parquet(src, man)
+        from mosaic.records import replaceable_or_raise
+
+        replaceable_or_raise(dst)
+    # the whole source is checked against its recorded digests first: damage is named here, never copied into
+    # a new dataset whose fresh digests would then pass `mosaic verify`
+    from mosaic.verify import verify as verify_dataset
+
+    report = verify_dataset(src, deep=True)
+    if not report.ok:
+        names = ", ".join(d.path for d in report.damage[:5]) + (f" and {len(report.damage) - 5} more" if len(report.damage) > 5 else "")
+        raise DatasetError(f"{src} is damaged ({names}): export copies the source as it is, so repair it first with "
+                           f"`mosaic verify {src} --repair`, then export")
     spec = spec_of(src)
+    if dst.exists():
+        shutil.rmtree(dst)
     masks = bool(man.get("masks"))
     renderer = man.get("renderer", {}).get("name", "pillow")
     if format == "parquet":

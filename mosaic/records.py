@@ -121,6 +121,42 @@ def spec_from_data(spec_data: dict) -> Spec:
     return _SPEC_CACHE[key]
 
 
+#: the names a mosaic dataset folder holds (a damaged manifest in a folder of only these is still ours)
+DATASET_NAMES = frozenset({MANIFEST, "README.md", "checksums.sha256", "data", ".mosaic", "train", "val", "test", "test_id", "test_ood"})
+
+
+def replaceable_or_raise(out: Path) -> None:
+    """Raise unless ``--overwrite`` may delete ``out``: an empty folder, or a mosaic dataset: its
+    manifest is a JSON mapping whose ``format`` is ``mosaic-dataset/N``, or the manifest is
+    damaged (unreadable, a folder) in a folder holding only the names a dataset has. Any other
+    folder with a ``manifest.json`` (a web extension's, a model's) is refused, never deleted.
+
+    Raises:
+        DatasetError: naming the folder and why it is not replaced.
+    """
+    if out.is_symlink():
+        raise DatasetError([("--out", f"{out} is a symbolic link: give the real folder, --overwrite never deletes through a link")])
+    if not any(out.iterdir()):
+        return
+    path = out / MANIFEST
+    if not (path.is_file() or path.is_dir()):
+        raise DatasetError(f"refusing to --overwrite {out}: it is not a mosaic dataset (no {MANIFEST}) and not empty; give another --out")
+    man = None
+    if path.is_file():
+        try:
+            man = json.loads(path.read_bytes().decode("utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            man = None
+    if isinstance(man, dict) and str(man.get("format", "")).startswith("mosaic-dataset/"):
+        return
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in DATASET_NAMES and not p.name.startswith(".metadata"))
+    if man is None and not foreign:  # a mosaic dataset whose manifest is damaged: --overwrite is the documented fix
+        return
+    raise DatasetError(f"refusing to --overwrite {out}: its {MANIFEST} is not a mosaic dataset manifest (no format "
+                       f"mosaic-dataset/N)" + (f" and it holds {', '.join(foreign[:5])}" if foreign else "") +
+                       "; give another --out")
+
+
 def check_out_dir(out: Path, spec: Spec, masks: bool, overwrite: bool, storage: str) -> dict | None:
     """Decide what to do with an existing ``out`` about to receive a ``storage`` form dataset:
     returns the manifest to resume, or None to start fresh.
@@ -139,10 +175,9 @@ def check_out_dir(out: Path, spec: Spec, masks: bool, overwrite: bool, storage: 
     man_path = out / MANIFEST
     has_manifest = man_path.is_file() or man_path.is_dir() and not man_path.is_symlink()  # a folder there: a damaged dataset
     if overwrite:
-        if has_manifest or not any(out.iterdir()):
-            shutil.rmtree(out)
-            return None
-        raise DatasetError(f"refusing to --overwrite {out}: it is not a mosaic dataset (no {MANIFEST}) and not empty; give another --out")
+        replaceable_or_raise(out)
+        shutil.rmtree(out)
+        return None
     if not has_manifest:
         if any(out.iterdir()):
             raise DatasetError(f"{out} exists, is not empty and holds no {MANIFEST}: give an empty or new --out directory")

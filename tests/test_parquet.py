@@ -190,3 +190,35 @@ def test_unknown_backend_and_changed_shard_size_write_nothing(tmp_path, cc_spec)
         generate_parquet(cc_spec, out, shard_bytes=10_000, on_progress=lambda d, t: (_ for _ in ()).throw(KeyboardInterrupt) if d else None)
     with pytest.raises(DatasetError, match=r"rerun with --shard-mb 0.0095367431640625 to resume"):
         generate_parquet(cc_spec, out, shard_bytes=16_000)
+
+
+def test_export_never_deletes_the_source_or_a_foreign_folder_and_refuses_a_damaged_source(tmp_path, cc_spec):
+    src = tmp_path / "img"
+    generate(cc_spec, src)
+    before = tree(src)
+    for out in (src, src / "inside", tmp_path):  # the source, a folder inside it, a folder holding it
+        with pytest.raises(DatasetError, match="--out"):
+            export(src, "parquet", out, overwrite=True)
+    assert tree(src) == before
+    user = tmp_path / "userproj"
+    (user / "src").mkdir(parents=True)
+    (user / "manifest.json").write_text('{"name": "my-web-extension"}')
+    (user / "src" / "code.js").write_text("precious")
+    with pytest.raises(DatasetError, match="not a mosaic dataset manifest"):
+        export(src, "parquet", user, overwrite=True)
+    with pytest.raises(DatasetError, match="not a mosaic dataset manifest"):
+        generate(cc_spec, user, overwrite=True)
+    assert (user / "src" / "code.js").read_text() == "precious"
+    png = src / "train" / "images" / "000004.png"
+    data = bytearray(png.read_bytes())
+    data[60] ^= 0xFF                                    # same size, damaged pixels: only the digest shows it
+    png.write_bytes(bytes(data))
+    with pytest.raises(DatasetError, match=r"damaged \(train/images/000004.png\).*--repair"):
+        export(src, "parquet", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    # a mosaic dataset is still replaced by --overwrite, also when its manifest is damaged
+    pqd = tmp_path / "pq"
+    generate_parquet(cc_spec, pqd, shard_bytes=10_000)
+    (pqd / "manifest.json").write_text("{trunc")
+    generate_parquet(cc_spec, pqd, shard_bytes=10_000, overwrite=True)
+    assert verify_parquet(pqd) is None
