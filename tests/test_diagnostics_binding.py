@@ -323,3 +323,31 @@ def test_cli_refuses_the_binding_diagnostics_on_a_one_object_run_and_bad_options
                            env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     assert "binding-function complexity" in r.output and "colour interventions" in r.output and "mult_linear" in r.output
+
+
+@pytest.mark.parametrize("content", [b"{bad", b"", b"null", b"[]", b"\xff\xfe"])
+def test_analyze_names_a_damaged_metrics_json_before_computing(tiny_binding_run, tmp_path, content):
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from mosaic.cli import app
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_binding_run, run)
+    (run / "metrics.json").write_bytes(content)
+    r = CliRunner().invoke(app, ["analyze", str(run), "--what", "probes"])
+    assert r.exit_code == 2 and "metrics.json is damaged" in r.output and "Traceback" not in r.output, r.output
+    assert (run / "metrics.json").read_bytes() == content
+
+
+@pytest.mark.parametrize("setting", ["binding_complexity.hidden=[1000000000]", "binding_complexity.hidden=[]",
+                                     "binding_complexity.lr=1e30", "interventions.strength=1e308", "interventions.strength=0",
+                                     "interventions.strength=-1", "binding_complexity.epochs=100000000", "probes.epochs=100000000"])
+def test_analysis_options_are_bounded(setting):
+    from mosaic.diagnostics.config import AnalysisSection
+    from mosaic.spec import apply_overrides
+
+    with pytest.raises(Exception) as e:
+        AnalysisSection.model_validate(apply_overrides({}, [setting]))
+    assert setting.split("=")[0].split(".")[-1] in str(e.value)

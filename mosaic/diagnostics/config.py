@@ -22,9 +22,9 @@ class ProbeOptions(StrictModel):
     reference's, except ``max_train``). Held-out probe accuracy still rises between 200 and 500
     epochs on mosaic's embeddings, so fewer epochs understate it."""
 
-    epochs: int = Field(500, ge=1, description="passes over the training samples (reference 500)")
-    batch_size: int = Field(256, ge=1)
-    lr: float = Field(1e-2, gt=0, description="Adam learning rate, cosine-annealed to 0")
+    epochs: int = Field(500, ge=1, le=100_000, description="passes over the training samples (reference 500)")
+    batch_size: int = Field(256, ge=1, le=1_000_000)
+    lr: float = Field(1e-2, gt=0, le=1000, description="Adam learning rate, cosine-annealed to 0")
     val_fraction: float = Field(0.05, ge=0, lt=1, description="share of the train split that selects each head's best state")
     max_train: int | None = Field(4000, ge=10, description="train-split samples the probes see (a seeded subset; null: all)")
     seed: int = Field(0, ge=0)
@@ -34,16 +34,16 @@ class DiffusionClassifierOptions(StrictModel):
     """The diffusion classifier (:mod:`mosaic.diagnostics.diffusion_classifier`)."""
 
     timesteps: Literal["li", "linspace", "later"] = Field("li", description="li: Li et al.'s odd-grid slice; linspace; later: upper half")
-    n_timesteps: int = Field(20, ge=1, description="timesteps per image and candidate")
+    n_timesteps: int = Field(20, ge=1, le=1000, description="timesteps per image and candidate")
     weighting: Literal["uniform", "min_snr"] = "uniform"
-    n_trials: int = Field(1, ge=1, description="noises per timestep")
+    n_trials: int = Field(1, ge=1, le=1000, description="noises per timestep")
     norm: Literal["mse", "l2", "l1"] = Field("mse", description="mse: Li et al.; l2: Self-Bench's unsquared norm")
     target: Literal["epsilon", "model"] = Field("epsilon", description="score the noise error (v-models converted) or the model's own target")
     stages: list[tuple[int, int]] | None = Field(None, description="adaptive elimination [(n_timesteps, keep), ...]; null: score every candidate fully")
     per_concept: Literal["mean", "min", "logsumexp"] = Field("mean", description="how per-concept predictions marginalise the other concepts")
     images_per_split: int | None = Field(64, ge=1, description="test images classified per split (evenly over its records); null: all")
-    max_candidates: int = Field(4096, ge=1, description="refuse grids with more combinations than this")
-    batch_size: int = Field(256, ge=1, description="(image, candidate) pairs per denoiser call")
+    max_candidates: int = Field(4096, ge=1, le=1_000_000, description="refuse grids with more combinations than this")
+    batch_size: int = Field(256, ge=1, le=1_000_000, description="(image, candidate) pairs per denoiser call")
     seed: int = Field(0, ge=0)
 
 
@@ -55,9 +55,10 @@ class BindingComplexityOptions(StrictModel):
     families: list[Literal["regular_mlp", "mult_linear", "sum_mult_linear"]] = Field(
         default_factory=lambda: ["regular_mlp", "mult_linear", "sum_mult_linear"], min_length=1,
         description="approximator families fitted")
-    hidden: list[int] = Field(default_factory=lambda: [1024], description="regular_mlp hidden widths (reference [1024])")
-    epochs: int = Field(1000, ge=1, description="full-batch Adam steps (reference 4000)")
-    lr: float = Field(1e-2, gt=0, description="Adam learning rate, constant (reference 1e-2)")
+    hidden: list[int] = Field(default_factory=lambda: [1024], min_length=1, max_length=16,
+                              description="regular_mlp hidden widths, each 1-16,384 (reference [1024])")
+    epochs: int = Field(1000, ge=1, le=100_000, description="full-batch Adam steps (reference 4000)")
+    lr: float = Field(1e-2, gt=0, le=1000, description="Adam learning rate, constant (reference 1e-2)")
     max_train: int | None = Field(4000, ge=10, description="train-split scenes fitted (a seeded subset; null: all)")
     probes: bool = Field(True, description="score the concept probes (trained on the train split) on the predicted embeddings")
     seed: int = Field(0, ge=0)
@@ -66,8 +67,8 @@ class BindingComplexityOptions(StrictModel):
     def _check(self):
         if len(set(self.families)) != len(self.families):
             raise ValueError(f"families lists a family twice: {self.families}")
-        if any(h < 1 for h in self.hidden):
-            raise ValueError(f"hidden widths must be >= 1, got {self.hidden}")
+        if any(not 1 <= h <= 16_384 for h in self.hidden):
+            raise ValueError(f"hidden widths must be 1-16,384 (the labs' width bound), got {self.hidden}")
         return self
 
 
@@ -75,7 +76,7 @@ class InterventionOptions(StrictModel):
     """Colour interventions (:mod:`mosaic.diagnostics.interventions`; reference: one target colour
     per base, seed 42, strength 1)."""
 
-    strength: float = Field(1.0, description="k in z - k (u(a,o) - u(t,o)) (reference 1)")
+    strength: float = Field(1.0, gt=0, le=100, description="k in z - k (u(a,o) - u(t,o)), in (0, 100] (reference 1)")
     bank: Literal["objects", "positions"] = Field(
         "objects", description="objects: u(colour, shape) over either slot (reference default); positions: one entry per slot")
     targets: Literal["any", "banked"] = Field(

@@ -103,7 +103,14 @@ def analyze_run(run_dir: str | Path, *, what: list[str] | None = None, options: 
     """
     family, cfg, run, root = open_any_run(run_dir)
     opts = options or getattr(cfg, "analysis", None) or AnalysisSection()
-    metrics = json.loads(run.metrics.read_text())
+    try:
+        metrics = json.loads(run.metrics.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        metrics = e
+    if not isinstance(metrics, dict):  # checked before any diagnostic runs: the results are written into it
+        why = f"{type(metrics).__name__}: {str(metrics)[:80]}" if isinstance(metrics, Exception) else f"not a JSON mapping but {json.dumps(metrics)[:40]}"
+        raise TrainingError(f"{run.metrics} is damaged ({why}): it holds the run's results; restore it from a copy, "
+                            "or train the run again into a new --out")
     # the applicability check comes before the (slow) task is built
     from mosaic.dataset import spec_of
 
