@@ -121,6 +121,21 @@ class SweepSpec(_Base):
                     raise ValueError(f"{key}: a label axis is `label.<name>` with a name of letters, digits and _ (not 'seed')")
                 if not all(isinstance(v, str) and v for v in vals) or len(set(vals)) != len(vals):
                     raise ValueError(f"{key}: label values must be distinct non-empty strings, got {vals!r}")
+                if {"max", "min"} & set(vals):
+                    raise ValueError(f"{key}: 'max' and 'min' are claim selectors (the largest / smallest value), not label values: "
+                                     "choose other names")
+        from mosaic.claims import _canon
+
+        # claims and reports tell conditions apart by this key: grid values and label values must differ by it (a zip
+        # axis may repeat a value across conditions: its label axis, or another zip axis, tells them apart)
+        for key, vals in {**self.grid, **{k: v for k, v in self.zip.items() if k.startswith(LABEL)}}.items():
+            seen: dict[str, Any] = {}
+            for v in vals:
+                k = _canon(v)
+                if k in seen:
+                    raise ValueError(f"{key}: values {seen[k]!r} and {v!r} are the same value where results are compared "
+                                     f"(both read as {json.loads(k)!r}): use distinct values")
+                seen[k] = v
         n = n_trials(self)
         if n > MAX_TRIALS:  # bounded before expand() builds one dict per trial
             sizes = [f"{k} {len(v)}" for k, v in self.grid.items()] + ([f"zip {len(next(iter(self.zip.values())))}"] if self.zip else [])

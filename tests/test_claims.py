@@ -185,3 +185,16 @@ def test_sweep_with_a_misspelt_selector_value_is_refused():
         SweepSpec.model_validate(raw)
     raw["report"]["claims"][0]["b"] = {"k": 2}
     SweepSpec.model_validate(raw)
+
+
+@pytest.mark.parametrize("axes, match", [
+    ({"zip": {"label.c": ["on", "yes"]}}, "values 'on' and 'yes' are the same value"),
+    ({"zip": {"label.c": ["1", "1.0"]}}, "values '1' and '1.0' are the same value"),
+    ({"zip": {"label.c": ["max", "b"]}}, "'max' and 'min' are claim selectors"),
+    ({"grid": {"spec.splits.train": [100, 100.0]}}, "values 100 and 100.0 are the same value"),
+])
+def test_values_claims_could_not_tell_apart_are_refused(axes, match):
+    from mosaic.sweep import SweepSpec
+
+    with pytest.raises(ValueError, match=match):
+        SweepSpec.model_validate({"name": "s", "kind": "diffusion", "config": "experiments/train/quickstart_cpu.yaml", "seeds": [0, 1], **axes})
