@@ -117,6 +117,11 @@ def read_manifest_checked(root: str | Path) -> dict:
     if not isinstance(man, dict) or not isinstance(man.get("spec"), dict) or not isinstance(man.get("splits"), dict):
         raise DatasetError(f"{path} is damaged (not a mosaic manifest: spec or splits missing): regenerate with "
                            f"`mosaic generate SPEC --out {root} --overwrite`, or restore the file from a copy")
+    bad = [s for s, v in man["splits"].items()
+           if not isinstance(v, dict) or not isinstance(v.get("count", 0), int) or isinstance(v.get("count", 0), bool) or v.get("count", 0) < 0]
+    if bad:
+        raise DatasetError(f"{path} is damaged (split {bad[0]!r}: its count is not a whole number >= 0): restore the file from a "
+                           f"copy, or regenerate with `mosaic generate SPEC --out {root} --overwrite`")
     return man
 
 
