@@ -482,6 +482,19 @@ def _imagefolder_rows(spec: Spec, src: Path, split: str, masks: bool) -> Iterato
 
 def export(src: str | Path, format: str, dst: str | Path | None = None, shard_bytes: int = DEFAULT_SHARD_BYTES,
            overwrite: bool = False, on_progress: Callable[[int, int], None] | None = None) -> dict:
+    """Convert a complete dataset between imagefolder and Parquet (see :func:`_export`), holding
+    the output folder's lock (:class:`mosaic.locks.FolderLock`, never waiting): a second export or
+    generation into the same folder stops, naming the process that writes it."""
+    from mosaic.locks import FolderLock
+
+    check_format(format)
+    out = Path(dst) if dst is not None else Path(src).with_name(f"{Path(src).name}-{format}")
+    with FolderLock(out, DatasetError, "dataset", wait=False):
+        return _export(src, format, out, shard_bytes, overwrite, on_progress)
+
+
+def _export(src: str | Path, format: str, dst: str | Path | None = None, shard_bytes: int = DEFAULT_SHARD_BYTES,
+            overwrite: bool = False, on_progress: Callable[[int, int], None] | None = None) -> dict:
     """Convert a complete dataset between imagefolder and Parquet; images are copied as the same
     PNG bytes and labels as the same values.
 
