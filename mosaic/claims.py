@@ -301,6 +301,12 @@ def claim_problems(claims: list[Claim], axes: list[str], columns: list[str] | No
     from mosaic.vocab import closest
 
     out = []
+    keys: dict[str, set] = {}  # axis -> the comparable keys of its values, computed once
+
+    def short(v, n=60) -> str:
+        t = repr(v)
+        return t if len(t) <= n else t[:n] + "..."
+
     for i, c in enumerate(claims):
         for a in c.axes():
             try:
@@ -315,12 +321,15 @@ def claim_problems(claims: list[Claim], axes: list[str], columns: list[str] | No
                     continue  # reported above
                 if ax not in values or (isinstance(v, str) and v in ("max", "min")):
                     continue
-                have = [_canon(x) for x in values[ax]]
-                if _canon(v) not in have:
-                    shown = [str(_value(x)) for x in values[ax]]
-                    close = closest(str(v), shown, cutoff=0.6)
-                    out.append(f"report.claims[{i}] ({c.name or c.sentence()}): {field}: {a} = {v!r} is not a value of axis {ax!r}: "
-                               + (f"did you mean {close!r}? " if close else "") + f"its values: {', '.join(shown)} (or max / min)")
+                if ax not in keys:
+                    keys[ax] = {_canon(x) for x in values[ax]}
+                if _canon(v) not in keys[ax]:
+                    shown = [str(_value(x)) for x in values[ax][:1000]]
+                    close = closest(str(v)[:200], shown, cutoff=0.6)
+                    listed = ", ".join(short(x, 40)[1:-1] if isinstance(x, str) else short(x, 40) for x in shown[:20])
+                    more = f" and {len(values[ax]) - 20:,} more" if len(values[ax]) > 20 else ""
+                    out.append(f"report.claims[{i}] ({short(c.name or c.sentence(), 120)}): {field}: {a} = {short(v)} is not a value of axis "
+                               f"{ax!r}: " + (f"did you mean {close!r}? " if close else "") + f"its values: {listed}{more} (or max / min)")
         if columns is not None:
             for y in c.columns():
                 if y not in columns:

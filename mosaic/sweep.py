@@ -65,7 +65,7 @@ class ReportSection(_Base):
     lines: str | None = Field(None, description="axis giving one line per value (default: the second grid axis)")
     y: list[str] = Field(default_factory=lambda: ["held_out.joint", "seen.joint"], description="result columns to plot")
     x_label: str | None = None
-    claims: list[Any] = Field(default_factory=list, description="claims the sweep tests (mosaic.claims): structured mappings or sentences")
+    claims: list[Any] = Field(default_factory=list, max_length=1000, description="claims the sweep tests (mosaic.claims): structured mappings or sentences, at most 1,000")
 
     @field_validator("claims")
     @classmethod
