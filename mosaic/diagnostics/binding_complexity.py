@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from mosaic.diagnostics.errors import DiagnosticError, LeakageError
+from mosaic.diagnostics.errors import DiagnosticError, refuse_held_out
 
 FAMILIES = ("regular_mlp", "mult_linear", "sum_mult_linear")
 
@@ -181,14 +181,9 @@ def fit_approximator(labels, y, n_values: list[int], family: str, *, held_out=No
     """
     cfg = config or ComplexityConfig()
     labels, y = _check(labels, y, n_values, "fit")
-    if held_out is not None:
-        h = np.asarray(held_out, dtype=bool).reshape(-1)
-        if len(h) != len(labels):
-            raise DiagnosticError(f"binding complexity: held_out has {len(h)} flags for {len(labels)} scenes")
-        if h.any():
-            raise LeakageError(f"binding complexity: {int(h.sum())} of {len(h)} fitting scenes hold held-out object types; the "
-                               "approximators are fitted on seen types only (the train split) so that test_ood measures "
-                               "generalization: drop them, or pass the train split's scenes")
+    refuse_held_out(len(labels), held_out, "binding complexity", "fitting scenes",
+                    "hold held-out object types; the approximators are fitted on seen types only (the train split) so that "
+                    "test_ood measures generalization: drop them, or pass the train split's scenes")
     if not len(labels):
         raise DiagnosticError("binding complexity: no fitting scene")
     dev = torch.device(cfg.device)

@@ -32,4 +32,25 @@ except ImportError:  # an older mosaic.errors without the diagnostics' classes
         """A probe or axis asked to train on held-out combinations (test_ood cells): diagnostics
         train on seen combinations only, so that held-out accuracy measures generalization."""
 
-__all__ = ["DiagnosticError", "LeakageError", "NotApplicableError"]
+
+
+def refuse_held_out(n: int, held_out, what: str, noun: str, why: str) -> None:
+    """The one leakage check of the diagnostics: raise unless ``held_out`` (bool ``[n]``, a numpy
+    array, list or torch tensor, or None) flags no sample.
+
+    Raises:
+        DiagnosticError: ``held_out`` does not have ``n`` flags ("{what}: held_out has K flags for n {noun}").
+        LeakageError: a sample is flagged ("{what}: k of n {noun} {why}").
+    """
+    if held_out is None:
+        return
+    import numpy as np
+
+    h = np.asarray(held_out.detach().cpu().numpy() if hasattr(held_out, "detach") else held_out, dtype=bool).reshape(-1)
+    if len(h) != n:
+        raise DiagnosticError(f"{what}: held_out has {len(h)} flags for {n} {noun}")
+    if h.any():
+        raise LeakageError(f"{what}: {int(h.sum())} of {len(h)} {noun} {why}")
+
+
+__all__ = ["DiagnosticError", "LeakageError", "NotApplicableError", "refuse_held_out"]

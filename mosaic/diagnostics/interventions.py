@@ -44,13 +44,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mosaic.diagnostics.errors import DiagnosticError, LeakageError
-
-
-def _np(x, dtype) -> np.ndarray:
-    if hasattr(x, "detach"):
-        x = x.detach().cpu().numpy()
-    return np.asarray(x, dtype=dtype)
+from mosaic.diagnostics.errors import DiagnosticError, refuse_held_out
+from mosaic.diagnostics.probes import _np
 
 
 def _check(x, objects, what: str) -> tuple[np.ndarray, np.ndarray]:
@@ -80,13 +75,8 @@ def object_bank(x, objects, *, held_out=None, positional: bool = False) -> dict[
         LeakageError: a bank scene is flagged held-out; DiagnosticError: bad shapes.
     """
     x, o = _check(x, objects, "bank")
-    if held_out is not None:
-        h = _np(held_out, bool).reshape(-1)
-        if len(h) != len(x):
-            raise DiagnosticError(f"interventions: held_out has {len(h)} flags for {len(x)} bank scenes")
-        if h.any():
-            raise LeakageError(f"interventions: {int(h.sum())} of {len(h)} bank scenes hold held-out object types; the bank "
-                               "u(colour, shape) is built from the train split (seen types) only")
+    refuse_held_out(len(x), held_out, "interventions", "bank scenes",
+                    "hold held-out object types; the bank u(colour, shape) is built from the train split (seen types) only")
     keys = o.reshape(-1, 2)                                   # [2N, 2]: scene 0 left, scene 0 right, ...
     if positional:
         keys = np.concatenate([keys, np.tile([0, 1], len(o))[:, None]], 1)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from mosaic.diagnostics.errors import DiagnosticError, LeakageError
+from mosaic.diagnostics.errors import DiagnosticError, refuse_held_out
 
 
 @dataclass
@@ -125,14 +125,9 @@ def _np(x, dtype) -> np.ndarray:
 
 
 def _check_train(x, held_out, what: str) -> None:
-    if held_out is None:
-        return
-    h = _np(held_out, bool).reshape(-1)
-    if len(h) != len(x):
-        raise DiagnosticError(f"{what}: held_out has {len(h)} flags for {len(x)} samples")
-    if h.any():
-        raise LeakageError(f"{what}: {int(h.sum())} of {len(h)} training samples are held-out combinations; probes train on "
-                           "seen combinations only (the train split): drop them, or pass the train split's features")
+    refuse_held_out(len(x), held_out, what, "training samples",
+                    "are held-out combinations; probes train on seen combinations only (the train split): drop them, "
+                    "or pass the train split's features")
 
 
 def fit_linear_probes(x, y, n_values: list[int] | None = None, *, held_out=None, config: ProbeConfig | None = None,
