@@ -493,15 +493,16 @@ def export(src: str | Path, format: str, dst: str | Path | None = None, shard_by
         return _export(src, format, out, shard_bytes, overwrite, on_progress)
 
 
-def _export(src: str | Path, format: str, dst: str | Path | None = None, shard_bytes: int = DEFAULT_SHARD_BYTES,
-            overwrite: bool = False, on_progress: Callable[[int, int], None] | None = None) -> dict:
+def _export(src: str | Path, format: str, dst: Path, shard_bytes: int, overwrite: bool,
+            on_progress: Callable[[int, int], None] | None) -> dict:
     """Convert a complete dataset between imagefolder and Parquet; images are copied as the same
     PNG bytes and labels as the same values.
 
     Args:
         src: a complete mosaic dataset (either form).
         format: ``parquet`` or ``imagefolder`` (the form to write).
-        dst: output directory (default: ``<src>-<format>``); must be new or empty unless ``overwrite``.
+        dst: output directory (:func:`export` defaults it to ``<src>-<format>``); must be new or
+            empty unless ``overwrite``.
     Returns:
         The manifest of ``dst``.
     Raises:
@@ -509,7 +510,6 @@ def _export(src: str | Path, format: str, dst: str | Path | None = None, shard_b
     """
     from mosaic.executors import LocalExecutor
 
-    check_format(format)
     src = Path(src)
     man = read_manifest(src)
     if man.get("status") != "complete":
@@ -517,7 +517,6 @@ def _export(src: str | Path, format: str, dst: str | Path | None = None, shard_b
     have = storage_of(man)
     if have == format:
         raise DatasetError([("--format", f"{src} is already {format}: choose the other form ({'imagefolder' if format == 'parquet' else 'parquet'})")])
-    dst = Path(dst) if dst is not None else src.with_name(f"{src.name}-{format}")
     rs, rd = src.resolve(), dst.resolve()
     if rs == rd or rs in rd.parents or rd in rs.parents:  # checked before anything is deleted: the source is only read
         raise DatasetError([("--out", f"{dst} is {'the source' if rs == rd else 'inside the source' if rs in rd.parents else 'a folder holding the source'} "

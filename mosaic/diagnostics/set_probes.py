@@ -106,7 +106,6 @@ class SetProbes:
     def __init__(self, heads: list[np.ndarray], attributes: list[str], n_values: list[int], tuples: np.ndarray):
         self.heads, self.attributes, self.n_values, self.tuples = heads, list(attributes), list(n_values), tuples
         self._radix = np.cumprod([1, *self.n_values[:-1]])
-        self._row = {int(c): i for i, c in enumerate(tuples)}
 
     def codes(self, objects: np.ndarray) -> np.ndarray:
         """int64 ``[N, M]``: the tuple code of each object (-1 for an absent slot)."""
@@ -114,10 +113,11 @@ class SetProbes:
         return np.where((o >= 0).all(2), (o * self._radix).sum(2), -1)
 
     def rows(self, codes: np.ndarray) -> np.ndarray:
-        """int64 like ``codes``: the object head's row of each code; -1 absent, -2 never trained."""
-        if not codes.size:
-            return codes
-        return np.vectorize(lambda c: self._row.get(int(c), -2) if c >= 0 else -1, otypes=[np.int64])(codes)
+        """int64 like ``codes``: the object head's row of each code (``tuples`` is sorted); -1 absent,
+        -2 never trained."""
+        idx = np.searchsorted(self.tuples, codes)
+        found = (idx < len(self.tuples)) & (self.tuples[np.minimum(idx, len(self.tuples) - 1)] == codes) if len(self.tuples) else False
+        return np.where(codes < 0, -1, np.where(found, idx, -2)).astype(np.int64)
 
     def score(self, x, objects) -> dict:
         """Set accuracy on scenes.
@@ -193,10 +193,12 @@ def set_probe_report(train: tuple, evals: dict[str, tuple], n_values: list[int],
         LeakageError, DiagnosticError: as :func:`fit_set_probes`.
     """
     x, objs, held = train
-    probe = fit_set_probes(x, objs, n_values, attributes, held_out=held, config=config, max_train=max_train)
-    if max_train is not None and len(x) > max_train:
+    x, objs = _np(x, np.float32), _np(objs, np.int64)
+    _check_train(x, held, "set probes")  # before the subset: a held-out sample anywhere in the training data is refused
+    if max_train is not None and len(x) > max_train:  # the subset is cut once, here, and scored as "train"
         keep = np.sort(np.random.default_rng((config or ProbeConfig()).seed).choice(len(x), max_train, replace=False))
-        x, objs = _np(x, np.float32)[keep], _np(objs, np.int64)[keep]
+        x, objs = x[keep], objs[keep]
+    probe = fit_set_probes(x, objs, n_values, attributes, config=config)
     rep: dict = {"objects": int(len(probe.tuples)), "train": probe.score(x, objs)}
     for split, (xs, o) in evals.items():
         if len(o):
