@@ -273,3 +273,39 @@ def test_sample_refuses_a_transformer_run_and_a_missing_folder(tmp_path):
         open_run(run)
     with pytest.raises(TrainingError, match="does not exist"):
         open_run(tmp_path / "nope")
+
+
+def test_time_condition_feeds_the_pooled_condition_to_every_resnet_block():
+    """model.unet.time_condition: a projection of the mean condition token is added to the timestep
+    embedding; the condition then changes the output even with cross-attention removed from the path."""
+    import torch
+
+    from mosaic.lab.diffusion.conditioning import FactorizedConditioner
+    from mosaic.lab.diffusion.config import DiffusionModelSection
+    from mosaic.lab.diffusion.model import DiffusionModel, build_backbone, pool_tokens
+
+    tokens = torch.arange(12, dtype=torch.float32).reshape(1, 3, 4)
+    mask = torch.tensor([[True, False, True]])
+    assert torch.equal(pool_tokens(tokens, mask), (tokens[0, 0] + tokens[0, 2])[None] / 2)
+    assert torch.equal(pool_tokens(tokens), tokens.mean(1))
+
+    def model(time_condition):
+        torch.manual_seed(0)
+        m = DiffusionModelSection.model_validate({"backbone": "unet", "conditioning": "factorized", "cond_dim": 16, "unet": {
+            "block_out_channels": [8, 16], "cross_attention": [False, True], "heads": 2, "norm_num_groups": 4,
+            "time_condition": time_condition}})
+        dm = DiffusionModel(build_backbone(m, 8), FactorizedConditioner({"color": ["r", "g"], "count": [1, 2, 3]}, 16), "unet")
+        # cut every cross-attention: the condition can then reach the output only through the timestep embedding
+        for mod in dm.backbone.modules():
+            if hasattr(mod, "attn2"):
+                mod.attn2.to_out[0].weight.data.zero_()
+                mod.attn2.to_out[0].bias.data.zero_()
+        return dm.eval()
+
+    x, t = torch.randn(1, 3, 8, 8), torch.tensor([500])
+    a, b = torch.tensor([[0, 0]]), torch.tensor([[1, 2]])
+    with torch.no_grad():
+        plain, timed = model(False), model(True)
+        assert torch.allclose(plain(x, t, a), plain(x, t, b))
+        assert not torch.allclose(timed(x, t, a), timed(x, t, b), atol=1e-4)
+    assert timed.time_condition and not plain.time_condition

@@ -27,6 +27,10 @@ class UNetSection(_Base):
     heads: int = Field(4, ge=1, le=1024, description="attention heads (diffusers calls it attention_head_dim)")
     norm_num_groups: int = Field(8, ge=1)
     transformer_layers_per_block: int = Field(1, ge=1, le=MAX_DEPTH)
+    time_condition: bool = Field(False, description=(
+        "also add the pooled condition (mean of the condition tokens) to the timestep embedding through a learned "
+        "projection (diffusers class_embed_type='projection'), so every ResNet block at every resolution sees it, "
+        "not only the cross-attention levels"))
 
     @model_validator(mode="after")
     def _levels(self):

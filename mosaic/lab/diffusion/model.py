@@ -70,6 +70,7 @@ def build_backbone(m: DiffusionModelSection, image_size: int) -> nn.Module:
             block_out_channels=tuple(u.block_out_channels), layers_per_block=u.layers_per_block,
             attention_head_dim=u.heads, norm_num_groups=u.norm_num_groups, cross_attention_dim=m.cond_dim,
             transformer_layers_per_block=u.transformer_layers_per_block,
+            **({"class_embed_type": "projection", "projection_class_embeddings_input_dim": m.cond_dim} if u.time_condition else {}),
         )
     from diffusers import PixArtTransformer2DModel
 
@@ -94,13 +95,25 @@ class DiffusionModel(nn.Module):
     def __init__(self, backbone: nn.Module, conditioner: nn.Module, kind: str):
         super().__init__()
         self.backbone, self.conditioner, self.kind = backbone, conditioner, kind
+        # model.unet.time_condition: the backbone adds a projection of the pooled tokens to its timestep embedding
+        self.time_condition = getattr(getattr(backbone, "config", None), "class_embed_type", None) == "projection"
 
     def forward(self, x, t, cond, drop=None):
         tokens, mask = self.conditioner(cond, drop)
         if self.kind == "unet":
-            return self.backbone(x, t, encoder_hidden_states=tokens, encoder_attention_mask=mask).sample
+            pooled = pool_tokens(tokens, mask) if self.time_condition else None
+            return self.backbone(x, t, encoder_hidden_states=tokens, encoder_attention_mask=mask, class_labels=pooled).sample
         return self.backbone(x, encoder_hidden_states=tokens, timestep=t, added_cond_kwargs=_NO_ADDED,
                              encoder_attention_mask=mask).sample
+
+
+def pool_tokens(tokens, mask=None):
+    """Mean of the condition tokens ``[B, L, D]`` over the real ones (``mask`` bool ``[B, L]``, True =
+    a token; None = all) -> ``[B, D]``, the input of ``model.unet.time_condition``'s projection."""
+    if mask is None:
+        return tokens.mean(dim=1)
+    w = mask.to(tokens.dtype).unsqueeze(-1)
+    return (tokens * w).sum(dim=1) / w.sum(dim=1).clamp_min(1.0)
 
 
 def count_params(module: nn.Module) -> int:
