@@ -629,6 +629,24 @@ def test_unbounded_cli_numbers_and_deep_set_values_are_refused(tmp_path, args):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("args,word", [
+    (["generate", "SPEC", "--out", "{tmp}/o", "--format", "parquet", "--shard-mb", "nan"], "not a finite number"),
+    (["export", "{tmp}/missing", "--format", "parquet", "--shard-mb", "-inf"], "not a finite number"),
+    (["sample", "{tmp}/run", "--guidance", "nan"], "not a finite number"),
+    (["sample", "{tmp}/run", "--guidance", "inf"], "not a finite number"),
+    (["evaluator", "calibrate", "SPEC", "--target", "NaN"], "not a finite number"),
+    (["evaluator", "calibrate", "SPEC", "--target", "1.5"], "out of range"),
+])
+def test_float_options_name_nan_and_inf_as_not_finite(tmp_path, args, word):
+    """Every float option parses through common.finite_float: nan is named as not finite (it used to
+    read "should be less than or equal to 65536"), inf is refused even without an upper bound."""
+    sp = _write(tmp_path, SPEC)
+    argv = [str(sp) if a == "SPEC" else a.replace("{tmp}", str(tmp_path)) for a in args]
+    code, text, r = invoke(argv)
+    assert code == 2 and word in " ".join(text.split()), text
+    assert not (tmp_path / "o").exists()
+
+
 def test_values_that_look_like_emoji_codes_are_printed_as_given(tmp_path):
     """rich turns ':100:' into an emoji unless told not to: an error must quote the user's value."""
     p = tmp_path / "s.yaml"
@@ -851,6 +869,28 @@ def test_an_empty_path_in_a_set_value_is_refused_naming_the_field(tmp_path, fiel
     code, text, r = invoke(["train", "diffusion", cp, "--set", f'{field}=""', "--dry-run"])
     assert_clean(code, text, "is an empty path", r)
     assert field.split(".")[-1] in text
+
+
+@pytest.mark.parametrize("args", [["verify", ""], ["generate", "SPEC", "--out", ""], ["generate", "SPEC", "--out="],
+                                  ["train", "diffusion", ""], ["evaluate", "", "--spec", "SPEC"], ["sweep", "", "--dry-run"]])
+def test_an_empty_argument_is_refused_before_any_command_runs(tmp_path, monkeypatch, args):
+    """Path("") is ".": an unset shell variable must not make a command check or write the current folder."""
+    sp = _write(tmp_path, SPEC)
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    code, text, r = invoke([str(sp) if a == "SPEC" else a for a in args])
+    assert_clean(code, text, "empty", r)
+    assert list(work.iterdir()) == []
+
+
+def test_evaluate_names_a_missing_or_non_folder_images_dir(tmp_path):
+    sp = _write(tmp_path, SPEC)
+    code, text, r = invoke(["evaluate", tmp_path / "nope", "--spec", sp])
+    assert_clean(code, text, "nope is missing", r)
+    (tmp_path / "afile").write_text("x")
+    code, text, r = invoke(["evaluate", tmp_path / "afile", "--spec", sp])
+    assert_clean(code, text, "is not a folder", r)
 
 
 def test_no_empty_progress_bar_above_an_error(tmp_path):

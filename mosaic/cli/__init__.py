@@ -22,10 +22,31 @@ imported inside the commands, so ``mosaic --help`` starts fast.
 from __future__ import annotations
 
 import typer
+from typer.core import TyperGroup
 
 from mosaic.cli import analyze, audit, data, evaluate, export, reproduce, splits, sweep, train, verify
+from mosaic.cli.common import fail
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="mosaic: controlled datasets and a training lab for compositional generalization.")
+
+class _MosaicGroup(TyperGroup):
+    """The top-level group: refuses an empty argument before any command sees it. ``pathlib.Path("")``
+    is ``.``, so ``mosaic verify "$DIR"`` with an unset variable would otherwise check (or
+    ``--out ""`` write into) the current folder; no option or argument of mosaic takes an empty value."""
+
+    def parse_args(self, ctx, args):
+        empty = [i for i, a in enumerate(args) if a == "" or (a.startswith("--") and a.endswith("=") and "=" not in a[:-1])]
+        if empty:
+            from mosaic.errors import MosaicError
+
+            i = empty[0]
+            where = f"{args[i]!r} has an empty value" if args[i] else f"argument {i + 1}" + (f" (after {args[i - 1]!r})" if i else "") + " is an empty string"
+            fail(MosaicError(f"{where}: no mosaic option or argument takes an "
+                             "empty value (an unset shell variable?); give the path or value"))
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(cls=_MosaicGroup, no_args_is_help=True, add_completion=False,
+                  help="mosaic: controlled datasets and a training lab for compositional generalization.")
 
 app.command("validate")(data.validate)
 app.command("generate")(data.generate)

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from mosaic.cli.common import SpecArg, check_out, console, fail, set_option
+from mosaic.cli.common import finite_float, SpecArg, check_out, console, fail, set_option
 from mosaic.errors import MosaicError
 
 
@@ -62,7 +62,7 @@ def calibrate(
     spec: SpecArg,
     n: Annotated[int, typer.Option("--n", min=1, help="Ground-truth renders per degradation (split evaluator_check)")] = 1000,
     bad_n: Annotated[int, typer.Option("--bad-n", min=0, help="Scenes per synthetic failure mode (each clean and mildly degraded)")] = 100,
-    target: Annotated[float, typer.Option("--target", min=0.0, max=1.0, help="Largest acceptable share of degraded renders rejected")] = 0.005,
+    target: Annotated[float, typer.Option("--target", parser=finite_float(0.0, 1.0), help="Largest acceptable share of degraded renders rejected")] = 0.005,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON")] = None,
     set_: set_option("spec") = None,
 ) -> None:

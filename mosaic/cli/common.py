@@ -32,6 +32,34 @@ def fail(e: Exception) -> None:
     raise typer.Exit(2)
 
 
+def finite_float(lo: float | None = None, hi: float | None = None):
+    """A float option parser (``typer.Option(parser=...)``) that refuses ``nan``, ``inf`` and values
+    outside ``[lo, hi]`` by name. A plain ``min=``/``max=`` lets ``inf`` through without a max and words
+    ``nan`` as "should be less than or equal to ...".
+
+    Raises:
+        typer.BadParameter: not a number, not finite, or out of range (click prints it, exit 2).
+    """
+    import math
+
+    bounds = (f" from {lo:g} to {hi:g}" if lo is not None and hi is not None
+              else f" >= {lo:g}" if lo is not None else f" <= {hi:g}" if hi is not None else "")
+
+    def parse(value) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise typer.BadParameter(f"{value!r} is not a number: give a number{bounds}") from None
+        if not math.isfinite(number):
+            raise typer.BadParameter(f"{value!r} is not a finite number: give a number{bounds}")
+        if (lo is not None and number < lo) or (hi is not None and number > hi):
+            raise typer.BadParameter(f"{value!r} is out of range: give a number{bounds}")
+        return number
+
+    parse.__name__ = "FLOAT"  # the metavar typer shows
+    return parse
+
+
 def set_option(target: str, example: str | None = None):
     """The repeatable ``--set key.path=value`` option type that overrides a field of ``target``
     (a spec, a config, a sweep); ``example`` is shown in the help after ``e.g. --set``."""

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from mosaic.cli.common import MAX_SHARD_MB, check_out, console, err_console, fail, lazy_progress
+from mosaic.cli.common import MAX_SHARD_MB, finite_float, check_out, console, err_console, fail, lazy_progress
 from mosaic.errors import MosaicError
 
 
@@ -17,7 +17,7 @@ def export_command(
     src: Annotated[Path, typer.Argument(help="A complete mosaic dataset directory (imagefolder or parquet)")],
     format: Annotated[str, typer.Option("--format", "-f", help="Form to write: parquet or imagefolder")],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output directory (default: SRC-FORMAT beside SRC)")] = None,
-    shard_mb: Annotated[float, typer.Option("--shard-mb", min=0.001, max=MAX_SHARD_MB, help="Target Parquet shard size in MiB")] = 256.0,
+    shard_mb: Annotated[float, typer.Option("--shard-mb", parser=finite_float(0.001, MAX_SHARD_MB), help="Target Parquet shard size in MiB")] = 256.0,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing mosaic dataset at --out")] = False,
 ) -> None:
     """Convert a dataset between imagefolder and Parquet: the same PNG bytes and labels, a new

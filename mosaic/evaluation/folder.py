@@ -19,6 +19,9 @@ def read_folder(images_dir: str | Path) -> list[dict]:
     optional ``held_out``). Raises MosaicError when missing or malformed (names the line)."""
     d = Path(images_dir)
     meta = d / "metadata.jsonl"
+    if not d.is_dir():
+        raise MosaicError(f"{d} is {'not a folder' if d.exists() else 'missing'}: give a folder of images with a metadata.jsonl "
+                          "(a dataset split such as DATASET/test_ood, or a run's samples folder)")
     if not meta.is_file():
         raise MosaicError(f"{meta} is missing: a folder to evaluate needs a metadata.jsonl with one JSON object per image "
                           '({"file_name": "images/000000.png", "concepts": {...}, "held_out": false})')
