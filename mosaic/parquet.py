@@ -551,7 +551,8 @@ def _export(src: str | Path, format: str, dst: Path, shard_bytes: int, overwrite
                 plan[split] = plan_rows_per_shard(pa.Table.from_pylist(rows, schema=_schema(spec, masks)), shard_bytes)
         (dst / "data").mkdir(parents=True)
         (dst / ".mosaic" / "shards").mkdir(parents=True)
-        atomic_write_json(dst / MANIFEST, _base_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes))
+        atomic_write_json(dst / MANIFEST, {**_base_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes),
+                                           "export_source": str(src)})  # named by verify if this export is interrupted
         spec_data = spec.to_dict()
         write_shards(spec, dst, plan, masks, _table_of_imagefolder_cached(),
                      lambda s, a, b: (spec_data, str(src), s, a, b, masks), LocalExecutor(1), on_progress)
@@ -597,7 +598,7 @@ def _parquet_to_imagefolder(spec: Spec, src: Path, dst: Path, man: dict, masks: 
     done = 0
     dst.mkdir(parents=True)
     out_man = base_manifest(spec, masks, renderer, "incomplete", "imagefolder")
-    atomic_write_json(dst / MANIFEST, out_man)
+    atomic_write_json(dst / MANIFEST, {**out_man, "export_source": str(src)})  # named by verify if this export is interrupted
     tally = Tally(spec)
     for split, v in man["splits"].items():
         tally.begin(split)

@@ -222,3 +222,27 @@ def test_export_never_deletes_the_source_or_a_foreign_folder_and_refuses_a_damag
     (pqd / "manifest.json").write_text("{trunc")
     generate_parquet(cc_spec, pqd, shard_bytes=10_000, overwrite=True)
     assert verify_parquet(pqd) is None
+
+
+@pytest.mark.parametrize("to", ["parquet", "imagefolder"])
+def test_an_interrupted_export_is_named_as_an_export_by_verify(tmp_path, cc_spec, monkeypatch, to):
+    """A killed export leaves status 'incomplete'; verify must say to rerun the export (with its
+    source), not `mosaic generate`, which never made this folder."""
+    from mosaic.verify import verify
+
+    src = tmp_path / "src"
+    (generate_parquet(cc_spec, src, shard_bytes=10_000) if to == "imagefolder" else generate(cc_spec, src))
+
+    def killed(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mp, "write_shards" if to == "parquet" else "iter_records", killed)
+    with pytest.raises(KeyboardInterrupt):
+        export(src, to, tmp_path / "out", shard_bytes=10_000)
+    monkeypatch.undo()
+    report = verify(tmp_path / "out")
+    text = " ".join(d.detail for d in report.damage)
+    assert f"mosaic export {src} --format {to} --out {tmp_path / 'out'} --overwrite" in text
+    assert "mosaic generate" not in text
+    done = export(src, to, tmp_path / "out", shard_bytes=10_000, overwrite=True)
+    assert done["status"] == "complete" and "export_source" not in done
