@@ -513,7 +513,9 @@ def _export(src: str | Path, format: str, dst: Path, shard_bytes: int, overwrite
     src = Path(src)
     man = read_manifest(src)
     if man.get("status") != "complete":
-        raise DatasetError(f"{src} is incomplete (status {man.get('status')!r}): finish it with `mosaic generate` first")
+        from mosaic.records import unfinished_hint
+
+        raise DatasetError(f"{src} is incomplete (status {man.get('status')!r}): {unfinished_hint(src, man)}, then export it")
     have = storage_of(man)
     if have == format:
         raise DatasetError([("--format", f"{src} is already {format}: choose the other form ({'imagefolder' if format == 'parquet' else 'parquet'})")])
@@ -552,7 +554,7 @@ def _export(src: str | Path, format: str, dst: Path, shard_bytes: int, overwrite
         (dst / "data").mkdir(parents=True)
         (dst / ".mosaic" / "shards").mkdir(parents=True)
         atomic_write_json(dst / MANIFEST, {**_base_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes),
-                                           "export_source": str(src)})  # named by verify if this export is interrupted
+                                           "export_source": str(src.resolve())})  # named by verify if this export is interrupted
         spec_data = spec.to_dict()
         write_shards(spec, dst, plan, masks, _table_of_imagefolder_cached(),
                      lambda s, a, b: (spec_data, str(src), s, a, b, masks), LocalExecutor(1), on_progress)
@@ -598,7 +600,7 @@ def _parquet_to_imagefolder(spec: Spec, src: Path, dst: Path, man: dict, masks: 
     done = 0
     dst.mkdir(parents=True)
     out_man = base_manifest(spec, masks, renderer, "incomplete", "imagefolder")
-    atomic_write_json(dst / MANIFEST, {**out_man, "export_source": str(src)})  # named by verify if this export is interrupted
+    atomic_write_json(dst / MANIFEST, {**out_man, "export_source": str(src.resolve())})  # named by verify if this export is interrupted
     tally = Tally(spec)
     for split, v in man["splits"].items():
         tally.begin(split)

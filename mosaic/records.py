@@ -75,6 +75,28 @@ def read_manifest(root: str | Path) -> dict:
     return man
 
 
+#: Longest ``export_source`` a manifest may record (a path; anything longer is treated as damage).
+MAX_SOURCE_CHARS = 4096
+
+
+def unfinished_hint(root: str | Path, man: dict) -> str:
+    """How to finish a dataset whose manifest is not ``complete``: the export command to rerun when
+    an interrupted ``mosaic export`` made it (``export_source`` in the manifest), else the generate
+    rerun. Paths are shell-quoted; an ``export_source`` that is not a plain path string (not a str,
+    over :data:`MAX_SOURCE_CHARS`, control characters) is named as damage, never printed."""
+    import shlex
+
+    src = man.get("export_source")
+    if src is None:
+        return "generation did not finish; rerun the same `mosaic generate` command to resume"
+    if not isinstance(src, str) or not src or len(src) > MAX_SOURCE_CHARS or any(ord(c) < 32 or 127 <= ord(c) < 160 for c in src):
+        return (f"an export did not finish, and {MANIFEST} records no readable export_source: delete {root} and rerun "
+                "your `mosaic export` command")
+    storage = man.get("storage") if man.get("storage") in ("imagefolder", "parquet") else "imagefolder"
+    return (f"an export from {src} did not finish; rerun `mosaic export {shlex.quote(src)} --format {storage} "
+            f"--out {shlex.quote(str(root))} --overwrite`")
+
+
 def spec_of(root: str | Path) -> Spec:
     """The spec a dataset was generated from (from its manifest)."""
     return parse_spec(read_manifest(root)["spec"], source=f"{root}/{MANIFEST}")
@@ -191,6 +213,8 @@ def check_out_dir(out: Path, spec: Spec, masks: bool, overwrite: bool, storage: 
     if bool(man.get("masks")) != bool(masks):
         raise DatasetError(f"{out} was generated {'with' if man.get('masks') else 'without'} masks: rerun with the same --masks setting, or --overwrite")
     have = man.get("storage", "imagefolder")
+    if man.get("export_source") is not None and man.get("status") != "complete":
+        raise DatasetError(f"{out} is unfinished: {unfinished_hint(out, man)}; or --overwrite to replace it with this generation")
     if have != storage:  # convert the stored form into the requested one (export writes beside it by default)
         raise DatasetError(f"{out} holds a {have} dataset of this spec: generate with --format {have}, convert it to {storage} "
                            f"with `mosaic export {out} --format {storage}` (it writes {out}-{storage}), or --overwrite")

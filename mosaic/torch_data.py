@@ -45,7 +45,9 @@ class MosaicDataset(torch.utils.data.Dataset):
         self.root = Path(root)
         man = read_manifest(self.root)
         if man.get("status") != "complete":
-            raise DatasetError(f"{root} is incomplete (generation was interrupted): rerun `mosaic generate` to finish it")
+            from mosaic.records import unfinished_hint
+
+            raise DatasetError(f"{root} is incomplete: {unfinished_hint(root, man)}")
         if load_masks and not man.get("masks"):
             raise DatasetError(f"{root} has no masks: regenerate with `mosaic generate ... --masks`")
         self.manifest = man

@@ -175,12 +175,9 @@ def verify(root: str | Path, deep: bool = False, manifest: dict | None = None, s
                                     "the spec (or the fingerprint) in manifest.json was edited after generation"))
         report.repairable = False
     if man.get("status") != "complete":
-        if man.get("export_source"):
-            how = (f"export from {man['export_source']} did not finish; rerun `mosaic export {man['export_source']} "
-                   f"--format {man.get('storage', 'imagefolder')} --out {root} --overwrite`")
-        else:
-            how = "generation did not finish; rerun the same `mosaic generate` command to resume"
-        report.damage.append(Damage(MANIFEST, "incomplete", f"status {man.get('status')!r}: {how}"))
+        from mosaic.records import unfinished_hint
+
+        report.damage.append(Damage(MANIFEST, "incomplete", f"status {man.get('status')!r}: {unfinished_hint(root, man)}"))
         report.repairable = False
         return report
     if storage == "parquet":

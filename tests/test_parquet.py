@@ -244,5 +244,27 @@ def test_an_interrupted_export_is_named_as_an_export_by_verify(tmp_path, cc_spec
     text = " ".join(d.detail for d in report.damage)
     assert f"mosaic export {src} --format {to} --out {tmp_path / 'out'} --overwrite" in text
     assert "mosaic generate" not in text
+    # every command that meets the half-written folder gives the same advice (no loop back to generate)
+    from typer.testing import CliRunner
+
+    from mosaic.cli import app
+
+    out = tmp_path / "out"
+    for args in (["verify", out], ["export", out, "--format", "imagefolder" if to == "parquet" else "parquet", "--out", tmp_path / "x"],
+                 ["generate", tmp_path / "spec.yaml", "--out", out, "--format", to], ["generate", tmp_path / "spec.yaml", "--out", out]):
+        (tmp_path / "spec.yaml").write_text(__import__("yaml").safe_dump(cc_spec.to_dict()))
+        r = CliRunner().invoke(app, [str(a) for a in args])
+        said = " ".join(r.output.split())
+        assert r.exit_code in (1, 2) and f"mosaic export {src} --format {to}" in said, (args, r.output)
+        assert "mosaic generate` command" not in said and "finish it with `mosaic generate`" not in said, (args, r.output)
+    # a damaged export_source is named, never printed (escapes, newlines, shell metacharacters)
+    man = json.loads((out / "manifest.json").read_text())
+    for bad in ["/tmp/x\x1b[31mRED\nfix: all good", 123, ["a"], "x" * 5000]:
+        (out / "manifest.json").write_text(json.dumps({**man, "export_source": bad}))
+        r = CliRunner().invoke(app, ["verify", str(out)])
+        assert r.exit_code == 1 and "no readable export_source" in " ".join(r.output.split()) and "\x1b" not in r.output, r.output
+    (out / "manifest.json").write_text(json.dumps({**man, "export_source": "/tmp/my data; rm -rf ~"}))
+    r = CliRunner().invoke(app, ["verify", str(out)])
+    assert "mosaic export '/tmp/my data; rm -rf ~'" in " ".join(r.output.split()), r.output
     done = export(src, to, tmp_path / "out", shard_bytes=10_000, overwrite=True)
     assert done["status"] == "complete" and "export_source" not in done
