@@ -36,6 +36,13 @@ def find_scored_samples(root: str | Path) -> list[Path]:
     root = Path(root)
     if not root.is_dir():
         raise MosaicError(f"{root} is not a folder: give a run folder, a samples folder or a sweep folder")
+    # only mosaic's own folders are searched: a parent such as /tmp or / would mix unrelated runs into one audit
+    marks = ("predictions.jsonl", "config.yaml", "sweep.yaml")
+    if (not any((root / m).is_file() for m in marks) and not (root / "samples").is_dir()
+            and not any((c / "sweep.yaml").is_file() for c in root.iterdir() if c.is_dir())):
+        raise MosaicError(f"{root} is not a run, samples, sweep or reproduction folder (it holds none of {', '.join(marks)}, "
+                          "samples/): give "
+                          "the folder `mosaic train`, `mosaic sample`, `mosaic sweep` or `mosaic reproduce` wrote")
     found = sorted({p.parent for p in root.rglob("predictions.jsonl") if (p.parent / "metadata.jsonl").is_file()})
     if not found:
         raise MosaicError(f"{root} holds no scored samples (a folder with predictions.jsonl and metadata.jsonl): "

@@ -62,6 +62,8 @@ def read_manifest(root: str | Path) -> dict:
                            f"or regenerate the dataset with `mosaic generate SPEC --out {root} --overwrite`")
     if not Path(root).exists():
         raise DatasetError(f"{root} does not exist: give the folder of a generated dataset (`mosaic generate SPEC --out {root}` makes one)")
+    if not Path(root).is_dir():
+        raise DatasetError(f"{root} is a file, not a dataset folder: give the folder `mosaic generate SPEC --out DIR` wrote")
     if not path.is_file():
         raise DatasetError(f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with `mosaic generate SPEC --out {root}`)")
     try:

@@ -76,6 +76,8 @@ def make_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None
     sweep_dir = Path(sweep_dir)
     res = sweep_dir / "results.csv"
     if not res.is_file():
+        if Path(sweep_dir).exists() and not Path(sweep_dir).is_dir():
+            raise MosaicError(f"{sweep_dir} is a file, not a sweep folder: give the folder `mosaic sweep SWEEP.yaml --out DIR` wrote")
         raise MosaicError(f"{sweep_dir} has no results.csv: run `mosaic sweep SWEEP.yaml --out {sweep_dir}` first")
     sweep = yaml.safe_load((sweep_dir / "sweep.yaml").read_text()) if (sweep_dir / "sweep.yaml").is_file() else {}
     df = pd.read_csv(res)

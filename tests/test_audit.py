@@ -138,6 +138,9 @@ def test_import_refuses_another_audit(run_dir, tmp_path):
 
 def test_cli_audit(run_dir, tmp_path):
     r = CliRunner().invoke(app, ["audit", str(tmp_path)])
+    assert r.exit_code == 2 and "is not a run, samples, sweep or reproduction folder" in r.output
+    (tmp_path / "config.yaml").write_text("name: r\n")
+    r = CliRunner().invoke(app, ["audit", str(tmp_path)])
     assert r.exit_code == 2 and "holds no scored samples" in r.output
     out = tmp_path / "a"
     r = CliRunner().invoke(app, ["audit", str(run_dir), "--n", "6", "--out", str(out)])

@@ -61,3 +61,14 @@ def test_complexity_vs_imbalance_direction_measured_on_cpu(tmp_path, monkeypatch
     drop_distractors = base - t["distractors"]["table"]["seen"]["joint"]
     drop_tail = cross(t["baseline"]) - cross(t["skewed"])
     assert drop_tail > drop_distractors
+
+
+def test_counting_count_is_the_hardest_concept_at_the_smallest_size(tmp_path, monkeypatch):
+    """counting_cpu at 200 training images (seed 0): what the 3-seed sweep measured at every size,
+    count accuracy well below colour accuracy. The paper's claim (count drops more than colour from
+    large to small data) is not shown at CPU scale (README "Findings"), so it is not asserted."""
+    monkeypatch.chdir(ROOT)
+    m = _trial("counting_cpu", {"spec.splits.train": 200}, tmp_path)
+    seen = m["table"]["seen"]
+    assert seen["color"] >= 0.85
+    assert seen["count"] < seen["color"] - 0.1

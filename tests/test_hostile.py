@@ -636,6 +636,11 @@ def test_unbounded_cli_numbers_and_deep_set_values_are_refused(tmp_path, args):
     (["sample", "{tmp}/run", "--guidance", "inf"], "not a finite number"),
     (["evaluator", "calibrate", "SPEC", "--target", "NaN"], "not a finite number"),
     (["evaluator", "calibrate", "SPEC", "--target", "1.5"], "out of range"),
+    (["sample", "{tmp}/run", "--guidance", "1_000"], "not a number"),
+    (["sample", "{tmp}/run", "--guidance", "\uff11"], "not a number"),
+    (["sample", "{tmp}/run", "--guidance", " 2"], "not a number"),
+    (["sample", "{tmp}/run", "--guidance", "1e309"], "overflows"),
+    (["sample", "{tmp}/run", "--guidance", "1001"], "out of range"),
 ])
 def test_float_options_name_nan_and_inf_as_not_finite(tmp_path, args, word):
     """Every float option parses through common.finite_float: nan is named as not finite (it used to
@@ -884,6 +889,38 @@ def test_an_empty_argument_is_refused_before_any_command_runs(tmp_path, monkeypa
     assert list(work.iterdir()) == []
 
 
+@pytest.mark.parametrize("args,word", [
+    (["export", "{tmp}/d", "--format", "parquet", "-o="], "short option"),
+    (["export", "{tmp}/d", "--format", "parquet", "-o=x"], "short option"),
+    (["export", "{tmp}/d", "--format", "parquet", "-o", " "], "only whitespace"),
+    (["verify", "\t"], "only whitespace"),
+])
+def test_short_option_equals_and_whitespace_arguments_are_refused(tmp_path, monkeypatch, args, word):
+    """click reads `-o=` as the value '=' and `-o " "` as a folder named by a space: both wrote a whole dataset there."""
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    code, text, r = invoke([a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert_clean(code, text, word, r)
+    assert list(work.iterdir()) == []
+
+
+@pytest.mark.parametrize("args,word", [
+    (["sample", "FILE"], "is a file, not a run folder"),
+    (["report", "FILE"], "is a file, not a sweep folder"),
+    (["export", "FILE", "--format", "parquet"], "is a file, not a dataset folder"),
+    (["audit", "TMP"], "is not a run, samples, sweep or reproduction folder"),
+    (["preview", "SPEC", "-o", "{tmp}/p.txt"], "does not end in .png"),
+])
+def test_a_file_or_foreign_folder_where_a_mosaic_folder_is_expected_is_named(tmp_path, args, word):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    sp = _write(tmp_path, SPEC)
+    code, text, r = invoke([{"FILE": str(f), "TMP": str(tmp_path), "SPEC": str(sp)}.get(a, a.replace("{tmp}", str(tmp_path))) for a in args])
+    assert_clean(code, text, word, r)
+    assert not (tmp_path / "audit").exists() and not (tmp_path / "p.txt").exists()
+
+
 def test_evaluate_names_a_missing_or_non_folder_images_dir(tmp_path):
     sp = _write(tmp_path, SPEC)
     code, text, r = invoke(["evaluate", tmp_path / "nope", "--spec", sp])
@@ -922,3 +959,11 @@ def test_a_run_folder_under_a_file_is_refused_before_generating(tmp_path):
     cp = _write(tmp_path, config(tmp_path, sp, **{"dataset.root": str(tmp_path / "regular")}), "cfg2.yaml")
     code, text, r = invoke(["train", "diffusion", cp])
     assert_clean(code, text, "dataset.root", r)
+
+
+def test_calibrate_with_no_bad_scenes_prints_its_table(tmp_path):
+    """--bad-n 0 (allowed) left every bad-render fraction None and crashed the table after the work."""
+    sp = _write(tmp_path, SPEC)
+    code, text, r = invoke(["evaluator", "calibrate", sp, "--n", "4", "--bad-n", "0", "--json", tmp_path / "c.json"])
+    assert code == 0 and r.exception is None, text
+    assert (tmp_path / "c.json").is_file()

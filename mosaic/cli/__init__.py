@@ -29,19 +29,40 @@ from mosaic.cli.common import fail
 
 
 class _MosaicGroup(TyperGroup):
-    """The top-level group: refuses an empty argument before any command sees it. ``pathlib.Path("")``
-    is ``.``, so ``mosaic verify "$DIR"`` with an unset variable would otherwise check (or
-    ``--out ""`` write into) the current folder; no option or argument of mosaic takes an empty value."""
+    """The top-level group: refuses, before any command sees them, arguments that are never meant:
+    an empty or whitespace-only one (``pathlib.Path("")`` is ``.``, so ``mosaic verify "$DIR"`` with
+    an unset variable would check, and ``--out ""`` write into, the current folder; ``-o " "`` would
+    make a folder named by a space), ``--opt=`` with an empty value, and ``-o=VALUE`` (click reads
+    the value of a short option as ``=VALUE``). No option or argument of mosaic takes such a value."""
+
+    def main(self, *args, **kwargs):
+        # a path that is not valid UTF-8 (kept as surrogates by Python) must not crash a "done" / "OK" line
+        # after the work is finished: such characters are printed as \udcXX escapes instead
+        import sys
+
+        for stream in (sys.stdout, sys.stderr):
+            if hasattr(stream, "reconfigure") and getattr(stream, "errors", None) == "strict":
+                try:
+                    stream.reconfigure(errors="backslashreplace")
+                except (ValueError, OSError):  # pragma: no cover - a stream that cannot be reconfigured
+                    pass
+        return super().main(*args, **kwargs)
 
     def parse_args(self, ctx, args):
-        empty = [i for i, a in enumerate(args) if a == "" or (a.startswith("--") and a.endswith("=") and "=" not in a[:-1])]
-        if empty:
+        import re
+
+        for i, a in enumerate(args):
+            if a.strip() == "":
+                what = f"argument {i + 1}" + (f" (after {args[i - 1]!r})" if i else "") + (" is an empty string" if a == "" else f" is only whitespace ({a!r})")
+            elif a.startswith("--") and a.endswith("=") and "=" not in a[:-1]:
+                what = f"{a!r} has an empty value"
+            elif re.match(r"-[A-Za-z]=", a):
+                what = f"{a!r}: a short option takes its value after a space ({a[:2]} VALUE), not after '='"
+            else:
+                continue
             from mosaic.errors import MosaicError
 
-            i = empty[0]
-            where = f"{args[i]!r} has an empty value" if args[i] else f"argument {i + 1}" + (f" (after {args[i - 1]!r})" if i else "") + " is an empty string"
-            fail(MosaicError(f"{where}: no mosaic option or argument takes an "
-                             "empty value (an unset shell variable?); give the path or value"))
+            fail(MosaicError(f"{what}: no mosaic option or argument takes such a value (an unset shell variable?); give the path or value"))
         return super().parse_args(ctx, args)
 
 

@@ -84,9 +84,11 @@ def calibrate(
         ok = v["rejected_fraction"] <= target
         t.add_row(f"ground truth, {d}", str(v["n"]), f"[{'green' if ok else 'red'}]{v['rejected']} ({100 * v['rejected_fraction']:.2f}%)[/]",
                   f"{100 * v['accuracy_without_abstention']:.1f}%", "")
+    def pct(x):  # None: no scene of that kind (--bad-n 0)
+        return "-" if x is None else f"{100 * x:.0f}%"
+
     for k, v in r["bad"].items():
-        t.add_row(f"bad: {k}", str(v["n"]), f"{100 * v['rejected_fraction']:.0f}%", f"{100 * v['credited_without_abstention']:.0f}%",
-                  f"{100 * v['credited_with_abstention']:.0f}%")
+        t.add_row(f"bad: {k}", str(v["n"]), pct(v["rejected_fraction"]), pct(v["credited_without_abstention"]), pct(v["credited_with_abstention"]))
     console.print(t)
     console.print("suggested by the degraded renders alone (each measure at its " f"{100 * target / 3:.2f}% quantile): "
                   + ", ".join(f"{m} {v:.3f}" for m, v in r["suggested"].items()), highlight=False)

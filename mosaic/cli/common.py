@@ -3,6 +3,7 @@ types and spec loading. Imports nothing heavy (no numpy, torch or spec module at
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
@@ -32,6 +33,9 @@ def fail(e: Exception) -> None:
     raise typer.Exit(2)
 
 
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def finite_float(lo: float | None = None, hi: float | None = None):
     """A float option parser (``typer.Option(parser=...)``) that refuses ``nan``, ``inf`` and values
     outside ``[lo, hi]`` by name. A plain ``min=``/``max=`` lets ``inf`` through without a max and words
@@ -46,12 +50,16 @@ def finite_float(lo: float | None = None, hi: float | None = None):
               else f" >= {lo:g}" if lo is not None else f" <= {hi:g}" if hi is not None else "")
 
     def parse(value) -> float:
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise typer.BadParameter(f"{value!r} is not a number: give a number{bounds}") from None
-        if not math.isfinite(number):
+        text = str(value)
+        # plain ASCII decimal notation only: float() would also take '1_000', full-width or Arabic-Indic digits and
+        # surrounding whitespace, none of which a user types on purpose
+        if text.lower().lstrip("+-") in ("nan", "inf", "infinity"):
             raise typer.BadParameter(f"{value!r} is not a finite number: give a number{bounds}")
+        if not _DECIMAL.fullmatch(text):
+            raise typer.BadParameter(f"{value!r} is not a number: give a number{bounds} in decimal notation (e.g. 1.5 or 2e-3)")
+        number = float(text)
+        if not math.isfinite(number):
+            raise typer.BadParameter(f"{value!r} overflows to infinity: give a number{bounds}")
         if (lo is not None and number < lo) or (hi is not None and number > hi):
             raise typer.BadParameter(f"{value!r} is out of range: give a number{bounds}")
         return number

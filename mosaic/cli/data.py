@@ -115,6 +115,8 @@ def preview(
     """Render the first samples of a split to a contact sheet with captions (writes nothing else)."""
     try:
         check_out(out, kind="file")
+        if out.suffix.lower() != ".png":
+            raise MosaicError([("--out", f"{str(out)!r} does not end in .png: the preview is a PNG file; give a path such as preview.png")])
         s = load(spec, set_)
         from mosaic.dataset import sample_record
         from mosaic.preview import contact_sheet

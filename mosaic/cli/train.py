@@ -119,7 +119,7 @@ def sample(
     run: Annotated[Path, typer.Argument(help="Run folder of a diffusion run (made by `mosaic train diffusion`)")],
     split: Annotated[Optional[list[str]], typer.Option("--split", help="Split(s) whose conditions to sample: test_id, test_ood (or test). Default: the run's evaluation splits")] = None,
     n_per_combination: Annotated[Optional[int], typer.Option("--n-per-combination", "-k", min=1, help="Images per combination (default: the config's sampling.n_per_combination)")] = None,
-    guidance: Annotated[Optional[float], typer.Option("--guidance", "-g", parser=finite_float(0.0), help="Classifier-free guidance scale (default: the config's)")] = None,
+    guidance: Annotated[Optional[float], typer.Option("--guidance", "-g", parser=finite_float(0.0, 1000.0), help="Classifier-free guidance scale (default: the config's)")] = None,
     steps: Annotated[Optional[int], typer.Option("--steps", min=1, help="Sampler steps")] = None,
     sampler: Annotated[Optional[str], typer.Option("--sampler", help="ddim or dpm (DPM-Solver++)")] = None,
     checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", help="best (selected on val) or final")] = None,

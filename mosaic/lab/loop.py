@@ -133,6 +133,8 @@ class RunFolder:
 
     def read_config(self) -> dict:
         if not self.root.is_dir():
+            if self.root.exists():
+                raise TrainingError(f"{self.root} is a file, not a run folder: give the folder `mosaic train ...` wrote")
             raise TrainingError(f"run folder {self.root} does not exist (train one with `mosaic train ...`)")
         if not self.config.is_file():
             raise TrainingError(f"{self.root} is not a run folder: {self.config.name} is missing (train one with `mosaic train ...`)")
