@@ -37,14 +37,15 @@ def test_composition_held_out_accuracy_falls_as_more_diagonals_are_held_out(tmp_
     monkeypatch.chdir(ROOT)
     n1 = _trial("composition_cpu", {"spec.holdout.rule.n": 1}, tmp_path)
     n3 = _trial("composition_cpu", {"spec.holdout.rule.n": 3}, tmp_path)
-    assert n1["table"]["seen"]["joint"] >= 0.85
-    assert n1["table"]["held_out"]["joint"] > n3["table"]["held_out"]["joint"]
+    assert n1["table"]["seen"]["joint"] >= 0.9  # every N = 1 trial of the sweep: 99.0-100 %
+    assert n1["table"]["held_out"]["joint"] > n3["table"]["held_out"]["joint"]  # seed 0: 6.2 % against 0 %
 
 
 def test_complexity_vs_imbalance_direction_measured_on_cpu(tmp_path, monkeypatch):
-    """complexity_imbalance_cpu (seed 0): the direction the 3-seed sweep measured, which is the
+    """complexity_imbalance_cpu (seed 0): the direction every seed of the sweep measured, the
     opposite of MOSAIC's statement at this scale: a skewed shape distribution costs its tail value
-    (cross) more than 1-3 distractors cost overall joint accuracy (README "Findings")."""
+    (cross) more than 1-3 distractors cost overall joint accuracy (seed 0: 15.6 against 1.7 points;
+    over 3 seeds inconclusive, README "Findings")."""
     monkeypatch.chdir(ROOT)
     conds = {"baseline": ([0, 0], "uniform"), "distractors": ([1, 3], "uniform"),
              "skewed": ([0, 0], {"kind": "geometric", "ratio": 0.5})}
@@ -57,7 +58,7 @@ def test_complexity_vs_imbalance_direction_measured_on_cpu(tmp_path, monkeypatch
         return m["scores"]["by_value"]["shape"]["cross"]["joint_accuracy"]
 
     base = t["baseline"]["table"]["seen"]["joint"]
-    assert base >= 0.85
+    assert base >= 0.9
     drop_distractors = base - t["distractors"]["table"]["seen"]["joint"]
     drop_tail = cross(t["baseline"]) - cross(t["skewed"])
     assert drop_tail > drop_distractors
