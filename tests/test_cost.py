@@ -267,4 +267,8 @@ def test_sweep_dry_run_lists_each_trial_with_its_estimate(tmp_path):
              "--set", f"set.dataset.root={tmp_path}", "--set", "set.training.steps=10", "--set", "set.evaluation.check_n=0")
     assert r.exit_code == 0, r.output
     assert "cost estimate per trial" in r.output and "1 distinct model shape" in r.output and "total (" in r.output
+    said = " ".join(r.output.split())
+    assert "--workers 1 runs them one at a time" in said and "side by side" not in said
+    for n in (1, 2, 3):  # trial names are folded, never cut to 'n=1_seed…' (nine rows that look the same)
+        assert f"n={n}_seed" in said.replace(" ", "") and all(f"seed={k}" in said.replace(" ", "") for k in (0, 1, 2))
     assert not list(tmp_path.iterdir())

@@ -107,7 +107,7 @@ def generate(
 
 def preview(
     spec: SpecArg,
-    out: Annotated[Path, typer.Option("--out", "-o", help="PNG file to write")] = Path("preview.png"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="PNG file to write")] = Path("data/preview.png"),
     n: Annotated[int, typer.Option("--n", min=1, max=400, help="Number of samples")] = 16,
     split: Annotated[str, typer.Option("--split", help="Split whose first samples are shown")] = "train",
     set_: SetOpt = None,
@@ -116,7 +116,7 @@ def preview(
     try:
         check_out(out, kind="file")
         if out.suffix.lower() != ".png":
-            raise MosaicError([("--out", f"{str(out)!r} does not end in .png: the preview is a PNG file; give a path such as preview.png")])
+            raise MosaicError([("--out", f"{str(out)!r} does not end in .png: the preview is a PNG file; give a path such as data/preview.png")])
         s = load(spec, set_)
         from mosaic.dataset import sample_record
         from mosaic.preview import contact_sheet

@@ -34,7 +34,7 @@ def _print_estimates(name: str, trials: list[dict], workers: int) -> None:
     table = Table(title=f"{name}: cost estimate per trial ({len({k for k in cache if k[0] == 'shape'})} distinct model shape(s) "
                         f"measured; accelerators at {100 * rows[0][1].assumed_mfu:.0f} % MFU)" if rows else name)
     for col in ["trial", "params", "FLOPs", "peak memory", "this machine"] + accs:
-        table.add_column(col, justify="left" if col == "trial" else "right")
+        table.add_column(col, justify="left" if col == "trial" else "right", overflow="fold" if col == "trial" else "ellipsis")
     tot_flops, tot_cpu, tot_acc = 0.0, 0.0, [0.0] * len(accs)
     for tid, est, cpu in rows:
         cells = [tid, f"{est.params / 1e6:.2f} M", fmt_flops(est.flops_total), fmt_bytes(est.peak_bytes_gpu),
@@ -51,7 +51,8 @@ def _print_estimates(name: str, trials: list[dict], workers: int) -> None:
         console.print(table)
         if tot_cpu:
             console.print(f"this machine: about {fmt_seconds(tot_cpu)} one trial at a time (measured now, load "
-                          f"{rows[0][1].cpu_load:.1f}); --workers {workers} runs trials side by side on the same cores")
+                          f"{rows[0][1].cpu_load:.1f})" + (f"; --workers {workers} runs {workers} trials side by side on the same cores"
+                                                                if workers > 1 else "; --workers 1 runs them one at a time"))
     for w, tid in warnings.items():
         console.print(f"[yellow]warning[/] {escape(w)} (trial {tid} and others of its shape)")
 
