@@ -89,7 +89,7 @@ def diffusion(config: DiffusionConfigArg, set_: SetOpt = None, out: OutOpt = Non
     them with the evaluator. Prints the seen vs held-out accuracy table. A finished run is a no-op."""
     from mosaic.lab.diffusion import DiffusionConfig, run_diffusion
 
-    metrics = _train(DiffusionConfig, run_diffusion, config, set_, out, "images", inside=", precision {mixed_precision}", dry_run=dry_run)
+    metrics = _train(DiffusionConfig, run_diffusion, config, set_, out, "images", inside=", mixed_precision: {mixed_precision}", dry_run=dry_run)
     if metrics is not None:
         if metrics.get("table"):
             from mosaic.evaluation.table import print_table
