@@ -58,7 +58,8 @@ class Damage:
 @dataclass
 class VerifyReport:
     """The result of :func:`verify`: ``root``, ``storage``, ``deep``, the number of ``files``
-    checked and every :class:`Damage` found (``ok`` when none)."""
+    checked and every :class:`Damage` found (``ok`` when none); ``finish`` says how to finish an
+    unfinished dataset (:func:`mosaic.records.unfinished_hint`), None otherwise."""
 
     root: str
     storage: str
@@ -66,6 +67,7 @@ class VerifyReport:
     files: int = 0
     damage: list[Damage] = field(default_factory=list)
     repairable: bool = True
+    finish: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -177,7 +179,8 @@ def verify(root: str | Path, deep: bool = False, manifest: dict | None = None, s
     if man.get("status") != "complete":
         from mosaic.records import unfinished_hint
 
-        report.damage.append(Damage(MANIFEST, "incomplete", f"status {man.get('status')!r}: {unfinished_hint(root, man)}"))
+        report.finish = unfinished_hint(root, man)
+        report.damage.append(Damage(MANIFEST, "incomplete", f"status {man.get('status')!r}: {report.finish}"))
         report.repairable = False
         return report
     if storage == "parquet":

@@ -57,11 +57,6 @@ def verify(
         fix = ("rerun the same `mosaic generate` command (it regenerates the damaged samples byte-identically) or "
                f"`mosaic verify {dataset} --repair`")
     else:
-        from mosaic.records import read_manifest, unfinished_hint
-
-        try:
-            fix = unfinished_hint(dataset, read_manifest(dataset))
-        except MosaicError:
-            fix = "rerun the same `mosaic generate` command to finish it"
+        fix = report.finish or "rerun the same `mosaic generate` command to finish it"
     err_console.print(f"fix: {fix}")
     raise typer.Exit(1)
