@@ -129,10 +129,10 @@ def render_shard(spec_data: dict, out: str, split: str, shard: int, start: int, 
 
     Without ``masks`` no instance mask is drawn (:meth:`renderers.base.Renderer.render_image`).
     """
-    from renderers import get_renderer
+    from renderers import backend_of, get_renderer
 
     spec = spec_from_data(spec_data)
-    rend = get_renderer(renderer, supersample=spec.image.supersample)
+    rend = get_renderer(backend_of(spec, renderer), supersample=spec.image.supersample)
     img_dir = os.path.join(out, split, "images")
     mask_dir = os.path.join(out, split, "masks")
     names = list(spec.concepts)

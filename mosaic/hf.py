@@ -96,17 +96,29 @@ def _dtype_of_domain(domain: list) -> str:
     return "float64"
 
 
-def _scene_node() -> tuple:
+def _scene_node(solid: bool = False) -> tuple:
+    """The scene graph's feature node; ``solid`` (``image.renderer: shaded``) adds the 3-D ground truth
+    of :class:`mosaic.scene3d.Scene3D` (material, 3-D position / size / rotation, pixel coordinates,
+    visible fraction and pixels per object; the view and CLEVR's directions per scene)."""
     obj = {
         "shape": ("value", "string"), "color": ("value", "string"), "rgb": ("list", ("value", "int64")),
         "size": ("value", "float64"), "center": ("list", ("value", "float64")), "rotation": ("value", "float64"),
         "template": ("value", "string"), "bbox": ("list", ("value", "int64")),
     }
     rel = {"subject": ("value", "int64"), "relation": ("value", "string"), "object": ("value", "int64")}
-    return ("struct", {
+    scene = {
         "image_size": ("value", "int64"), "background": ("list", ("value", "int64")),
         "objects": ("list", ("struct", obj)), "relations": ("list", ("struct", rel)),
-    })
+    }
+    if solid:
+        vec = ("list", ("value", "float64"))
+        obj.update({"material": ("value", "string"), "position_3d": vec, "size_3d": vec, "rotation_3d": vec,
+                    "pixel_coords": vec, "visible_fraction": ("value", "float64"), "visible_pixels": ("value", "int64")})
+        light = {"name": ("value", "string"), "position": vec, "intensity": ("value", "float64"), "radius": ("value", "float64")}
+        scene["view"] = ("struct", {"preset": ("value", "string"), "camera": vec, "look_at": vec, "fov": ("value", "float64"),
+                                    "lights": ("list", ("struct", light))})
+        scene["directions"] = ("struct", {k: vec for k in ("behind", "front", "right", "left", "above", "below")})
+    return ("struct", scene)
 
 
 def feature_tree(spec: Spec, masks: bool = False, image_column: bool = True) -> dict[str, tuple]:
@@ -133,7 +145,7 @@ def feature_tree(spec: Spec, masks: bool = False, image_column: bool = True) -> 
         "held_out": ("value", "bool"),
         "caption": ("value", "string"),
         "num_objects": ("value", "int64"),
-        "scene": _scene_node(),
+        "scene": _scene_node(spec.image.renderer == "shaded"),
     })
     return cols
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mosaic.scene import Scene, SceneObject, angle_deg, relation
+from mosaic.scene import Scene, SceneObject, angle_deg
 from mosaic.spec import Spec, Value, allowed_values, interchangeable, template_sets
 from mosaic.vocab import number_word, plural
 
@@ -82,9 +82,9 @@ def read_labels(scene: Scene, spec: Spec) -> LabelReading:
 
     for cname, role in spec.roles.items():
         values[cname] = None
-        if role in ("color", "shape", "size", "count"):
+        if role in ("color", "shape", "size", "count", "material"):
             attr = "repeat" if role == "count" else role
-            t = next(t for t in spec.templates if getattr(t, attr).kind == "concept" and getattr(t, attr).concept == cname)
+            t = next(t for t in spec.templates if (r := getattr(t, attr)) is not None and r.kind == "concept" and r.concept == cname)
             idx = groups[t.name]
             if role == "count":
                 values[cname] = len(idx)
@@ -119,7 +119,7 @@ def read_labels(scene: Scene, spec: Spec) -> LabelReading:
             s, o = one(rel.subject, cname), one(rel.object, cname)
             if s is None or o is None:
                 continue
-            r = relation(s, o)
+            r = scene.relation_of(s, o)
             if r is None or r not in spec.domain(cname):
                 problems.append(f"{cname}: relation of {rel.subject!r} to {rel.object!r} is {r}, not a value of the concept")
             else:
@@ -136,9 +136,11 @@ def _noun_phrase(objs: list[SceneObject], spec: Spec, size_concept: str | None =
     """``"a red circle"``, ``"three red circles"``, ``"two red circles and a blue square"``."""
     if not objs:
         return "no objects"
-    kinds: dict[tuple[str, str], int] = {}
+    kinds: dict[tuple, int] = {}
     for o in objs:
-        kinds[(o.color, o.shape)] = kinds.get((o.color, o.shape), 0) + 1
+        # a solid's material is a word of its own, CLEVR's order: "a large red metal sphere"
+        key = (o.color, o.shape) if getattr(o, "material", None) is None else (f"{o.color} {o.material}", o.shape)
+        kinds[key] = kinds.get(key, 0) + 1
     parts = []
     for (color, shape), n in kinds.items():
         size_word = ""
@@ -184,7 +186,7 @@ def caption(scene: Scene, spec: Spec) -> str:
     for rel in spec.relations:
         g_s, g_o = groups[rel.subject], groups[rel.object]
         if len(g_s) == 1 and len(g_o) == 1:
-            r = relation(objs[g_s[0]], objs[g_o[0]])
+            r = scene.relation_of(objs[g_s[0]], objs[g_o[0]])
             words = (r or "near").replace("_", " ")
             parts.append(f"{np_(rel.subject)} {words} {np_(rel.object)}")
             used |= {rel.subject, rel.object}

@@ -86,10 +86,10 @@ def row_of(spec: Spec, rec: dict, image_png: bytes, mask_png: bytes | None) -> d
 def render_rows(spec_data: dict, split: str, start: int, stop: int, masks: bool, renderer: str = "pillow") -> pa.Table:
     """Samples ``start..stop-1`` of ``split`` as a Parquet-ready table (a pure function of its
     arguments; run in worker processes)."""
-    from renderers import get_renderer
+    from renderers import backend_of, get_renderer
 
     spec = spec_from_data(spec_data)
-    rend = get_renderer(renderer, supersample=spec.image.supersample)
+    rend = get_renderer(backend_of(spec, renderer), supersample=spec.image.supersample)
     rows = []
     for index in range(start, stop):
         rec, scene = sample_record(spec, split, index)

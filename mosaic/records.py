@@ -235,7 +235,7 @@ def base_manifest(spec: Spec, masks: bool, renderer: str, status: str, storage: 
         "fingerprint": spec.fingerprint(),
         "status": status,
         "spec": spec.to_dict(),
-        "renderer": {"name": renderer, "supersample": spec.image.supersample},
+        "renderer": {"name": "shaded" if spec.image.renderer == "shaded" else renderer, "supersample": spec.image.supersample},
         "masks": masks,
         "versions": package_versions(),
         "splits": {k: {"count": n} for k, n in spec.split_sizes().items()},

@@ -14,6 +14,7 @@ import numpy as np
 
 from mosaic.errors import LayoutError
 from mosaic.scene import COORD_DECIMALS, Scene, SceneObject, angle_deg, relation
+from mosaic.scene3d import Scene3D, SolidObject, camera_relation, preset_view
 from mosaic.spec import Rule, Spec, interchangeable
 from mosaic.splits import SPLIT_IDS, combination_for, marginal_quotas, value_for  # noqa: F401  (marginal_quotas: re-exported)
 
@@ -75,16 +76,21 @@ def build_objects(spec: Spec, values: dict, rng: np.random.Generator) -> list[Sc
             color = _pick(t.color, values, rng)
             size = round(spec.size_fraction(_pick(t.size, values, rng)), COORD_DECIMALS)
             rotation = round(float(_pick(t.rotation, values, rng)) % 360.0, 3)
-            objs.append(SceneObject(shape, color, spec.rgb(color), size, (0.0, 0.0), rotation, t.name))
+            if spec.image.renderer == "shaded":  # a solid: its material is drawn last (flat specs draw nothing more)
+                material = str(_pick(t.material, values, rng)) if t.material is not None else "rubber"
+                objs.append(SolidObject(shape, color, spec.rgb(color), size, (0.0, 0.0), rotation, t.name, material=material))
+            else:
+                objs.append(SceneObject(shape, color, spec.rgb(color), size, (0.0, 0.0), rotation, t.name))
     return objs
 
 
-def place(spec: Spec, objs: list[SceneObject], values: dict, rng: np.random.Generator, where: str = "") -> None:
+def place(spec: Spec, objs: list[SceneObject], values: dict, rng: np.random.Generator, where: str = "", relate=relation) -> None:
     """Set the centres of ``objs`` in place: inside the frame, disks ``layout.min_gap`` apart,
     relations and positions honoured, look-alike templates left to right.
 
     The search is bounded: ``layout.max_tries`` proposals per object and ``layout.max_restarts``
-    restarts of the whole scene. Raises :class:`LayoutError` naming the object that could not be
+    restarts of the whole scene. ``relate(a, b, margin)`` reads a relation (the flat image-plane
+    :func:`~mosaic.scene.relation`; a camera's frame for 3-D scenes). Raises :class:`LayoutError` naming the object that could not be
     placed and the spec fields that would fix it.
     """
     gap = spec.layout.min_gap
@@ -140,7 +146,7 @@ def place(spec: Spec, objs: list[SceneObject], values: dict, rng: np.random.Gene
         o.center = c
         for s, rv, ob, margin in rels:
             if (s == i and ob in placed) or (ob == i and s in placed):
-                if relation(objs[s], objs[ob], margin) != rv:
+                if relate(objs[s], objs[ob], margin) != rv:
                     return False
         for a, b in order_pairs:
             if (a == i and b in placed and not objs[a].center[0] + eps <= objs[b].center[0]) or (
@@ -189,8 +195,55 @@ def place(spec: Spec, objs: list[SceneObject], values: dict, rng: np.random.Gene
     )
 
 
+def solid_scene(spec: Spec, values: dict, rng: np.random.Generator, where: str = "") -> Scene3D:
+    """The 3-D scene of given concept values (``image.renderer: shaded``): a view from the camera
+    preset (jittered by ``rng``), objects standing on the ground plane laid out by :func:`place`
+    (footprint disks ``layout.min_gap`` apart, so solids never intersect; relations read in the
+    camera's frame), then CLEVR's occlusion check on the instance mask: every object keeps at least
+    ``layout.min_visible_fraction`` of its silhouette and ``layout.min_visible_pixels`` pixels, or
+    the whole scene is drawn and laid out again, at most ``layout.visibility_retries`` times.
+    Mask-derived ground truth (visible fraction, box, pixel coordinates) is filled in.
+
+    Raises:
+        LayoutError: no layout passed the occlusion check (the message names the object most often
+            hidden and the fields that would fix it), or :func:`place` failed.
+    """
+    from renderers.shaded import annotate
+
+    img, lay = spec.image, spec.layout
+    view = preset_view(img.camera or "mosaic", rng, img.camera_jitter, img.light_jitter)
+    min_frac = 0.25 if lay.min_visible_fraction is None else lay.min_visible_fraction
+    min_px = 8 if lay.min_visible_pixels is None else lay.min_visible_pixels
+    tries = 50 if lay.visibility_retries is None else lay.visibility_retries
+
+    def relate(a, b, margin):
+        return camera_relation(view, a, b, margin)
+
+    hidden_count: dict[str, int] = {}
+    for _ in range(tries):
+        objs = build_objects(spec, values, rng)
+        place(spec, objs, values, rng, where, relate)
+        scene = Scene3D(img.size, spec.background_rgb(), objs, view)
+        annotate(scene)
+        hidden = [o for o in objs if o.visible_fraction < min_frac or o.visible_pixels < min_px]
+        if not hidden:
+            return scene
+        for o in hidden:
+            hidden_count[o.template] = hidden_count.get(o.template, 0) + 1
+    worst = max(hidden_count, key=hidden_count.get)
+    raise LayoutError(
+        f"could not lay out the 3-D scene{where}: in {tries} layouts (layout.visibility_retries) some object stayed hidden "
+        f"behind others or outside the frame, most often {worst!r} ({hidden_count[worst]} times), below layout.min_visible_fraction "
+        f"{min_frac:g} of its silhouette or layout.min_visible_pixels {min_px}. Fix: fewer or smaller objects, a larger "
+        "image.size, lower layout.min_visible_fraction / min_visible_pixels, raise layout.visibility_retries, or use "
+        "image.camera: mosaic (top-down, little occlusion)"
+    )
+
+
 def scene_from_values(spec: Spec, values: dict, rng: np.random.Generator, where: str = "") -> Scene:
     """Build and lay out the scene of given concept values."""
+    if spec.image.renderer == "shaded":
+        return solid_scene(spec, values, rng, where)
     objs = build_objects(spec, values, rng)
     place(spec, objs, values, rng, where)
     return Scene(spec.image.size, spec.background_rgb(), objs)

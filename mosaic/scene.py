@@ -104,6 +104,11 @@ class Scene:
     def from_dict(cls, d: dict) -> "Scene":
         return cls(int(d["image_size"]), tuple(d["background"]), [SceneObject.from_dict(o) for o in d["objects"]])
 
+    def relation_of(self, a: "SceneObject", b: "SceneObject", margin: float = 0.0) -> str | None:
+        """The relation of ``a`` to ``b`` in this scene's frame (:func:`relation` for a flat scene;
+        :class:`mosaic.scene3d.Scene3D` reads it in its camera's frame)."""
+        return relation(a, b, margin)
+
     def relations(self, margin: float = 0.0) -> list[tuple[int, str, int]]:
         """Every ordered pair ``(i, relation, j)`` with an unambiguous relation (see :func:`relation`)."""
         # relation() inlined over the centres: this runs for every ordered pair of every generated

@@ -32,10 +32,11 @@ from mosaic.overrides import apply_overrides as _apply_overrides
 from mosaic.overrides import read_yaml_file, validation_problems
 from mosaic.schema import StrictModel
 from mosaic.splits import marginal_quotas, split_cells
+from mosaic.scene3d import CAMERA_RELATIONS, MATERIALS, SOLIDS
 from mosaic.vocab import COLORS, RELATIONS, SHAPES, SIZES, delta_e, unknown_name_message
 
 Value = str | int | float
-ROLES = ("color", "shape", "size", "count", "position", "relation")
+ROLES = ("color", "shape", "size", "count", "position", "relation", "material")
 
 
 #: bounds on user numbers that size memory, checked before anything is allocated (README "What is rejected")
@@ -273,6 +274,9 @@ class ObjectTemplate(StrictModel):
     size: Rule = Field(default_factory=lambda: Rule(value="medium"))
     rotation: Rule = Field(default_factory=lambda: Rule(value=0.0))
     repeat: Rule = Field(default_factory=lambda: Rule(value=1))
+    material: Rule | None = Field(None, description=(
+        "surface of the object's solids: rubber (matte) or metal (mirror-like); a name, {concept: C} (CLEVR's material "
+        "concept) or {choice: [rubber, metal]}. Needs image.renderer: shaded; unset = rubber"))
 
 
 class Relation(StrictModel):
@@ -315,6 +319,33 @@ class ImageSpec(StrictModel):
     size: int = Field(64, ge=8, le=2048)
     background: str | tuple[int, int, int] = "dark_slate"
     supersample: int = Field(4, ge=1, le=16)
+    renderer: Literal["flat", "shaded"] | None = Field(None, description=(
+        "flat (the default: anti-aliased 2-D shapes) or shaded (ray-cast 3-D solids on a ground plane with lamps, shadows "
+        "and materials; docs/rendering-3d.md). With shaded, background is the ground plane's colour and supersample the "
+        "rays per pixel side (2 is a good choice)"))
+    camera: Literal["clevr", "mosaic"] | None = Field(None, description=(
+        "shaded renderer's camera preset: clevr (oblique, CLEVR's camera and lamps with their per-image jitter; relations "
+        "left_of/right_of/in_front_of/behind) or mosaic (MOSAIC's overhead camera, fixed; relations left_of/right_of/above/"
+        "below). Unset = mosaic"))
+    camera_jitter: float | None = Field(None, ge=0, le=2, description=(
+        "per-image camera position jitter, uniform in +-this per axis (world units; the ground square is 6 a side). "
+        "Unset = the preset's (clevr 0.5, CLEVR's; mosaic 0)"))
+    light_jitter: float | None = Field(None, ge=0, le=4, description=(
+        "per-image jitter of each lamp's position, uniform in +-this per axis (world units). Unset = the preset's "
+        "(clevr 1.0, CLEVR's; mosaic 0)"))
+
+    @field_validator("renderer")
+    @classmethod
+    def _flat_is_default(cls, v):
+        return None if v == "flat" else v  # flat is the default: the same resolved spec and fingerprint as leaving it out
+
+    @model_validator(mode="after")
+    def _shaded_fields(self):
+        if self.renderer != "shaded":
+            for name in ("camera", "camera_jitter", "light_jitter"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"image.{name} applies to the shaded renderer only: add image.renderer: shaded or drop image.{name}")
+        return self
 
     @model_validator(mode="after")
     def _canvas(self):
@@ -338,6 +369,14 @@ class LayoutSpec(StrictModel):
     min_gap: float = Field(0.02, ge=0, le=0.5)
     max_tries: int = Field(200, ge=1, le=100_000)
     max_restarts: int = Field(50, ge=1, le=10_000)
+    min_visible_fraction: float | None = Field(None, ge=0, le=1, description=(
+        "shaded renderer: the least fraction of each object's silhouette that must stay visible in the instance mask "
+        "(CLEVR's occlusion check); a scene that fails is laid out again. Unset = 0.25"))
+    min_visible_pixels: int | None = Field(None, ge=0, le=1_000_000, description=(
+        "shaded renderer: the least number of visible pixels of each object in the instance mask (CLEVR asks 200 of "
+        "320 x 240). Unset = 8"))
+    visibility_retries: int | None = Field(None, ge=1, le=10_000, description=(
+        "shaded renderer: whole-scene layouts tried before a scene whose objects stay hidden is an error. Unset = 50"))
 
 
 class Splits(StrictModel):
@@ -534,6 +573,12 @@ def _cross_check(spec: Spec) -> list[tuple[str, str]]:
                 add(path, unknown_name_message(kind, v, vocab, hint))
 
     color_hint = " Or define it under colors: {name: [r, g, b]}."
+    shaded = spec.image.renderer == "shaded"
+    shape_vocab = {**SHAPES, **{k: None for k in SOLIDS}} if shaded else SHAPES
+    solid_hint = "" if shaded else f" ({', '.join(SOLIDS)} are solids of the shaded renderer: add image.renderer: shaded)"
+    relation_vocab = CAMERA_RELATIONS[spec.image.camera or "mosaic"] if shaded else RELATIONS
+    relation_hint = (f" (camera {spec.image.camera or 'mosaic'}: in_front_of / behind are the clevr camera's, above / below "
+                     "the flat and mosaic ones')") if shaded else " (in_front_of / behind need image.renderer: shaded and image.camera: clevr)"
     size_hint = " Or give a fraction of the image side, or define it under sizes: {name: fraction}."
     names = [t.name for t in spec.templates]
     for path, t in _template_paths(spec):
@@ -546,7 +591,18 @@ def _cross_check(spec: Spec) -> list[tuple[str, str]]:
         elif r.kind == "concept":
             bind(r.concept, "shape", f"{path}.shape")
         else:
-            check_names(allowed_values(spec, r), SHAPES, "shape", f"{path}.shape", "")
+            check_names(allowed_values(spec, r), shape_vocab, "shape", f"{path}.shape", solid_hint)
+        # material (shaded renderer only)
+        r = t.material
+        if r is not None:
+            if not shaded:
+                add(f"{path}.material", "a material needs the shaded renderer: add image.renderer: shaded, or drop material")
+            elif r.kind == "range":
+                add(f"{path}.material", "a material cannot be a numeric range: give rubber, metal, {concept: C} or {choice: [...]}")
+            elif r.kind == "concept":
+                bind(r.concept, "material", f"{path}.material")
+            else:
+                check_names(allowed_values(spec, r), MATERIALS, "material", f"{path}.material", "")
         # colour
         r = t.color
         if r.kind == "range":
@@ -601,7 +657,7 @@ def _cross_check(spec: Spec) -> list[tuple[str, str]]:
         if rel.relation.kind == "concept":
             bind(rel.relation.concept, "relation", f"{p}.relation")
         elif rel.relation.kind == "value":
-            check_names([rel.relation.value], RELATIONS, "relation", f"{p}.relation", "")
+            check_names([rel.relation.value], relation_vocab, "relation", f"{p}.relation", relation_hint)
         else:
             add(f"{p}.relation", "a relation is a name or {concept: C}")
 
@@ -620,7 +676,7 @@ def _cross_check(spec: Spec) -> list[tuple[str, str]]:
         if cname not in roles:
             if concept.angle_bins is not None:
                 example = f"positions: [{{target: A, reference: B, concept: {cname}}}]"
-            elif concept.values is not None and all(isinstance(v, str) and v in RELATIONS for v in concept.values):
+            elif concept.values is not None and all(isinstance(v, str) and v in (*RELATIONS, "in_front_of", "behind") for v in concept.values):
                 example = f"relations: [{{subject: A, relation: {{concept: {cname}}}, object: B}}]"
             elif concept.range is not None:
                 example = f"repeat: {{concept: {cname}}} on an object"
@@ -636,7 +692,7 @@ def _cross_check(spec: Spec) -> list[tuple[str, str]]:
         if role == "color":
             check_names(dom, palette, "colour", f"{p}.values", color_hint)
         elif role == "shape":
-            check_names(dom, SHAPES, "shape", f"{p}.values", "")
+            check_names(dom, shape_vocab, "shape", f"{p}.values", solid_hint)
         elif role == "size":
             for v in dom:
                 _check_size(v, size_names, f"{p}.values", add, size_hint)
@@ -646,7 +702,9 @@ def _cross_check(spec: Spec) -> list[tuple[str, str]]:
             if len(count_bindings.get(cname, [])) > 1:
                 add(p, f"count concept {cname!r} is bound to several repeats ({count_bindings[cname]}): use one concept each")
         elif role == "relation":
-            check_names(dom, RELATIONS, "relation", f"{p}.values", "")
+            check_names(dom, relation_vocab, "relation", f"{p}.values", relation_hint)
+        elif role == "material":
+            check_names(dom, MATERIALS, "material", f"{p}.values", "")
 
     # background against object colours
     bg = spec.image.background

@@ -156,9 +156,9 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         from mosaic.records import sample_record
 
         if self._renderer is None:
-            from renderers import get_renderer
+            from renderers import backend_of, get_renderer
 
-            self._renderer = get_renderer(self.renderer_name, supersample=self.spec.image.supersample)
+            self._renderer = get_renderer(backend_of(self.spec, self.renderer_name), supersample=self.spec.image.supersample)
         rec, scene = sample_record(self.spec, self.split, index)
         if rec["held_out"] != (self.split == "test_ood") and self.spec.holdout is not None:
             raise DatasetError(f"sample {self.split}/{index} shows combination {rec['combination']} "
@@ -201,9 +201,9 @@ class _Items(torch.utils.data.Dataset):
 
         s = self.stream
         if s._renderer is None:
-            from renderers import get_renderer
+            from renderers import backend_of, get_renderer
 
-            s._renderer = get_renderer(s.renderer_name, supersample=s.spec.image.supersample)
+            s._renderer = get_renderer(backend_of(s.spec, s.renderer_name), supersample=s.spec.image.supersample)
         rec, scene = sample_record(s.spec, s.split, int(i))
         if rec["held_out"] != (s.split == "test_ood") and s.spec.holdout is not None:
             raise DatasetError(f"sample {s.split}/{i} shows a {'held-out' if rec['held_out'] else 'seen'} combination "

@@ -399,7 +399,9 @@ def expected_sample(spec, split: str, index: int, masks: bool, renderer: str = "
 
     sample_fn, png_fn = sample_fn or sample_record, png_fn or png_bytes
     rec, scene = sample_fn(spec, split, index)
-    image, mask = get_renderer(renderer, supersample=spec.image.supersample).render_one(scene)
+    from renderers import backend_of
+
+    image, mask = get_renderer(backend_of(spec, renderer), supersample=spec.image.supersample).render_one(scene)
     if masks:
         rec["mask_file_name"] = f"masks/{index:06d}.png"
     return rec, png_fn(image), png_fn(mask) if masks else None

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from renderers.base import Renderer
 from renderers.pillow import PillowRenderer
+from renderers.shaded import ShadedRenderer
 
-BACKENDS: dict[str, type[Renderer]] = {"pillow": PillowRenderer}
+BACKENDS: dict[str, type[Renderer]] = {"pillow": PillowRenderer, "shaded": ShadedRenderer}
 
 
 def get_renderer(name: str = "pillow", **kwargs) -> Renderer:
@@ -19,4 +20,15 @@ def get_renderer(name: str = "pillow", **kwargs) -> Renderer:
     return BACKENDS[name](**kwargs)
 
 
-__all__ = ["Renderer", "PillowRenderer", "get_renderer", "BACKENDS"]
+def backend_of(spec, requested: str = "pillow") -> str:
+    """The backend that renders ``spec``: ``shaded`` when ``spec.image.renderer`` is ``shaded``, else
+    ``requested`` (``pillow``, the flat renderer, by default)."""
+    return "shaded" if getattr(spec.image, "renderer", None) == "shaded" else requested
+
+
+def renderer_for(spec, requested: str = "pillow") -> Renderer:
+    """The renderer of ``spec`` (:func:`backend_of`) at the spec's ``image.supersample``."""
+    return get_renderer(backend_of(spec, requested), supersample=spec.image.supersample)
+
+
+__all__ = ["Renderer", "PillowRenderer", "ShadedRenderer", "get_renderer", "backend_of", "renderer_for", "BACKENDS"]

@@ -134,7 +134,9 @@ def preview(
             err_console.print(f"note: split {split!r} has {size} samples: showing {size}, not --n {n}", highlight=False)
             n = size
         recs, scenes = zip(*[sample_record(s, split, i) for i in range(n)])
-        images, _ = get_renderer("pillow", supersample=s.image.supersample).render(list(scenes))
+        from renderers import backend_of
+
+        images, _ = get_renderer(backend_of(s), supersample=s.image.supersample).render(list(scenes))
         path = contact_sheet(images, [r["caption"] for r in recs], out, title=f"{s.name} · {split} · first {n}")
     except MosaicError as e:
         fail(e)

@@ -49,7 +49,9 @@ def ground_truth(spec: Spec, start: int, stop: int, split: str = CHECK_SPLIT) ->
         vals = labels(scene, spec)
         scenes.append(scene)
         records.append({"index": i, "concepts": vals, "held_out": bool(is_held_out(spec, vals))})
-    images, _ = get_renderer("pillow", supersample=spec.image.supersample).render(scenes)
+    from renderers import backend_of
+
+    images, _ = get_renderer(backend_of(spec), supersample=spec.image.supersample).render(scenes)
     return images, records
 
 

@@ -183,7 +183,9 @@ def render_pool(spec: Spec, split: str, n: int, size: int, start: int = 0,
     from mosaic.sampling import sample_scene
     from renderers import get_renderer
 
-    rend = get_renderer("pillow", supersample=spec.image.supersample)
+    from renderers import backend_of
+
+    rend = get_renderer(backend_of(spec), supersample=spec.image.supersample)
     concepts = list(spec.concepts)
     images = torch.empty((n, 3, size, size), dtype=torch.uint8)
     targets = torch.empty((n, len(concepts)), dtype=torch.long)
