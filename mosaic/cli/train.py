@@ -121,7 +121,7 @@ def sample(
     n_per_combination: Annotated[Optional[int], typer.Option("--n-per-combination", "-k", min=1, help="Images per combination (default: the config's sampling.n_per_combination)")] = None,
     guidance: Annotated[Optional[float], typer.Option("--guidance", "-g", parser=finite_float(0.0, 1000.0), help="Classifier-free guidance scale (default: the config's)")] = None,
     steps: Annotated[Optional[int], typer.Option("--steps", min=1, help="Sampler steps")] = None,
-    sampler: Annotated[Optional[str], typer.Option("--sampler", help="ddim or dpm (DPM-Solver++)")] = None,
+    sampler: Annotated[Optional[str], typer.Option("--sampler", help="ddim or dpm (DPM-Solver++); flow_euler for flow-matching runs")] = None,
     checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", help="best (selected on val) or final")] = None,
     evaluator: Annotated[Optional[str], typer.Option("--evaluator", help="parser, or a trained evaluator directory")] = None,
     no_score: Annotated[bool, typer.Option("--no-score", help="Only write images and metadata.jsonl")] = False,
@@ -142,8 +142,8 @@ def sample(
         check_out(out)
         cfg, folder, root = open_run(run)
         s = cfg.sampling
-        if sampler is not None and sampler not in ("ddim", "dpm"):
-            raise MosaicError(f"--sampler {sampler!r}: use ddim or dpm")
+        if sampler is not None and sampler not in ("ddim", "dpm", "flow_euler"):
+            raise MosaicError(f"--sampler {sampler!r}: use ddim or dpm (flow_euler for a flow-matching run)")
         if checkpoint is not None and checkpoint not in ("best", "final"):
             raise MosaicError(f"--checkpoint {checkpoint!r}: use best or final")
         dev = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device

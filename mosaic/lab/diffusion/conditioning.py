@@ -8,6 +8,8 @@ Three conditioners share one interface, ``forward(cond, drop) -> (tokens [B, L, 
 - :class:`CaptionConditioner`: a closed-vocabulary word tokenizer built from the dataset's captions
   and a small transformer text encoder trained jointly with the denoiser (the from-scratch
   stand-in for CLIP in diffusers' ``train_text_to_image.py``).
+- :class:`OneHotConditioner`: MOSAIC's encoders, a one-hot per concept through an MLP (one token
+  per concept, or one token); its null condition is the MLP of all-zero one-hots.
 - :class:`CombinationConditioner`: one embedding per *combination* of all concept values, a
   **baseline only**: a held-out combination gets an embedding that training never updated, so it
   cannot generalize compositionally by construction (MOSAIC's one-hot encoders are of this kind
@@ -24,6 +26,7 @@ import math
 import re
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from mosaic.errors import MosaicError
@@ -142,6 +145,55 @@ class CombinationConditioner(nn.Module):
         return self.embed(idx), None
 
 
+class OneHotConditioner(nn.Module):
+    """MOSAIC's condition encoders (``model.py``): one-hot vectors through MLPs of Linear + ReLU +
+    Dropout (after every layer, the last included, so tokens are non-negative).
+
+    ``tokens="per_concept"``: one MLP and one token per concept (MOSAIC's ``two_condition_encoder``
+    for two concepts, its ``condition_encoder`` for one); ``tokens="one"``: one MLP over the
+    concatenated one-hots, one token. The null condition (classifier-free guidance) and a concept
+    the scene does not show (index -1) are all-zero one-hots, so the unconditional input is
+    ``encoder(zeros)`` as in MOSAIC, not a learned null token.
+
+    Args:
+        domains: concept -> values. dim: token width. hidden: hidden widths. dropout: after every ReLU.
+    """
+
+    kind = "onehot"
+
+    def __init__(self, domains: dict[str, list], dim: int, hidden: list[int] | None = None, tokens: str = "per_concept",
+                 dropout: float = 0.1):
+        super().__init__()
+        self.domains = {c: list(v) for c, v in domains.items()}
+        self.sizes = [len(v) for v in self.domains.values()]
+        self.per_concept = tokens == "per_concept"
+
+        def mlp(d_in: int) -> nn.Sequential:
+            layers, w = [], d_in
+            for h in list(hidden or []) + [dim]:
+                layers += [nn.Linear(w, h), nn.ReLU(), nn.Dropout(dropout)]
+                w = h
+            return nn.Sequential(*layers)
+
+        self.mlps = nn.ModuleList([mlp(n) for n in self.sizes] if self.per_concept else [mlp(sum(self.sizes))])
+        self.num_tokens = len(self.sizes) if self.per_concept else 1
+
+    def encode(self, records: list[dict]) -> torch.Tensor:
+        """int64 ``[N, C]``: each record's value index per concept (-1: no value)."""
+        return torch.tensor([[value_index(self.domains, c, r["concepts"].get(c)) for c in self.domains] for r in records],
+                            dtype=torch.long).reshape(len(records), len(self.domains))
+
+    def forward(self, cond: torch.Tensor, drop: torch.Tensor | None = None):
+        """``cond`` int64 ``[B, C]`` -> tokens float ``[B, T, D]`` (T = C or 1), mask None."""
+        keep = cond >= 0
+        if drop is not None:
+            keep = keep & ~drop[:, None]
+        hots = [F.one_hot(cond[:, k].clamp(min=0), n).float() * keep[:, k:k + 1].float() for k, n in enumerate(self.sizes)]
+        if self.per_concept:
+            return torch.stack([m(h) for m, h in zip(self.mlps, hots)], dim=1), None
+        return self.mlps[0](torch.cat(hots, dim=1)).unsqueeze(1), None
+
+
 class CaptionConditioner(nn.Module):
     """Caption -> word tokens -> a small pre-norm transformer encoder -> ``[B, L, D]`` + mask.
 
@@ -202,5 +254,5 @@ def build_vocab(captions) -> list[str]:
     return sorted({w for c in captions for w in tokenize(c)})
 
 
-__all__ = ["PAD", "NULL", "tokenize", "value_index", "FactorizedConditioner", "CombinationConditioner", "CaptionConditioner",
+__all__ = ["PAD", "NULL", "tokenize", "value_index", "FactorizedConditioner", "CombinationConditioner", "OneHotConditioner", "CaptionConditioner",
            "build_vocab"]

@@ -3,11 +3,13 @@ on top of the lab's run, dataset and training sections (:mod:`mosaic.lab.config`
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from mosaic.diagnostics.config import AnalysisSection
+from mosaic.lab.autoencoder import AutoencoderSection
 from mosaic.lab.config import RunConfig, _Base
 from mosaic.schema import Seed
 
@@ -51,6 +53,58 @@ class DiTSection(_Base):
     dropout: float = Field(0.0, ge=0, lt=1)
 
 
+class MMDiTSection(_Base):
+    """``SD3Transformer2DModel`` (MMDiT, Esser et al. 2024) shape, MOSAIC's DiT: ``num_layers``
+    joint-attention blocks of width ``heads * head_dim`` over ``(size / patch_size)^2`` latent
+    tokens and the condition tokens (``joint_attention_dim = model.cond_dim``).
+
+    Stock diffusers needs a pooled text projection (``pooled_projections``); MOSAIC patched
+    ``CombinedTimestepTextProjEmbeddings`` to accept None. mosaic does not patch diffusers: it
+    passes a supported tensor instead (``pooled``)."""
+
+    patch_size: int = Field(2, ge=1)
+    num_layers: int = Field(10, ge=1, le=MAX_DEPTH)
+    heads: int = Field(16, ge=1, le=1024)
+    head_dim: int = Field(32, ge=8, le=MAX_WIDTH)
+    pooled: Literal["zeros", "condition"] = Field("zeros", description=(
+        "what goes into pooled_projections: zeros (MOSAIC: the condition reaches the model only through the joint-attention "
+        "tokens; the pooled embedder then adds a learned constant to the timestep embedding) or condition (the mean of the "
+        "condition tokens, as SD3 feeds its pooled CLIP vector)"))
+
+
+class OneHotSection(_Base):
+    """MOSAIC's condition encoders (``model.conditioning: onehot``): each concept's one-hot (all
+    zeros for the null condition and for a concept the scene does not show) through an MLP of
+    Linear + ReLU + Dropout layers (after every layer, the last included, as in MOSAIC's
+    ``model.py``), giving one token per concept (``tokens: per_concept``; MOSAIC's two-token
+    encoder for two concepts) or one token from the concatenated one-hots (``tokens: one``;
+    MOSAIC's single-token encoder for one concept)."""
+
+    tokens: Literal["per_concept", "one"] = "per_concept"
+    hidden: list[Annotated[int, Field(ge=1, le=MAX_WIDTH)]] = Field(
+        default_factory=list, max_length=16,
+        description="hidden widths before the output width model.cond_dim: [] (MOSAIC's UNet: Linear 10 -> 64) or "
+                    "[64, 128, 256] (MOSAIC's DiT: 10 -> 64 -> 128 -> 256 -> 512)")
+    dropout: float = Field(0.1, ge=0, lt=1, description="Dropout after every ReLU (MOSAIC's --condition_encoder_drop_rate)")
+
+
+class FlowSection(_Base):
+    """Rectified flow matching as in SD3 / MOSAIC's DiT (``model.schedule.objective: flow_matching``):
+    ``x_t = (1 - s) x0 + s noise`` with the shifted sigmas of diffusers'
+    ``FlowMatchEulerDiscreteScheduler``; timesteps drawn by ``weighting`` (diffusers
+    ``compute_density_for_timestep_sampling``), the loss weighted by
+    ``compute_loss_weighting_for_sd3`` (uniform for ``logit_normal``)."""
+
+    shift: float = Field(3.0, gt=0, le=100, description="SD3's timestep shift (stable-diffusion-3-medium: 3.0)")
+    weighting: Literal["logit_normal", "mode", "sigma_sqrt", "cosmap", "none"] = Field(
+        "logit_normal", description="timestep density and SD3 loss weighting scheme (diffusers' weighting_scheme)")
+    logit_mean: float = Field(0.0, ge=-10, le=10)
+    logit_std: float = Field(1.0, gt=0, le=10)
+    mode_scale: float = Field(1.29, ge=0, le=10)
+    precondition_outputs: bool = Field(True, description="MOSAIC's precondition_outputs=1: the loss compares x0 = x_t - s * "
+                                                         "output with x0; false: the output with the velocity noise - x0")
+
+
 class TextSection(_Base):
     """The caption encoder (``model.conditioning: caption``), trained jointly."""
 
@@ -61,32 +115,80 @@ class TextSection(_Base):
 
 
 class ScheduleSection(_Base):
-    """DDPM noise schedule and training target."""
+    """The training objective: DDPM noise schedule and target (default), or flow matching."""
 
+    objective: Literal["ddpm", "flow_matching"] | None = Field(None, description=(
+        "null or ddpm: DDPM with beta_schedule / prediction_type; flow_matching: rectified flow with diffusers' "
+        "FlowMatchEulerDiscreteScheduler (MOSAIC's DiT objective; `flow`), sampled with sampling.sampler: flow_euler"))
     num_train_timesteps: int = Field(1000, ge=10, le=100_000)
     beta_schedule: Literal["squaredcos_cap_v2", "linear", "scaled_linear", "sigmoid"] = "squaredcos_cap_v2"
+    beta_start: float | None = Field(None, gt=0, lt=1, description="null: diffusers' default 1e-4 (SD2-base: 0.00085)")
+    beta_end: float | None = Field(None, gt=0, lt=1, description="null: diffusers' default 0.02 (SD2-base: 0.012)")
     prediction_type: Literal["epsilon", "v_prediction"] = "epsilon"
     snr_gamma: float | None = Field(None, gt=0, description="Min-SNR-gamma loss weighting (Hang et al. 2023), e.g. 5; null: plain MSE")
+    flow: FlowSection | None = Field(None, description="flow-matching settings (objective: flow_matching); null: the SD3 defaults")
+
+    @property
+    def flow_matching(self) -> bool:
+        return self.objective == "flow_matching"
+
+    @model_validator(mode="after")
+    def _objective(self):
+        if self.flow is not None and not self.flow_matching:
+            raise ValueError("flow applies to objective: flow_matching only; set objective: flow_matching or remove flow")
+        if self.flow_matching and self.snr_gamma is not None:
+            raise ValueError("snr_gamma is a DDPM weighting; flow matching uses flow.weighting: set snr_gamma: null")
+        return self
+
+
+class LatentSection(_Base):
+    """Latent diffusion (``model.latent``): the denoiser works on the 4-channel latents of an
+    autoencoder trained from scratch on the spec's renders (:mod:`mosaic.lab.autoencoder`); the
+    latents of the dataset are cached; samples are decoded before the evaluator reads them."""
+
+    autoencoder: AutoencoderSection = Field(default_factory=AutoencoderSection, description=(
+        "the autoencoder's shape and training (see docs/latent.md); trained on first use and cached by the spec's "
+        "fingerprint and this section under `root`"))
+    path: Path | None = Field(None, description="a trained autoencoder folder (`mosaic autoencoder train`) to use instead of the cache")
+    root: Path = Field(Path("data/autoencoders"), description="where autoencoders are cached: <root>/<spec>-<fingerprint>-ae<hash>/")
 
 
 class DiffusionModelSection(_Base):
     """Backbone, conditioning and noise schedule."""
 
-    backbone: Literal["unet", "dit"] = "unet"
-    conditioning: Literal["factorized", "caption", "combination"] = Field(
-        "factorized", description="factorized: one token per concept; caption: text encoder; combination: baseline only")
+    backbone: Literal["unet", "dit", "mmdit"] = Field("unet", description=(
+        "unet: UNet2DConditionModel; dit: PixArtTransformer2DModel (cross-attention); mmdit: SD3Transformer2DModel (MOSAIC's DiT)"))
+    conditioning: Literal["factorized", "caption", "combination", "onehot"] = Field(
+        "factorized", description="factorized: one learned token per concept value; onehot: MOSAIC's one-hot MLP encoders "
+                                  "(`onehot`); caption: text encoder; combination: baseline only")
     cond_dim: int = Field(64, ge=8, le=MAX_WIDTH, description="condition token width")
     cond_dropout: float = Field(0.1, ge=0, lt=1, description="per-sample probability of the null condition (classifier-free guidance)")
     unet: UNetSection = Field(default_factory=UNetSection)
     dit: DiTSection = Field(default_factory=DiTSection)
+    mmdit: MMDiTSection | None = Field(None, description="backbone: mmdit's shape; null: MOSAIC's (10 layers, 16 x 32 heads, patch 2)")
+    onehot: OneHotSection | None = Field(None, description="conditioning: onehot's encoder; null: one token per concept, Linear, dropout 0.1")
     text: TextSection = Field(default_factory=TextSection)
     schedule: ScheduleSection = Field(default_factory=ScheduleSection)
+    latent: LatentSection | None = Field(None, description="latent diffusion on a from-scratch autoencoder's latents; null: pixel space")
+
+    @property
+    def mmdit_(self) -> MMDiTSection:
+        return self.mmdit or MMDiTSection()
+
+    @property
+    def onehot_(self) -> OneHotSection:
+        return self.onehot or OneHotSection()
+
+    @property
+    def flow_(self) -> FlowSection:
+        return self.schedule.flow or FlowSection()
 
 
 class SamplingSection(_Base):
     """How test images are generated after training and by ``mosaic sample``."""
 
-    sampler: Literal["ddim", "dpm"] = "ddim"
+    sampler: Literal["ddim", "dpm", "flow_euler"] = Field("ddim", description=(
+        "ddim / dpm for DDPM models; flow_euler (diffusers FlowMatchEulerDiscreteScheduler) for model.schedule.objective: flow_matching"))
     steps: int = Field(50, ge=1, le=1000)
     guidance: float = Field(2.0, ge=0, le=1000, description="classifier-free guidance scale (1: plain conditional, 0: unconditional)")
     n_per_combination: int | None = Field(8, ge=1, le=100_000, description="images per combination; null: one per record of the split")
@@ -122,3 +224,14 @@ class DiffusionConfig(RunConfig):
     sampling: SamplingSection = Field(default_factory=SamplingSection)
     evaluation: EvaluationSection = Field(default_factory=EvaluationSection)
     analysis: AnalysisSection | None = Field(None, description="representation diagnostics after training (mosaic.diagnostics; README, Diagnostics)")
+
+    @model_validator(mode="after")
+    def _sampler_fits_objective(self):
+        flow = self.model.schedule.flow_matching
+        if flow and self.sampling.sampler != "flow_euler":
+            raise ValueError(f"sampling.sampler {self.sampling.sampler!r} is a DDPM sampler, but model.schedule.objective is "
+                             "flow_matching: set sampling.sampler: flow_euler")
+        if not flow and self.sampling.sampler == "flow_euler":
+            raise ValueError("sampling.sampler flow_euler samples flow-matching models: set model.schedule.objective: flow_matching, "
+                             "or use ddim / dpm")
+        return self

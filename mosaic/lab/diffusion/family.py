@@ -15,7 +15,7 @@ from mosaic.lab.run import run as run_with
 
 
 class DiffusionFamily(Family):
-    """Conditional pixel-space diffusion (see :mod:`mosaic.lab.diffusion`)."""
+    """Conditional diffusion in pixel or latent space (see :mod:`mosaic.lab.diffusion`)."""
 
     def build_task(self, cfg: DiffusionConfig, root: Path, run: RunFolder) -> DiffusionTask:
         return DiffusionTask(cfg, root, run)
@@ -30,7 +30,24 @@ class DiffusionFamily(Family):
         from mosaic.errors import ConfigError
         from mosaic.lab.diffusion.model import check_model_fits
 
-        check_model_fits(cfg.model, spec.image.size)
+        m = cfg.model
+        size = spec.image.size
+        if m.latent is not None:
+            from mosaic.lab.autoencoder import check_fits
+
+            check_fits(m.latent.autoencoder, size)
+            size //= m.latent.autoencoder.factor  # the backbone's input: the latent side
+            if cfg.dataset.stream:
+                raise ConfigError([("dataset.stream", "true, but latent diffusion (model.latent) trains on the cached latents of "
+                                    "the dataset's train split: set dataset.stream: false")])
+        check_model_fits(m, size)
+        if cfg.analysis is not None and (m.latent is not None or m.schedule.flow_matching or m.backbone == "mmdit"):
+            raise ConfigError([("analysis", "the representation diagnostics read pixel-space DDPM models (UNet / PixArt DiT "
+                                "features, the DDPM diffusion classifier); this run is " + ", ".join(
+                                    w for w, on in (("latent (model.latent)", m.latent is not None),
+                                                    ("flow matching", m.schedule.flow_matching),
+                                                    ("an MMDiT", m.backbone == "mmdit")) if on)
+                                + ": remove the analysis section")])
         ev = cfg.evaluation
         have = spec.split_sizes()
         unknown = [s for s in (ev.splits or []) if s not in have]
@@ -50,8 +67,11 @@ class DiffusionFamily(Family):
     def describe(self, cfg: DiffusionConfig, task: DiffusionTask, status: str, ctx: RunContext) -> str:
         return (f"{super().describe(cfg, task, status, ctx)}\n{cfg.model.backbone} with {cfg.model.conditioning} conditioning: "
                 f"{count_params(task.model) / 1e6:.2f} M parameters ({count_params(task.model.conditioner) / 1e6:.3f} M in the "
-                f"conditioner); {len(task.train_source) if task.train_source is not None else len(task.train_data['image'])} training images "
-                f"of {task.image_size} px" + (" (streamed)" if task.train_source is not None else ""))
+                f"conditioner); {len(task.train_source) if task.train_source is not None else len(task.train_data['latent' if task.space is not None else 'image'])} training images "
+                f"of {task.image_size} px" + (" (streamed)" if task.train_source is not None else "")
+                + (f", as {task.model_channels} x {task.model_size} x {task.model_size} latents of {task.space.folder}"
+                   if task.space is not None else "")
+                + (", flow matching" if cfg.model.schedule.flow_matching else ""))
 
     def results(self, cfg: DiffusionConfig, task: DiffusionTask, ctx: RunContext) -> dict:
         """``generate_s``, ``samples`` (path, images, seconds, checkpoint, splits) and, when scored,

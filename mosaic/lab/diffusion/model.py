@@ -1,5 +1,6 @@
-"""The denoiser: a diffusers UNet (cross-attention) or PixArt DiT built from scratch from the
-config, with the conditioner as one module."""
+"""The denoiser: a diffusers UNet (cross-attention), PixArt DiT or SD3 MMDiT built from scratch
+from the config, with the conditioner as one module. The backbone works on RGB pixels, or on an
+autoencoder's latents (``model.latent``): ``size`` and ``channels`` are then the latents'."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from mosaic.lab.diffusion.config import DiffusionModelSection
 
 
 def check_model_fits(m: DiffusionModelSection, image_size: int) -> None:
-    """Refuse a backbone that does not fit the image size or is internally inconsistent.
+    """Refuse a backbone that does not fit the image size (the latent side for latent diffusion)
+    or is internally inconsistent.
 
     Raises:
         ConfigError: a UNet with more downsampling levels than the image allows (the lowest level
@@ -42,9 +44,10 @@ def check_model_fits(m: DiffusionModelSection, image_size: int) -> None:
                 problems.append(("model.unet.heads", f"{u.heads} heads do not divide the channel count {ch} of an attention level"))
                 break
     else:
-        d = m.dit
+        d = m.dit if m.backbone == "dit" else m.mmdit_
+        where = "model.dit.patch_size" if m.backbone == "dit" else "model.mmdit.patch_size"
         if image_size % d.patch_size or image_size // d.patch_size < 2:
-            problems.append(("model.dit.patch_size",
+            problems.append((where,
                              f"{d.patch_size} px patches do not tile {image_size} px images into at least 2x2 tokens: the model is too "
                              f"large for the image; use a patch_size that divides {image_size} and is at most {image_size // 2}"))
     if m.conditioning == "caption" and m.cond_dim % m.text.heads:
@@ -53,9 +56,10 @@ def check_model_fits(m: DiffusionModelSection, image_size: int) -> None:
         raise ConfigError(problems)
 
 
-def build_backbone(m: DiffusionModelSection, image_size: int) -> nn.Module:
-    """The denoiser: ``forward`` takes ``x [B, 3, S, S]``, timesteps ``[B]`` and condition tokens
-    ``[B, L, m.cond_dim]``. Raises ConfigError (see :func:`check_model_fits`)."""
+def build_backbone(m: DiffusionModelSection, image_size: int, channels: int = 3) -> nn.Module:
+    """The denoiser: ``forward`` takes ``x [B, channels, S, S]`` (``S = image_size``: pixels, or
+    the latent side), timesteps ``[B]`` and condition tokens ``[B, L, m.cond_dim]``. Raises
+    ConfigError (see :func:`check_model_fits`)."""
     check_model_fits(m, image_size)
     if m.backbone == "unet":
         from diffusers import UNet2DConditionModel
@@ -65,18 +69,29 @@ def build_backbone(m: DiffusionModelSection, image_size: int) -> nn.Module:
         down = ["CrossAttnDownBlock2D" if a else "DownBlock2D" for a in u.cross_attention]
         up = ["CrossAttnUpBlock2D" if u.cross_attention[n - 1 - j] else "UpBlock2D" for j in range(n)]
         return UNet2DConditionModel(
-            sample_size=image_size, in_channels=3, out_channels=3,
+            sample_size=image_size, in_channels=channels, out_channels=channels,
             down_block_types=tuple(down), up_block_types=tuple(up), mid_block_type="UNetMidBlock2DCrossAttn",
             block_out_channels=tuple(u.block_out_channels), layers_per_block=u.layers_per_block,
             attention_head_dim=u.heads, norm_num_groups=u.norm_num_groups, cross_attention_dim=m.cond_dim,
             transformer_layers_per_block=u.transformer_layers_per_block,
             **({"class_embed_type": "projection", "projection_class_embeddings_input_dim": m.cond_dim} if u.time_condition else {}),
         )
+    if m.backbone == "mmdit":
+        from diffusers import SD3Transformer2DModel
+
+        d = m.mmdit_
+        # pooled_projection_dim: stock diffusers requires pooled_projections (MOSAIC patched CombinedTimestepTextProjEmbeddings
+        # for None); mosaic passes zeros or the mean condition token of this width instead (model.mmdit.pooled)
+        return SD3Transformer2DModel(
+            sample_size=image_size, patch_size=d.patch_size, in_channels=channels, out_channels=channels, num_layers=d.num_layers,
+            attention_head_dim=d.head_dim, num_attention_heads=d.heads, joint_attention_dim=m.cond_dim,
+            caption_projection_dim=d.heads * d.head_dim, pooled_projection_dim=m.cond_dim,
+        )
     from diffusers import PixArtTransformer2DModel
 
     d = m.dit
     return PixArtTransformer2DModel(
-        num_attention_heads=d.heads, attention_head_dim=d.head_dim, in_channels=3, out_channels=3, num_layers=d.num_layers,
+        num_attention_heads=d.heads, attention_head_dim=d.head_dim, in_channels=channels, out_channels=channels, num_layers=d.num_layers,
         dropout=d.dropout, cross_attention_dim=d.heads * d.head_dim, sample_size=image_size, patch_size=d.patch_size,
         caption_channels=m.cond_dim, use_additional_conditions=False,
     )
@@ -88,13 +103,14 @@ _NO_ADDED = {"resolution": None, "aspect_ratio": None}
 class DiffusionModel(nn.Module):
     """Conditioner + denoiser as one module (one ``forward`` for DDP, one state for checkpoints).
 
-    ``forward(x [B,3,S,S] float, t [B] int64, cond int64 [B, ...], drop bool [B] | None)``
-    returns the prediction ``[B, 3, S, S]`` (noise or velocity, per the schedule).
+    ``forward(x [B,C,S,S] float, t [B] int64 (DDPM) or float (flow matching), cond int64 [B, ...],
+    drop bool [B] | None)`` returns the prediction ``[B, C, S, S]`` (noise, v or flow velocity, per
+    the objective); C = 3 in pixel space, the latent channels in latent space.
     """
 
-    def __init__(self, backbone: nn.Module, conditioner: nn.Module, kind: str):
+    def __init__(self, backbone: nn.Module, conditioner: nn.Module, kind: str, pooled: str = "zeros"):
         super().__init__()
-        self.backbone, self.conditioner, self.kind = backbone, conditioner, kind
+        self.backbone, self.conditioner, self.kind, self.pooled = backbone, conditioner, kind, pooled
         # model.unet.time_condition: the backbone adds a projection of the pooled tokens to its timestep embedding
         self.time_condition = getattr(getattr(backbone, "config", None), "class_embed_type", None) == "projection"
 
@@ -103,6 +119,10 @@ class DiffusionModel(nn.Module):
         if self.kind == "unet":
             pooled = pool_tokens(tokens, mask) if self.time_condition else None
             return self.backbone(x, t, encoder_hidden_states=tokens, encoder_attention_mask=mask, class_labels=pooled).sample
+        if self.kind == "mmdit":
+            # the supported way to run SD3's MMDiT without a pooled text vector: a tensor of zeros (model.mmdit.pooled)
+            pooled = pool_tokens(tokens, mask) if self.pooled == "condition" else tokens.new_zeros(tokens.shape[0], tokens.shape[-1])
+            return self.backbone(hidden_states=x, encoder_hidden_states=tokens, pooled_projections=pooled, timestep=t).sample
         return self.backbone(x, encoder_hidden_states=tokens, timestep=t, added_cond_kwargs=_NO_ADDED,
                              encoder_attention_mask=mask).sample
 

@@ -25,9 +25,22 @@ if TYPE_CHECKING:
 
 
 def make_sampler(kind: str, train_config):
-    """A fresh DDIM (eta 0) or DPM-Solver++ (2nd order) scheduler from the training schedule."""
+    """A fresh DDIM (eta 0), DPM-Solver++ (2nd order) or flow-matching Euler
+    (``FlowMatchEulerDiscreteScheduler``, ``flow_euler``) scheduler from the training schedule.
+
+    Raises:
+        MosaicError: a DDPM sampler for a flow-matching model or the other way round.
+    """
     from diffusers import DDIMScheduler, DPMSolverMultistepScheduler
 
+    flow = train_config.get("_class_name") == "FlowMatchEulerDiscreteScheduler" or "shift" in train_config
+    if flow != (kind == "flow_euler"):
+        raise MosaicError(f"sampler {kind!r} does not sample a {'flow-matching' if flow else 'DDPM'} model: use "
+                          f"{'flow_euler' if flow else 'ddim or dpm'} (--sampler / sampling.sampler)")
+    if flow:
+        from diffusers import FlowMatchEulerDiscreteScheduler
+
+        return FlowMatchEulerDiscreteScheduler.from_config(train_config)
     if kind == "ddim":
         return DDIMScheduler.from_config(train_config, timestep_spacing="trailing")
     return DPMSolverMultistepScheduler.from_config(train_config, algorithm_type="dpmsolver++", solver_order=2, timestep_spacing="trailing")
@@ -41,7 +54,8 @@ def sample_seeds(seed: int, split: str, n: int) -> list[int]:
 
 @torch.no_grad()
 def generate(model: DiffusionModel, train_config, cond: torch.Tensor, seeds: list[int], *, image_size: int, guidance: float,
-             steps: int, sampler: str = "ddim", batch_size: int = 256, device=None, autocast: str = "no", progress=None) -> np.ndarray:
+             steps: int, sampler: str = "ddim", batch_size: int = 256, device=None, autocast: str = "no", progress=None,
+             space=None) -> np.ndarray:
     """Generate one image per condition with classifier-free guidance.
 
     Args:
@@ -53,23 +67,28 @@ def generate(model: DiffusionModel, train_config, cond: torch.Tensor, seeds: lis
         steps: sampler steps; sampler: ``ddim`` or ``dpm``.
         autocast: ``bf16`` / ``fp16`` to run the model under autocast on a GPU.
         progress: called with the number of images done after each batch.
+        space: a :class:`mosaic.lab.autoencoder.LatentSpace`: denoise latents ``[C, S/f, S/f]`` and
+            decode them (latent diffusion); None: pixels ``[3, S, S]``.
     Returns:
         uint8 ``[N, S, S, 3]``.
     """
     device = torch.device(device) if device is not None else next(model.parameters()).device
     out = []
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(autocast)
+    shape = (space.channels, space.size(image_size), space.size(image_size)) if space is not None else (3, image_size, image_size)
+    if space is not None:
+        space.to(device)
     for start in range(0, len(seeds), batch_size):
         c = cond[start:start + batch_size].to(device)
         b = len(c)
-        x = torch.stack([torch.randn(3, image_size, image_size, generator=torch.Generator().manual_seed(s))
+        x = torch.stack([torch.randn(*shape, generator=torch.Generator().manual_seed(s))
                          for s in seeds[start:start + batch_size]]).to(device)
         sched = make_sampler(sampler, train_config)
         sched.set_timesteps(steps, device=device)
-        x = x * sched.init_noise_sigma
+        x = x * getattr(sched, "init_noise_sigma", 1.0)  # flow matching starts from unit noise
         ones = torch.ones(b, dtype=torch.bool, device=device)
         for t in sched.timesteps:
-            xin = sched.scale_model_input(x, t)
+            xin = sched.scale_model_input(x, t) if hasattr(sched, "scale_model_input") else x
             tt = t.to(device).expand(b)
             with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
                 if guidance == 1.0:
@@ -81,7 +100,7 @@ def generate(model: DiffusionModel, train_config, cond: torch.Tensor, seeds: lis
                     pc, pu = both.float().chunk(2)
                     pred = pu + guidance * (pc - pu)
             x = sched.step(pred.float(), t, x).prev_sample
-        out.append(to_uint8(x))
+        out.append(to_uint8(space.decode(x) if space is not None else x))
         if progress:
             progress(min(start + batch_size, len(seeds)))
     return np.concatenate(out) if out else np.zeros((0, image_size, image_size, 3), np.uint8)
@@ -231,7 +250,7 @@ def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, 
 
         images = generate(model, task.noise.config, task.encode([r for _, r in part]), seeds, image_size=task.image_size,
                           guidance=guidance, steps=steps, sampler=sampler, batch_size=batch_size or task.cfg.sampling.batch_size,
-                          device=device, autocast=autocast, progress=prog)
+                          device=device, autocast=autocast, progress=prog, space=getattr(task, "space", None))
         for (i, r), img, seed in zip(part, images, seeds):
             name = f"images/{k:06d}.png"
             (tmp / name).write_bytes(png_bytes(img))

@@ -1,6 +1,7 @@
-"""The diffusion objective as a :class:`~mosaic.lab.loop.Task`: DDPM loss with condition dropout
-(optionally Min-SNR weighted), validation on ``val`` (loss, and evaluator accuracy of generated
-images), weight export and loading."""
+"""The diffusion objective as a :class:`~mosaic.lab.loop.Task`: DDPM loss (optionally Min-SNR
+weighted) or flow matching (SD3: logit-normal timesteps, SD3 loss weighting), with condition
+dropout, in pixel space or on an autoencoder's cached latents (``model.latent``); validation on
+``val`` (loss, and evaluator accuracy of generated images), weight export and loading."""
 
 from __future__ import annotations
 
@@ -29,6 +30,58 @@ class _CondOf:
         return {"cond": self.conditioner.encode(records)}
 
 
+def make_noise_scheduler(schedule, latent: bool = False):
+    """The training scheduler of ``model.schedule``: ``FlowMatchEulerDiscreteScheduler`` (flow
+    matching, SD3 shift) or ``DDPMScheduler`` (x0 clipped to [-1, 1] in pixel space only: latents
+    are not bounded)."""
+    if schedule.flow_matching:
+        from diffusers import FlowMatchEulerDiscreteScheduler
+
+        return FlowMatchEulerDiscreteScheduler(num_train_timesteps=schedule.num_train_timesteps, shift=(schedule.flow or _flow()).shift)
+    from diffusers import DDPMScheduler
+
+    betas = {k: v for k, v in (("beta_start", schedule.beta_start), ("beta_end", schedule.beta_end)) if v is not None}
+    return DDPMScheduler(num_train_timesteps=schedule.num_train_timesteps, beta_schedule=schedule.beta_schedule,
+                         prediction_type=schedule.prediction_type, clip_sample=not latent, clip_sample_range=1.0, **betas)
+
+
+def _flow():
+    from mosaic.lab.diffusion.config import FlowSection
+
+    return FlowSection()
+
+
+def flow_matching_loss(noise_sched, flow, model, x0, cond, drop, generator, u=None, noise=None):
+    """Rectified-flow loss of one batch, as diffusers' ``train_dreambooth_sd3.py`` (MOSAIC's DiT):
+    ``u`` in [0, 1) per sample (default: drawn by ``compute_density_for_timestep_sampling`` with
+    ``flow.weighting``) picks the scheduler's shifted sigma ``s`` and timestep ``1000 s``;
+    ``x_t = (1 - s) x0 + s noise``; with ``precondition_outputs`` the loss compares
+    ``x_t - s * output`` with ``x0``, else ``output`` with ``noise - x0``; per-sample weights
+    ``compute_loss_weighting_for_sd3`` (ones for ``logit_normal``). Returns a float32 scalar."""
+    from diffusers.training_utils import compute_density_for_timestep_sampling, compute_loss_weighting_for_sd3
+
+    b, dev = x0.shape[0], x0.device
+    if noise is None:
+        noise = torch.randn(x0.shape, generator=generator, device=dev)
+    if u is None:
+        scheme = flow.weighting if flow.weighting in ("logit_normal", "mode") else "uniform"
+        u = compute_density_for_timestep_sampling(scheme, b, logit_mean=flow.logit_mean, logit_std=flow.logit_std,
+                                                  mode_scale=flow.mode_scale, device=dev, generator=generator)
+    T = noise_sched.config.num_train_timesteps
+    idx = (u * T).long().clamp(0, T - 1).cpu()
+    sigmas = noise_sched.sigmas[idx].to(dev, torch.float32)
+    timesteps = noise_sched.timesteps[idx].to(dev)
+    s = sigmas.view(b, *([1] * (x0.dim() - 1)))
+    xt = (1.0 - s) * x0 + s * noise
+    pred = model(xt, timesteps, cond, drop).float()
+    if flow.precondition_outputs:
+        pred, target = pred * (-s) + xt, x0
+    else:
+        target = noise - x0
+    w = compute_loss_weighting_for_sd3(flow.weighting, s).float()
+    return (w * (pred - target.float()) ** 2).reshape(b, -1).mean(dim=1).mean()
+
+
 class DiffusionTask(Task):
     """The diffusion objective on a mosaic dataset (see the module docstring).
 
@@ -43,22 +96,31 @@ class DiffusionTask(Task):
     """
 
     def __init__(self, cfg: DiffusionConfig, dataset_root: Path, run: RunFolder | None = None, train: bool = True):
-        from diffusers import DDPMScheduler
-
         from mosaic.dataset import read_metadata, spec_of
 
         self.cfg, self.root, self.run = cfg, Path(dataset_root), run
         self.spec = spec_of(self.root)
         self.image_size = self.spec.image.size
         self.concepts = list(self.spec.concepts)
-        check_model_fits(cfg.model, self.image_size)
         m = cfg.model
-        self.noise = DDPMScheduler(num_train_timesteps=m.schedule.num_train_timesteps, beta_schedule=m.schedule.beta_schedule,
-                                   prediction_type=m.schedule.prediction_type, clip_sample=True, clip_sample_range=1.0)
+        self.space = None  # the autoencoder's LatentSpace (model.latent), None in pixel space
+        if m.latent is not None:
+            self.space = self._latent_space(train)
+        # the backbone's input: pixels [3, S, S], or latents [C, S/f, S/f]
+        self.model_size = self.space.size(self.image_size) if self.space is not None else self.image_size
+        self.model_channels = self.space.channels if self.space is not None else 3
+        check_model_fits(cfg.model, self.model_size)
+        self.noise = make_noise_scheduler(m.schedule, latent=self.space is not None)
         self.conditioner = self._conditioner()
-        self.model = DiffusionModel(build_backbone(m, self.image_size), self.conditioner, m.backbone)
+        self.model = DiffusionModel(build_backbone(m, self.model_size, self.model_channels), self.conditioner, m.backbone,
+                                    pooled=m.mmdit_.pooled)
         self.train_data = {}
         self.train_source = None
+        if train and cfg.dataset.stream and self.space is not None:
+            from mosaic.errors import ConfigError
+
+            raise ConfigError([("dataset.stream", "true, but latent diffusion (model.latent) trains on the cached latents of the "
+                                "dataset's train split: set dataset.stream: false")])
         if train and cfg.dataset.stream:
             from mosaic.stream import StreamSource
 
@@ -67,7 +129,10 @@ class DiffusionTask(Task):
             from mosaic.torch_data import MosaicDataset
 
             ds = MosaicDataset(self.root, "train")
-            self.train_data = {"image": ds.images, "cond": self.conditioner.encode(ds.records)}
+            if self.space is not None:
+                self.train_data = {"latent": self._latents("train", ds.images), "cond": self.conditioner.encode(ds.records)}
+            else:
+                self.train_data = {"image": ds.images, "cond": self.conditioner.encode(ds.records)}
         splits = self.spec.split_sizes()
         self.val_records = read_metadata(self.root, "val") if splits.get("val") else []
         self._val_images = None
@@ -75,14 +140,50 @@ class DiffusionTask(Task):
         self._device = "cpu"
         self.selection = ("val/joint_accuracy", "max") if cfg.evaluation.select == "joint_accuracy" else ("val/loss", "min")
 
+    # -- latent space ------------------------------------------------------------------------------
+    def _latent_space(self, train: bool):
+        """The run's autoencoder, resolved (trained on first use: the main process first) and
+        checked; on the process's device. Torch's global RNG is left untouched."""
+        from mosaic.lab.autoencoder import resolve_autoencoder
+
+        state, ctx = _process_state()
+        images = None
+        if train:
+            from mosaic.torch_data import MosaicDataset
+
+            if "train" in self.spec.split_sizes() and (self.root / "train").exists():
+                images = MosaicDataset(self.root, "train").images
+        with ctx:
+            with torch.random.fork_rng(devices=[]):
+                space = resolve_autoencoder(self.cfg.model.latent, self.spec, images=images, train=train,
+                                            say=_say_main(state), progress=state is None or state.is_main_process)
+        return space.to(state.device if state is not None else "cpu")
+
+    def _latents(self, split: str, images: torch.Tensor) -> torch.Tensor:
+        """Cached latents of the first ``len(images)`` images of ``split`` (main process first)."""
+        from mosaic.lab.diffusion.latent import cached_latents
+
+        state, ctx = _process_state()
+        with ctx:
+            return cached_latents(self.space, self.root, split, images, say=_say_main(state))
+
+    def to_model_space(self, x: torch.Tensor) -> torch.Tensor:
+        """float ``[B, 3, S, S]`` images in [-1, 1] -> what the backbone denoises (latents, or the images)."""
+        return self.space.encode(x).to(x.device) if self.space is not None else x
+
     # -- conditioning ------------------------------------------------------------------------------
     def _conditioner(self):
-        from mosaic.lab.diffusion.conditioning import CaptionConditioner, CombinationConditioner, FactorizedConditioner, build_vocab
+        from mosaic.lab.diffusion.conditioning import (
+            CaptionConditioner, CombinationConditioner, FactorizedConditioner, OneHotConditioner, build_vocab,
+        )
 
         m = self.cfg.model
         domains = {c: self.spec.domain(c) for c in self.concepts}
         if m.conditioning == "factorized":
             return FactorizedConditioner(domains, m.cond_dim)
+        if m.conditioning == "onehot":
+            o = m.onehot_
+            return OneHotConditioner(domains, m.cond_dim, hidden=o.hidden, tokens=o.tokens, dropout=o.dropout)
         if m.conditioning == "combination":
             return CombinationConditioner(domains, m.cond_dim)
         vocab_file = self.run.root / "vocab.json" if self.run is not None else None
@@ -118,11 +219,15 @@ class DiffusionTask(Task):
 
     # -- training -----------------------------------------------------------------------------------
     def loss(self, model, batch, generator):
-        """DDPM loss of one micro-batch: MSE between the prediction and the noise (or velocity)
-        at uniform timesteps, with per-sample condition dropout (optionally Min-SNR weighted)."""
-        x0 = to_float(batch["image"])
+        """Loss of one micro-batch (pixels ``image`` uint8, or ``latent`` float) with per-sample
+        condition dropout: DDPM (MSE between the prediction and the noise or velocity at uniform
+        timesteps, optionally Min-SNR weighted) or flow matching (:func:`flow_matching_loss`)."""
+        x0 = batch["latent"] if "latent" in batch else to_float(batch["image"])
         b = x0.shape[0]
         dev = x0.device
+        if self.cfg.model.schedule.flow_matching:
+            drop = torch.rand(b, generator=generator, device=dev) < self.cfg.model.cond_dropout
+            return flow_matching_loss(self.noise, self.cfg.model.flow_, model, x0, batch["cond"], drop, generator)
         noise = torch.randn(x0.shape, generator=generator, device=dev)
         t = torch.randint(0, self.noise.config.num_train_timesteps, (b,), generator=generator, device=dev)
         drop = torch.rand(b, generator=generator, device=dev) < self.cfg.model.cond_dropout
@@ -161,15 +266,22 @@ class DiffusionTask(Task):
 
             ds = MosaicDataset(self.root, "val")
             n = min(256, len(ds))
-            self._val_images = (ds.images[:n], self.encode(ds.records[:n]))
+            data = self._latents("val", ds.images[:n]) if self.space is not None else ds.images[:n]
+            self._val_images = (data, self.encode(ds.records[:n]))
         imgs, cond = self._val_images
         g = torch.Generator().manual_seed(1234)
         total, count = 0.0, 0
         T = self.noise.config.num_train_timesteps
         for s in range(0, len(imgs), 64):
-            x0 = to_float(imgs[s:s + 64]).to(dev)
+            x0 = (imgs[s:s + 64] if self.space is not None else to_float(imgs[s:s + 64])).to(dev)
             b = len(x0)
             noise = torch.randn(x0.shape, generator=g).to(dev)
+            if self.cfg.model.schedule.flow_matching:  # evenly spaced u, fixed noise: the same loss at every validation
+                u = ((torch.arange(s, s + b) + 0.5) / max(len(imgs), 1)).to(dev)
+                total += flow_matching_loss(self.noise, self.cfg.model.flow_, model, x0, cond[s:s + 64].to(dev), None, None,
+                                            u=u, noise=noise).item() * b
+                count += b
+                continue
             t = (torch.arange(s, s + b) * T // max(len(imgs), 1)).clamp(max=T - 1).to(dev)
             xt = self.noise.add_noise(x0, noise, t)
             target = noise if self.noise.config.prediction_type == "epsilon" else self.noise.get_velocity(x0, noise, t)
@@ -185,7 +297,7 @@ class DiffusionTask(Task):
                 images = generate(model, self.noise.config, self.encode([recs[i] for i in mine]), [seeds[i] for i in mine],
                                   image_size=self.image_size, guidance=self.cfg.sampling.guidance, steps=ev.val_steps,
                                   sampler=self.cfg.sampling.sampler, batch_size=self.cfg.sampling.batch_size, device=dev,
-                                  autocast=accelerator.mixed_precision)
+                                  autocast=accelerator.mixed_precision, space=self.space)
                 preds = self.evaluator().predict(images) if len(images) else []
                 mine_preds = list(zip(mine, preds))
             got = dict(gather_object(mine_preds)) if accelerator.num_processes > 1 else dict(mine_preds)
@@ -221,3 +333,23 @@ class DiffusionTask(Task):
             self.model.conditioner.load_state_dict(load_file(str(cf)))
         except RuntimeError as e:
             raise TrainingError(f"weights in {weights_dir} do not fit the run's model config: {str(e).splitlines()[0]}") from None
+
+
+def _process_state():
+    """``(accelerate.PartialState or None, main_process_first context)``: the AcceleratorState the
+    run driver made, when there is one."""
+    import contextlib
+
+    try:
+        from accelerate.state import PartialState
+
+        if PartialState._shared_state:
+            st = PartialState()
+            return st, st.main_process_first()
+    except ImportError:
+        pass
+    return None, contextlib.nullcontext()
+
+
+def _say_main(state):
+    return print if state is None or state.is_main_process else (lambda s: None)

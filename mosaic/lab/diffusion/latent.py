@@ -1,0 +1,66 @@
+"""Latent diffusion's data: a dataset's images encoded once by the run's autoencoder and cached.
+
+The cache is ``<autoencoder folder>/latents/<dataset manifest sha256, 16>/<split>.safetensors``
+(``latents`` float32 ``[N, C, S/f, S/f]``, the first N images of the split) with a
+``<split>.json`` beside it. It stores the **posterior mean** (shifted and scaled, see
+:class:`mosaic.lab.autoencoder.LatentSpace`), not a sample: MOSAIC stores one sample of the SD2
+VAE's posterior and reuses it every epoch, which is one fixed draw of noise per image; the
+from-scratch autoencoder here is trained with a KL weight of 1e-6, so its posterior spread is a
+small fraction of the latents' spread (``posterior_std_over_latent_std`` in ``autoencoder.json``)
+and the mean is what its quality check reconstructs and the evaluator reads, deterministic and
+independent of any seed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from mosaic.lab.autoencoder import LatentSpace
+from mosaic.lab.data import to_float
+
+
+def encode_images(space: LatentSpace, images: torch.Tensor, batch_size: int = 256, progress=None) -> torch.Tensor:
+    """uint8 ``[N, 3, S, S]`` -> float32 ``[N, C, S/f, S/f]`` latents (posterior means), on the CPU."""
+    out = []
+    for a in range(0, len(images), batch_size):
+        out.append(space.encode(to_float(images[a:a + batch_size])).float().cpu())
+        if progress:
+            progress(min(a + batch_size, len(images)))
+    c, s = space.channels, 0
+    return torch.cat(out) if out else torch.zeros((0, c, s, s))
+
+
+def cached_latents(space: LatentSpace, dataset_root: Path, split: str, images: torch.Tensor, say=print) -> torch.Tensor:
+    """The latents of ``images`` (the first ``len(images)`` of ``split`` of the dataset), from the
+    cache or encoded and written to it (atomically; only one writer needs to win)."""
+    from safetensors.torch import load_file, save_file
+
+    from mosaic.io import atomic_write
+    from mosaic.lab.data import manifest_fingerprint
+
+    fp = manifest_fingerprint(dataset_root)
+    folder = (space.folder or Path(".")) / "latents" / fp["manifest_sha256"][:16]
+    path, meta = folder / f"{split}.safetensors", folder / f"{split}.json"
+    n = len(images)
+    if path.is_file() and meta.is_file():
+        try:
+            info = json.loads(meta.read_text())
+            if info.get("n", -1) >= n:
+                return load_file(str(path))["latents"][:n]
+        except (OSError, ValueError, KeyError):
+            pass
+    say(f"encoding {n} {split} images into latents ({space.channels} x {space.size(images.shape[-1])} x {space.size(images.shape[-1])})")
+    z = encode_images(space, images)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".{__import__('os').getpid()}.tmp")
+    save_file({"latents": z.contiguous()}, str(tmp))
+    __import__("os").replace(tmp, path)
+    atomic_write(meta, json.dumps({"n": n, "split": split, "dataset": fp, "stored": "posterior mean (shifted, scaled)",
+                                   "shape": list(z.shape)}, indent=2) + "\n")
+    return z
+
+
+__all__ = ["cached_latents", "encode_images"]
