@@ -9,10 +9,12 @@ Every command group lives in its own module and is registered here, explicitly, 
 - :mod:`mosaic.cli.splits` — ``splits``
 - :mod:`mosaic.cli.evaluate` — ``evaluator check|train``, ``evaluate``
 - :mod:`mosaic.cli.train` — ``train diffusion|transformer``, ``sample``
+- :mod:`mosaic.cli.autoencoder` — ``autoencoder train|check`` (latent diffusion's autoencoder)
 - :mod:`mosaic.cli.sweep` — ``sweep``, ``report``
 - :mod:`mosaic.cli.analyze` — ``analyze`` (representation diagnostics of a finished run)
 - :mod:`mosaic.cli.audit` — ``audit``, ``evaluator calibrate``
 - :mod:`mosaic.cli.reproduce` — ``reproduce``
+- :mod:`mosaic.cli.schema` — ``schema`` (the JSON Schema of a file kind)
 
 What they share (consoles, the exit-2 failure, option types) is in :mod:`mosaic.cli.common`.
 Command modules import only typer and rich at the top; numpy, torch and the rest of mosaic are
@@ -24,7 +26,7 @@ from __future__ import annotations
 import typer
 from typer.core import TyperGroup
 
-from mosaic.cli import analyze, audit, data, evaluate, export, reproduce, splits, sweep, train, verify
+from mosaic.cli import analyze, audit, autoencoder, data, evaluate, export, reproduce, schema, splits, sweep, train, verify
 from mosaic.cli.common import fail
 
 
@@ -79,11 +81,13 @@ app.add_typer(evaluate.evaluator_app, name="evaluator")
 app.command("evaluate")(evaluate.evaluate)
 app.add_typer(train.train_app, name="train")
 app.command("sample")(train.sample)
+app.add_typer(autoencoder.autoencoder_app, name="autoencoder")
 app.command("analyze")(analyze.analyze)
 app.command("sweep")(sweep.sweep_command)
 app.command("report")(sweep.report_command)
 app.command("audit")(audit.audit)
 app.command("reproduce")(reproduce.reproduce_command)
+app.command("schema")(schema.schema)
 evaluate.evaluator_app.command("calibrate")(audit.calibrate)
 
 
