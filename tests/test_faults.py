@@ -149,7 +149,7 @@ def test_a_damaged_latest_checkpoint_is_named_and_the_previous_one_used(tmp_path
     elif damage == "corrupt_state":
         (latest / "trainer_state.json").write_text('{"step": 2, "best"')
     else:
-        (latest / "optimizer.bin").unlink()
+        (latest / "state.safetensors").unlink()
     said = []
     m = run(_cfg(out, dataset), _Family(), say=said.append)
     assert any("checkpoint-0000002 is damaged" in s for s in said), said

@@ -4,7 +4,7 @@ A model family supplies a :class:`Task` (the trainable module, the in-memory tra
 ``loss(batch)`` step, a ``validate`` hook on the ``val`` split, an ``export`` of weights); the
 loop does the rest, in the style of the diffusers training examples: ``Accelerator`` for device,
 precision and processes, AdamW with warm-up, gradient clipping and accumulation, EMA
-(diffusers ``EMAModel``), ``save_state`` checkpoints with exact resume, JSONL/CSV logs, a tqdm
+(diffusers ``EMAModel``), checkpoints with exact resume (safetensors + JSON, :mod:`mosaic.lab.checkpoint`: nothing is unpickled), JSONL/CSV logs, a tqdm
 bar on the main process, a NaN stop, and checkpoint selection on ``val`` (seen combinations only).
 
 A run is a folder::
@@ -12,7 +12,8 @@ A run is a folder::
     RUN/config.yaml              the resolved config (a rerun with another config is refused)
     RUN/dataset.json             dataset path, spec fingerprint, split counts, manifest hash
     RUN/dataset_manifest.json    a copy of the dataset's manifest;  RUN/dataset -> the dataset (link)
-    RUN/checkpoints/checkpoint-NNNNNNN/   accelerate state (model, optimizer, LR schedule, EMA, RNG)
+    RUN/run.json                 the run's id (each checkpoint records it: another run's checkpoint is refused)
+    RUN/checkpoints/checkpoint-NNNNNNN/   model, optimizer, LR schedule, EMA, RNG (mosaic.lab.checkpoint)
                                  + trainer_state.json (step, best value, time)
     RUN/best/  RUN/final/        exported weights (EMA when enabled): best on val, and last
     RUN/log.jsonl  RUN/log.csv   training rows (step, loss, lr, grad_norm, images_per_s, time_s)
@@ -126,6 +127,26 @@ class RunFolder:
         self.val_jsonl = self.root / "val.jsonl"
         self.metrics = self.root / "metrics.json"
         self.done = self.root / "DONE"
+        self.identity = self.root / "run.json"
+
+    def run_id(self) -> str | None:
+        """This run's id (``run.json``, made when the run starts): every checkpoint records it, and a
+        checkpoint with another id (copied from another run) is refused. None for a run folder of an
+        older mosaic that has none yet.
+
+        Raises:
+            TrainingError: ``run.json`` is damaged (names the file and the fix)."""
+        if not self.identity.is_file():
+            return None
+        rid = self._read(self.identity, json.loads).get("id")
+        if not isinstance(rid, str) or not 8 <= len(rid) <= 64 or not rid.isalnum():
+            raise TrainingError(f"{self.identity} is damaged (no run id): restore it, or delete the run folder {self.root} to start over")
+        return rid
+
+    def _write_identity(self) -> None:
+        import uuid
+
+        atomic_write(self.identity, json.dumps({"id": uuid.uuid4().hex}) + "\n")
 
     # -- state ----------------------------------------------------------------------------------
     def is_done(self) -> bool:
@@ -215,12 +236,15 @@ class RunFolder:
                         f"{current['manifest_sha256'][:12]}): the run's checkpoints were trained on other data. Restore the dataset, "
                         "or start a new run (another --out)"
                     )
+            if is_main and not self.identity.exists() and not self.identity.is_symlink():  # a run of an older mosaic: it gets its id now
+                self._write_identity()
             return "done" if self.is_done() else "resume"
         if self.root.exists() and any(self.root.iterdir()):
             raise TrainingError(f"{self.root} exists, is not empty and holds no run (config.yaml missing): give an empty or new --out")
         if is_main:
             self.root.mkdir(parents=True, exist_ok=True)
             atomic_write(self.config, yaml.safe_dump(config, sort_keys=False))
+            self._write_identity()
             atomic_write(self.dataset, json.dumps(current, indent=2) + "\n")
             shutil.copyfile(Path(dataset_root) / "manifest.json", self.root / "dataset_manifest.json")
             link = self.root / "dataset"
@@ -352,26 +376,32 @@ def _last_good(run: RunFolder) -> str:
     return f"the last good checkpoint {last} is intact" if last else "no checkpoint was written yet"
 
 
-def load_latest_good_checkpoint(run: RunFolder, accelerator, state: dict, say: Callable[[str], None]) -> Path | None:
-    """Load the newest checkpoint that reads whole into ``accelerator`` (and its ``trainer_state.json``
-    into ``state``); returns its folder, or None when the run has none.
+def load_latest_good_checkpoint(run: RunFolder, accelerator, state: dict, say: Callable[[str], None],
+                               objects: tuple | None = None) -> Path | None:
+    """Load the newest checkpoint that reads whole (:func:`mosaic.lab.checkpoint.load_checkpoint`:
+    format, this run's id, every file listed with its sha256, safetensors and JSON only, nothing
+    unpickled) into ``objects`` = ``(model, optimizer, scheduler, ema)``, and its
+    ``trainer_state.json`` into ``state``; returns its folder, or None when the run has none.
 
-    A damaged checkpoint (unreadable ``trainer_state.json``, or ``accelerator.load_state`` failing on a
-    truncated or corrupt weight, optimizer or RNG file) is named, renamed to ``<name>.damaged`` by the
-    main process (kept for inspection, never picked again) and the previous one is used.
+    A damaged or foreign checkpoint (another run's, another format such as an accelerate pickle
+    checkpoint, a file it does not list, a truncated or altered file) is named, renamed to
+    ``<name>.damaged`` by the main process (kept for inspection, never picked again) and the
+    previous one is used.
 
     Raises:
-        TrainingError: every checkpoint is damaged (each named, with what to do).
+        TrainingError: every checkpoint is damaged or foreign (each named, with what to do).
     """
+    from mosaic.lab.checkpoint import CheckpointError, load_checkpoint
+
+    model, optimizer, scheduler, ema = objects if objects is not None else (None, None, None, None)
     damaged = []
+    run_id = run.run_id()
     for _, ck in reversed(run.checkpoint_list()):
         try:
-            st = json.loads((ck / "trainer_state.json").read_bytes().decode("utf-8"))
-            if not isinstance(st, dict) or not isinstance(st.get("step"), int):
-                raise ValueError("no step recorded")
-            accelerator.load_state(str(ck))
-        except Exception as e:  # noqa: BLE001 - any failure to read a checkpoint back is damage
-            reason = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            st = load_checkpoint(ck, accelerator, model, optimizer, scheduler, ema, run_id)
+        except CheckpointError as e:
+            reason = str(e.problems[0][1] if getattr(e, "problems", None) else e)
+            reason = reason.replace(str(ck) + ": ", "").replace(str(ck) + "/", "")
             damaged.append((str(ck), reason))
             say(f"checkpoint {ck} is damaged ({reason}); trying the previous one")
             if accelerator.is_main_process:
@@ -397,7 +427,7 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
     Every ``log_every`` steps a row goes to ``log.jsonl``/``log.csv``; every ``val_every`` steps
     and at the last step :meth:`Task.validate` runs with EMA weights and, when ``task.selection``
     improves, the weights are exported to ``RUN/best``; every ``checkpoint_every`` steps and at
-    the last step ``accelerator.save_state`` writes a checkpoint (made atomic by renaming a
+    the last step :func:`mosaic.lab.checkpoint.save_checkpoint` writes a checkpoint (made atomic by renaming a
     ``.tmp`` folder; the oldest beyond ``keep_checkpoints`` are deleted). At the end the
     (EMA) weights go to ``RUN/final``.
 
@@ -445,7 +475,7 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
 
     state = {"step": 0, "best": None, "best_step": None, "train_time_s": 0.0, "val": {}}
     resumed_at = 0
-    ckpt = load_latest_good_checkpoint(run, accelerator, state, say)
+    ckpt = load_latest_good_checkpoint(run, accelerator, state, say, (model, optimizer, lr_sched, ema))
     if ckpt is not None:
         resumed_at = state["step"]
         if accelerator.is_main_process:
@@ -498,21 +528,32 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
             swap_out_ema()
 
     def save_checkpoint(step: int):
-        run.checkpoints.mkdir(parents=True, exist_ok=True)
+        from mosaic.lab.checkpoint import save_checkpoint as write_checkpoint
+
         accelerator.wait_for_everyone()
         tmp = run.checkpoints / f"checkpoint-{step:07d}.tmp"
-        if accelerator.is_main_process:
+        failed = None
+        try:
+            if accelerator.is_main_process:
+                run.checkpoints.mkdir(parents=True, exist_ok=True)
+                shutil.rmtree(tmp, ignore_errors=True)
+            accelerator.wait_for_everyone()
+            write_checkpoint(tmp, accelerator, model, optimizer, lr_sched, ema, run.run_id(), state)
+            accelerator.wait_for_everyone()
+            if accelerator.is_main_process:
+                dest = run.checkpoints / f"checkpoint-{step:07d}"
+                shutil.rmtree(dest, ignore_errors=True)
+                os.replace(tmp, dest)
+                for _, old in run.checkpoint_list()[:-cfg.keep_checkpoints]:
+                    shutil.rmtree(old, ignore_errors=True)
+        except OSError as e:  # a full disk (ENOSPC), a read-only folder: the unfinished checkpoint goes, the last good one stays
+            failed = e
             shutil.rmtree(tmp, ignore_errors=True)
-        accelerator.wait_for_everyone()
-        accelerator.save_state(str(tmp))
-        accelerator.wait_for_everyone()
-        if accelerator.is_main_process:
-            (tmp / "trainer_state.json").write_text(json.dumps(state, default=float) + "\n")
-            dest = run.checkpoints / f"checkpoint-{step:07d}"
-            shutil.rmtree(dest, ignore_errors=True)
-            os.replace(tmp, dest)
-            for _, old in run.checkpoint_list()[:-cfg.keep_checkpoints]:
-                shutil.rmtree(old, ignore_errors=True)
+        if failed is not None:
+            bar.close()
+            raise TrainingError([(str(tmp.with_suffix("")), f"saving the checkpoint of step {step} failed: "
+                                  f"{failed.strerror or failed}; {_last_good(run)}. Free disk space (or fix the folder), then "
+                                  "rerun the same command to resume")]) from None
         accelerator.wait_for_everyone()
 
     model.train()

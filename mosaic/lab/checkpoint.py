@@ -1,0 +1,284 @@
+"""Training checkpoints that load without running code: safetensors for tensors, JSON for the rest.
+
+``accelerate``'s ``save_state`` writes the optimizer, the LR schedule, custom objects (the EMA) and
+the RNG states with ``torch.save`` / pickle (``optimizer.bin``, ``custom_checkpoint_0.pkl``,
+``random_states_0.pkl``), and ``load_state`` unpickles them: a planted pickle in a shared run folder
+would run code on resume. This module writes and reads a checkpoint folder of format
+``mosaic-checkpoint/1`` instead::
+
+    checkpoint-NNNNNNN/model.safetensors      the unwrapped model's weights (shared tensors once)
+    checkpoint-NNNNNNN/state.safetensors      every tensor of the optimizer, EMA and GradScaler state
+    checkpoint-NNNNNNN/rng-<rank>.safetensors the torch CPU (and CUDA) generator states of each process
+    checkpoint-NNNNNNN/checkpoint.json        format, run id, step, the non-tensor state as JSON (tensors
+                                              referenced by key), and every file's size and sha256
+    checkpoint-NNNNNNN/trainer_state.json     step, best value, time (the loop's own state)
+
+Loading (:func:`load_checkpoint`) reads ``checkpoint.json`` first (bounded, UTF-8 JSON) and refuses,
+before any other file is opened: another format (an accelerate checkpoint of an older mosaic is
+named as such), a checkpoint of another run (its ``run_id`` differs from the run folder's
+``run.json``), a file the record does not list (``custom_checkpoint_0.pkl``), a symbolic link,
+and a file whose size or sha256 differs from the record. Only then are the safetensors files read
+(safetensors holds tensors only: no code can be stored in it). Every refusal is a
+:class:`CheckpointError` naming the checkpoint and the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import stat
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mosaic.errors import TrainingError
+
+FORMAT = "mosaic-checkpoint/1"
+RECORD = "checkpoint.json"
+TRAINER_STATE = "trainer_state.json"
+MODEL = "model.safetensors"
+STATE = "state.safetensors"
+MAX_RECORD_BYTES = 64 << 20  # checkpoint.json is the non-tensor state: small; anything larger is not ours
+
+
+class CheckpointError(TrainingError):
+    """A checkpoint that is not loaded: damaged, of another run, another format, or holding files
+    mosaic does not write."""
+
+
+# ----------------------------------------------------------------------------------------------
+# a JSON codec for state dicts: tensors go to a safetensors file, referenced by key
+# ----------------------------------------------------------------------------------------------
+
+def _encode(x: Any, tensors: dict[str, torch.Tensor], path: str) -> Any:
+    if isinstance(x, torch.Tensor):
+        tensors[path] = x.detach().cpu().contiguous()
+        return {"__tensor__": path}
+    if isinstance(x, bool) or x is None or isinstance(x, (int, float, str)):
+        return x
+    if isinstance(x, dict):
+        return {"__dict__": [[_encode(k, tensors, f"{path}.k{i}"), _encode(v, tensors, f"{path}.{i}")]
+                             for i, (k, v) in enumerate(x.items())]}
+    if isinstance(x, tuple):
+        return {"__tuple__": [_encode(v, tensors, f"{path}.{i}") for i, v in enumerate(x)]}
+    if isinstance(x, list):
+        return [_encode(v, tensors, f"{path}.{i}") for i, v in enumerate(x)]
+    if isinstance(x, np.ndarray):
+        return {"__ndarray__": x.tolist(), "dtype": str(x.dtype)}
+    if isinstance(x, (np.integer, np.floating)):
+        return x.item()
+    raise TypeError(f"{path}: a {type(x).__name__} cannot be stored in a checkpoint (tensors, numbers, strings, lists, dicts only)")
+
+
+def _decode(x: Any, tensors: dict[str, torch.Tensor], where: str) -> Any:
+    if isinstance(x, list):
+        return [_decode(v, tensors, where) for v in x]
+    if not isinstance(x, dict):
+        return x
+    if set(x) == {"__tensor__"}:
+        key = x["__tensor__"]
+        if not isinstance(key, str) or key not in tensors:
+            raise CheckpointError(f"{where}: {RECORD} refers to tensor {str(key)[:80]!r}, which {STATE} does not hold")
+        return tensors[key]
+    if set(x) == {"__dict__"} and isinstance(x["__dict__"], list):
+        out = {}
+        for kv in x["__dict__"]:
+            if not (isinstance(kv, list) and len(kv) == 2):
+                raise CheckpointError(f"{where}: {RECORD} holds a malformed mapping")
+            k = _decode(kv[0], tensors, where)
+            if isinstance(k, (list, dict)):
+                raise CheckpointError(f"{where}: {RECORD} holds a mapping key that is not a plain value")
+            out[k] = _decode(kv[1], tensors, where)
+        return out
+    if set(x) == {"__tuple__"} and isinstance(x["__tuple__"], list):
+        return tuple(_decode(v, tensors, where) for v in x["__tuple__"])
+    if set(x) == {"__ndarray__", "dtype"} and x["dtype"] in ("uint32", "int64", "float64", "uint8", "int32"):
+        return np.asarray(x["__ndarray__"], dtype=x["dtype"])
+    raise CheckpointError(f"{where}: {RECORD} holds an entry mosaic does not write ({sorted(x)[:5]})")
+
+
+# ----------------------------------------------------------------------------------------------
+# files
+# ----------------------------------------------------------------------------------------------
+
+def _digest(path: Path) -> tuple[str, int]:
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+            size += len(block)
+    return h.hexdigest(), size
+
+
+def _rng_state() -> tuple[dict[str, torch.Tensor], dict]:
+    tensors = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"cuda{i}"] = s
+    py = random.getstate()
+    npst = np.random.get_state()
+    meta = {"python": [py[0], list(py[1]), py[2]],
+            "numpy": [npst[0], npst[1].tolist(), int(npst[2]), int(npst[3]), float(npst[4])]}
+    return tensors, meta
+
+
+def _set_rng_state(tensors: dict[str, torch.Tensor], meta: dict, where: str) -> None:
+    try:
+        torch.set_rng_state(tensors["torch"])
+        cuda = [tensors[k] for k in sorted((k for k in tensors if k.startswith("cuda")), key=lambda k: int(k[4:]))]
+        if cuda and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(cuda[: torch.cuda.device_count()])
+        v, st, gauss = meta["python"]
+        random.setstate((int(v), tuple(int(i) for i in st), gauss))
+        name, keys, pos, has_gauss, cached = meta["numpy"]
+        np.random.set_state((str(name), np.asarray(keys, dtype=np.uint32), int(pos), int(has_gauss), float(cached)))
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise CheckpointError(f"{where}: its RNG state is damaged ({type(e).__name__}: {str(e)[:120]})") from None
+
+
+def save_checkpoint(folder: Path, accelerator, model, optimizer, scheduler, ema, run_id: str, trainer_state: dict) -> None:
+    """Write a checkpoint of format ``mosaic-checkpoint/1`` into ``folder`` (which must be new; the
+    caller renames it into place). Call on every process: the main one writes the model and the
+    state, each process its ``rng-<rank>.safetensors``.
+
+    Raises:
+        OSError: a write failed (a full disk: ENOSPC); the caller removes ``folder``.
+    """
+    from safetensors.torch import save_file, save_model
+
+    folder = Path(folder)
+    rank, world = accelerator.process_index, accelerator.num_processes
+    if accelerator.is_main_process:
+        folder.mkdir(parents=True, exist_ok=False)
+    accelerator.wait_for_everyone()
+    rng_t, rng_meta = _rng_state()
+    save_file(rng_t, str(folder / f"rng-{rank}.safetensors"))
+    (folder / f"rng-{rank}.json").write_text(json.dumps(rng_meta) + "\n")
+    accelerator.wait_for_everyone()
+    if not accelerator.is_main_process:
+        return
+    save_model(accelerator.unwrap_model(model), str(folder / MODEL))
+    tensors: dict[str, torch.Tensor] = {}
+    objects = {"optimizer": _encode(optimizer.state_dict(), tensors, "optimizer"),
+               "scheduler": _encode(scheduler.state_dict(), tensors, "scheduler")}
+    if ema is not None:
+        objects["ema"] = _encode(ema.state_dict(), tensors, "ema")
+    scaler = getattr(accelerator, "scaler", None)
+    if scaler is not None:
+        objects["scaler"] = _encode(scaler.state_dict(), tensors, "scaler")
+    save_file(tensors, str(folder / STATE))
+    (folder / TRAINER_STATE).write_text(json.dumps(trainer_state, default=float) + "\n")
+    files = {}
+    for p in sorted(folder.iterdir()):
+        digest, size = _digest(p)
+        files[p.name] = {"bytes": size, "sha256": digest}
+    record = {"format": FORMAT, "run_id": run_id, "step": int(trainer_state.get("step", 0)), "processes": world,
+              "objects": objects, "files": files}
+    with open(folder / RECORD, "w") as f:
+        json.dump(record, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_record(folder: Path, run_id: str | None) -> dict:
+    """The checkpoint's ``checkpoint.json``, after every check that needs no other file's content:
+    format, run id, the files present against the files listed, links, sizes and digests.
+
+    Raises:
+        CheckpointError: naming the checkpoint and why it is not loaded.
+    """
+    folder = Path(folder)
+    rec_path = folder / RECORD
+    names = sorted(p.name for p in folder.iterdir())
+    if not rec_path.is_file() or rec_path.is_symlink():
+        if any(n.endswith((".pkl", ".bin")) for n in names) or "random_states_0.pkl" in names:
+            raise CheckpointError(f"{folder} is an accelerate checkpoint (pickle files: "
+                                  f"{', '.join(n for n in names if n.endswith(('.pkl', '.bin')))}), written by an older mosaic or "
+                                  "by someone else; it is not loaded, because unpickling can run code")
+        raise CheckpointError(f"{folder} has no {RECORD}: it was not written by this mosaic (format {FORMAT})")
+    try:
+        size = rec_path.stat().st_size
+        if size > MAX_RECORD_BYTES:
+            raise ValueError(f"{size} bytes, more than a checkpoint record holds")
+        rec = json.loads(rec_path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise CheckpointError(f"{folder}/{RECORD} is damaged ({type(e).__name__}: {str(e)[:120]})") from None
+    if not isinstance(rec, dict) or rec.get("format") != FORMAT:
+        got = rec.get("format") if isinstance(rec, dict) else None
+        raise CheckpointError(f"{folder}/{RECORD}: format {str(got)[:60]!r} is not {FORMAT!r}")
+    if run_id is not None and rec.get("run_id") != run_id:
+        raise CheckpointError(f"{folder} belongs to another run (run id {str(rec.get('run_id'))[:40]!r}, this run is {run_id!r}): "
+                              "a checkpoint copied from another run is never resumed")
+    files = rec.get("files")
+    if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
+        raise CheckpointError(f"{folder}/{RECORD} is damaged: no file list")
+    extra = [n for n in names if n != RECORD and n not in files]
+    if extra:
+        raise CheckpointError(f"{folder} holds files mosaic does not write ({', '.join(extra[:5])}): not loaded "
+                              "(move them away if they are yours)")
+    for name, info in files.items():
+        p = folder / str(name)
+        if "/" in str(name) or str(name) in ("", ".", ".."):
+            raise CheckpointError(f"{folder}/{RECORD} lists a file outside the checkpoint ({str(name)[:80]!r})")
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            raise CheckpointError(f"{folder}: {name} is missing") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(f"{folder}: {name} is not a regular file (a link, folder or device): not followed")
+        if st.st_size != info.get("bytes"):
+            raise CheckpointError(f"{folder}: {name} is damaged ({st.st_size} bytes, the record says {info.get('bytes')})")
+        if _digest(p)[0] != info.get("sha256"):
+            raise CheckpointError(f"{folder}: {name} is damaged (its sha256 differs from the record)")
+    return rec
+
+
+def load_checkpoint(folder: Path, accelerator, model, optimizer, scheduler, ema, run_id: str | None) -> dict:
+    """Load a checkpoint written by :func:`save_checkpoint` into the model, optimizer, scheduler,
+    EMA, scaler and RNG of this process; returns its ``trainer_state.json``.
+
+    Raises:
+        CheckpointError: see :func:`read_record`; a file that does not fit this run's model or
+            optimizer (names the object).
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file, load_model
+
+    folder = Path(folder)
+    rec = read_record(folder, run_id)
+    rank = accelerator.process_index
+    try:
+        st = json.loads((folder / TRAINER_STATE).read_bytes().decode("utf-8"))
+        if not isinstance(st, dict) or not isinstance(st.get("step"), int):
+            raise ValueError("no step recorded")
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"{folder}/{TRAINER_STATE} is damaged ({type(e).__name__}: {str(e)[:120]})") from None
+    objects = rec.get("objects") if isinstance(rec.get("objects"), dict) else {}
+    try:
+        tensors = load_file(str(folder / STATE))
+        missing, unexpected = load_model(accelerator.unwrap_model(model), str(folder / MODEL), strict=False)
+        if missing or unexpected:
+            raise ValueError(f"the weights do not fit this model (missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
+        optimizer.load_state_dict(_decode(objects.get("optimizer"), tensors, str(folder)))
+        scheduler.load_state_dict(_decode(objects.get("scheduler"), tensors, str(folder)))
+        if ema is not None:
+            if "ema" not in objects:
+                raise ValueError("the run has EMA weights but the checkpoint holds none")
+            ema.load_state_dict(_decode(objects["ema"], tensors, str(folder)))
+        scaler = getattr(accelerator, "scaler", None)
+        if scaler is not None and "scaler" in objects:
+            scaler.load_state_dict(_decode(objects["scaler"], tensors, str(folder)))
+        rng_file = folder / f"rng-{rank}.safetensors"
+        if rng_file.is_file():
+            meta = json.loads((folder / f"rng-{rank}.json").read_text(encoding="utf-8"))
+            _set_rng_state(load_file(str(rng_file)), meta, str(folder))
+    except CheckpointError:
+        raise
+    except (SafetensorError, OSError, ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:
+        raise CheckpointError(f"{folder} does not load ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})") from None
+    return st
