@@ -98,6 +98,14 @@ def audit_id(items: list[dict], seed: int) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
+def script_json(data) -> str:
+    """JSON for a ``<script type="application/json">`` block: ``<``, ``>`` and ``&`` written as
+    ``\\u003c``, ``\\u003e``, ``\\u0026`` (the same JSON to ``JSON.parse``), so no text in the data,
+    ``</script>``, ``<!--`` or ``<script`` included, can end the block or change how it is parsed
+    (HTML's script data states)."""
+    return json.dumps(data).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
 def audit_page(items: list[dict], meta: dict, marks: dict | None = None) -> str:
     """The audit page's HTML (self-contained).
 
@@ -114,7 +122,7 @@ def audit_page(items: list[dict], meta: dict, marks: dict | None = None) -> str:
         "verdict", "mark", "note"}]}``.
     """
     data = {"version": AUDIT_VERSION, "meta": meta, "items": items, "marks": {str(k): v for k, v in (marks or {}).items()}}
-    blob = json.dumps(data).replace("</", "<\\/")  # no "</script>" inside the block
+    blob = script_json(data)
     title = f"mosaic audit: {meta.get('run', '')}"
     return _PAGE.replace("%%TITLE%%", html.escape(title)).replace("%%DATA%%", blob)
 
@@ -133,6 +141,17 @@ def make_audit(root: str | Path, n: int = 100, seed: int = 0, out: str | Path | 
     items = collect_items(root, n=n, seed=seed)
     aid = audit_id(items, seed)
     out = Path(out) if out is not None else root / AUDIT_DIR
+    from mosaic.locks import FolderLock
+
+    with FolderLock(out, MosaicError, "audit folder", wait=False):  # one writer of the audit folder at a time
+        return _write_audit(root, out, items, aid, seed)
+
+
+def _write_audit(root: Path, out: Path, items: list[dict], aid: str, seed: int) -> Path:
+    from mosaic.io import atomic_write
+
+    if out.is_symlink():
+        raise MosaicError(f"{out} is a symbolic link: the audit is never written through a link; give a real folder (--out)")
     out.mkdir(parents=True, exist_ok=True)
     marks = {}
     saved = out / "audit.json"
@@ -145,18 +164,23 @@ def make_audit(root: str | Path, n: int = 100, seed: int = 0, out: str | Path | 
             pass
     meta = {"audit_id": aid, "run": str(root), "seed": seed, "n": len(items), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     page = out / "audit.html"
-    page.write_text(audit_page(items, meta, marks))
-    (out / "items.json").write_text(json.dumps({"meta": meta, "items": [{k: v for k, v in it.items() if k != "image"} for it in items]},
-                                               indent=1) + "\n")
+    atomic_write(out / "items.json", json.dumps({"meta": meta, "items": [{k: v for k, v in it.items() if k != "image"} for it in items]},
+                                                indent=1) + "\n")
+    atomic_write(page, audit_page(items, meta, marks))
     return page
 
 
-def check_audit(data: dict, expected_id: str | None = None, where: str = "audit.json") -> list[dict]:
+def check_audit(data: dict, expected_id: str | None = None, where: str = "audit.json", items: list[dict] | None = None) -> list[dict]:
     """Validate a saved audit; returns its marks.
+
+    With ``items`` (the audit's own, from ``items.json``), every mark must name one of them (its
+    ``id``, ``source`` and ``file_name``) and each at most once: invented or repeated ids never
+    count towards the agreement rate.
 
     Raises:
         MosaicError: not an audit (names the missing field), a mark that is neither ``correct``
-            nor ``incorrect``, or an audit id other than ``expected_id`` (a file from another audit).
+            nor ``incorrect``, an audit id other than ``expected_id`` (a file from another audit),
+            a mark of an item the audit does not have, or an item marked twice.
     """
     if not isinstance(data, dict) or "audit_id" not in data or not isinstance(data.get("marks"), list):
         raise MosaicError(f"{where} is not a saved mosaic audit: it needs 'audit_id' and a 'marks' list (save it from audit.html)")
@@ -165,8 +189,44 @@ def check_audit(data: dict, expected_id: str | None = None, where: str = "audit.
                           "(or re-make the page with the same --n and --seed)")
     for k, m in enumerate(data["marks"]):
         if not isinstance(m, dict) or m.get("mark") not in ("correct", "incorrect", None):
-            raise MosaicError(f"{where} marks[{k}].mark = {m.get('mark') if isinstance(m, dict) else m!r}: use 'correct' or 'incorrect'")
+            raise MosaicError(f"{where} marks[{k}].mark = {str(m.get('mark') if isinstance(m, dict) else m)[:60]!r}: use 'correct' or 'incorrect'")
+    if items is not None:
+        own = {it.get("id"): it for it in items if isinstance(it, dict)}
+        seen: set = set()
+        for k, m in enumerate(data["marks"]):
+            i = m.get("id")
+            it = own.get(i) if isinstance(i, int) and not isinstance(i, bool) else None
+            if it is None:
+                raise MosaicError(f"{where} marks[{k}].id = {str(i)[:40]!r} is not an item of this audit (ids 0..{len(own) - 1}): "
+                                  "save the file from this audit's page; a mark of an item it does not have never counts")
+            if (m.get("source"), m.get("file_name")) != (it.get("source"), it.get("file_name")):
+                raise MosaicError(f"{where} marks[{k}] (id {i}) names {str(m.get('file_name'))[:80]!r}, but item {i} of this audit is "
+                                  f"{it.get('file_name')!r}: save the file from this audit's page")
+            if i in seen:
+                raise MosaicError(f"{where} marks item {i} twice: each item counts once; save the file from this audit's page")
+            seen.add(i)
+        if len(data["marks"]) > len(own):
+            raise MosaicError(f"{where} holds {len(data['marks'])} marks for an audit of {len(own)} items")
     return data["marks"]
+
+
+def _read_json(path: Path, what: str):
+    """A JSON file of an audit folder, or MosaicError naming it (missing, not UTF-8, not JSON, too deep)."""
+    try:
+        return json.loads(Path(path).read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise MosaicError(f"{path} is missing: {what}") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise MosaicError(f"{path} cannot be read as JSON ({type(e).__name__}: {str(e)[:100]}): {what}") from None
+
+
+def _audit_items(out: Path) -> tuple[str, list[dict]]:
+    """The audit id and items of the audit page in ``out`` (``items.json``)."""
+    data = _read_json(out / "items.json", f"re-make the audit page with `mosaic audit` (it writes {out / 'items.json'})")
+    try:
+        return str(data["meta"]["audit_id"]), list(data["items"])
+    except (KeyError, TypeError):
+        raise MosaicError(f"{out / 'items.json'} is damaged (no meta.audit_id or items): re-make the audit page with `mosaic audit`") from None
 
 
 def import_audit(root: str | Path, file: str | Path, out: str | Path | None = None) -> Path:
@@ -177,19 +237,18 @@ def import_audit(root: str | Path, file: str | Path, out: str | Path | None = No
         MosaicError: no audit page under ``root`` (make it first), an unreadable file, or a file of
             another audit.
     """
+    from mosaic.io import atomic_write
+    from mosaic.locks import FolderLock
+
     out = Path(out) if out is not None else Path(root) / AUDIT_DIR
     items_file = out / "items.json"
     if not items_file.is_file():
         raise MosaicError(f"{out} holds no audit (items.json is missing): run `mosaic audit {root}` first")
-    expected = json.loads(items_file.read_text())["meta"]["audit_id"]
-    try:
-        data = json.loads(Path(file).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise MosaicError(f"{file} cannot be read as JSON ({e}): give the audit.json the page saved") from None
-    check_audit(data, expected, where=str(file))
-    dst = out / "audit.json"
-    dst.write_text(json.dumps(data, indent=1) + "\n")
-    return dst
+    expected, items = _audit_items(out)
+    data = _read_json(Path(file), "give the audit.json the page saved")
+    check_audit(data, expected, where=str(file), items=items)
+    with FolderLock(out, MosaicError, "audit folder", wait=False):
+        return atomic_write(out / "audit.json", json.dumps(data, indent=1) + "\n")
 
 
 def audit_summary(path: str | Path) -> dict:
@@ -205,8 +264,9 @@ def audit_summary(path: str | Path) -> dict:
     from mosaic.evaluation.agreement import wilson_interval
 
     p = Path(path)
-    data = json.loads(p.read_text())
-    marks = check_audit(data, where=str(p))
+    data = _read_json(p, "import the audit again with `mosaic audit RUN --import audit.json`")
+    items = _audit_items(p.parent)[1] if (p.parent / "items.json").is_file() else None
+    marks = check_audit(data, where=str(p), items=items)
     done = [m for m in marks if m.get("mark")]
     agree = sum(m["mark"] == "correct" for m in done)
     by: dict = {}

@@ -181,15 +181,29 @@ def metadata_lines(path: str | Path) -> Iterator[bytes]:
 
 
 def parse_record(line: bytes, index: int) -> dict | None:
-    """The record on a metadata line when it is a JSON object with ``index == index`` and a string
-    ``file_name``; else None."""
+    """The record on a metadata line when it is a JSON object with ``index == index``, a
+    ``file_name`` inside the split folder (:func:`safe_name`; ``mask_file_name`` too) and, when
+    present, a boolean ``held_out``; else None (a line nested too deep for the JSON parser too)."""
     try:
         rec = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None
-    if not isinstance(rec, dict) or rec.get("index") != index or not isinstance(rec.get("file_name"), str):
+    if not isinstance(rec, dict) or rec.get("index") != index or not safe_name(rec.get("file_name")):
+        return None
+    if rec.get("mask_file_name") is not None and not safe_name(rec.get("mask_file_name")):
+        return None
+    if "held_out" in rec and not isinstance(rec["held_out"], bool):
         return None
     return rec
+
+
+def safe_name(name) -> bool:
+    """Whether ``name`` is a file name a record may carry: a relative path string inside its split
+    folder (no ``..`` part, not absolute, no backslash or control characters, at most 255
+    characters), so no record reaches outside the dataset."""
+    if not isinstance(name, str) or not name or len(name) > 255 or not name.isprintable() or "\\" in name:
+        return False
+    return not name.startswith("/") and all(p not in ("", ".", "..") for p in name.split("/"))
 
 
 def scan_metadata(path: str | Path, masks: bool) -> MetadataScan:

@@ -39,7 +39,7 @@ from mosaic.hf import mosaic_split, write_card
 from mosaic.io import atomic_write, atomic_write_json
 from mosaic.png import encode_png
 from mosaic.records import (  # noqa: F401 - re-exported: the dataset API of mosaic.dataset
-    FORMAT, MANIFEST, base_manifest, check_out_dir, package_versions, png_bytes, read_manifest, sample_record, spec_from_data,
+    FORMAT, MANIFEST, base_manifest, check_out_dir, package_versions, png_bytes, read_manifest, sample_line, sample_record, spec_from_data,
     spec_of,
 )
 from mosaic.spec import Spec
@@ -95,10 +95,18 @@ def iter_metadata(root: str | Path, split: str, manifest: dict | None = None) ->
     path = Path(root) / split / "metadata.jsonl"
     if not path.is_file():
         raise DatasetError(f"split {split!r} of {root}: {path} is missing; regenerate the dataset (`mosaic generate ... --overwrite`)")
-    with path.open() as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)
+    with path.open("rb") as f:
+        for k, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError) as e:
+                raise DatasetError([(f"{path}:{k}", f"not a JSON record ({type(e).__name__}: {str(e)[:80]}): the file is damaged; "
+                                     f"`mosaic verify {root}` names every damaged line, `--repair` rewrites them")]) from None
+            if not isinstance(rec, dict):
+                raise DatasetError([(f"{path}:{k}", f"a {type(rec).__name__}, not a record: the file is damaged; `mosaic verify {root} --repair`")])
+            yield rec
 
 
 def read_metadata(root: str | Path, split: str) -> list[dict]:
@@ -111,11 +119,35 @@ def read_metadata(root: str | Path, split: str) -> list[dict]:
 
 
 def _write_file(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    """Write ``data`` to ``path``; a symbolic link standing there is replaced, never written through
+    (``O_NOFOLLOW``)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
     try:
-        os.write(fd, data)
+        fd = os.open(path, flags, 0o644)
+    except OSError as e:
+        if not os.path.islink(path):
+            raise
+        os.unlink(path)  # ELOOP: a link stands where the sample's file belongs
+        fd = os.open(path, flags | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
     finally:
         os.close(fd)
+
+
+def own_folders(out: Path, rels) -> None:
+    """Make each folder ``out/rel`` a real folder of ``out``: a symbolic link standing at it or at
+    one of its parents inside ``out`` is removed (never followed: what a link points to belongs to
+    someone else), then the folder is created."""
+    for rel in rels:
+        node = out
+        for part in Path(rel).parts:
+            node = node / part
+            if node.is_symlink() or (node.exists() and not node.is_dir()):
+                node.unlink()
+        node.mkdir(parents=True, exist_ok=True)
 
 
 def render_shard(spec_data: dict, out: str, split: str, shard: int, start: int, stop: int, masks: bool, renderer: str = "pillow") -> int:
@@ -138,15 +170,14 @@ def render_shard(spec_data: dict, out: str, split: str, shard: int, start: int, 
     names = list(spec.concepts)
     lines, concepts = [], []
     for index in range(start, stop):
-        rec, scene = sample_record(spec, split, index)
+        line, rec, scene = sample_line(spec, split, index, f"masks/{index:06d}.png" if masks else None)
         image, mask = rend.render_one(scene) if masks else (rend.render_image(scene), None)
         # plain writes: a shard's images count only once its part file exists (written last,
         # atomically), and a resumed run rewrites every image of an unfinished shard
         _write_file(os.path.join(img_dir, f"{index:06d}.png"), encode_png(image))
         if masks:
             _write_file(os.path.join(mask_dir, f"{index:06d}.png"), encode_png(mask))
-            rec["mask_file_name"] = f"masks/{index:06d}.png"
-        lines.append(json.dumps(rec, sort_keys=True))
+        lines.append(line)  # json.dumps(record, sort_keys=True), written straight from the scene
         concepts.append([rec["concepts"].get(c) for c in names])
     header = json.dumps({"start": start, "stop": stop, "concepts": concepts})
     part = Path(out) / ".mosaic" / "parts" / f"{split}-{shard:06d}.jsonl"
@@ -265,14 +296,15 @@ def _generate_locked(spec, out, workers, overwrite, masks, shard_size, renderer,
     done = total - todo_samples
     executor = make_executor(backend, workers, address) if backend != "local" or n_tasks > 1 else LocalExecutor(1)
     try:
-        (out / ".mosaic" / "parts").mkdir(parents=True, exist_ok=True)
+        if out.is_symlink():
+            raise DatasetError([("--out", f"{out} is a symbolic link: a dataset is never written through a link; give the real folder")])
+        own_folders(out, [".mosaic/parts"] + [f"{split}/{sub}" for split in sizes for sub in (("images", "masks") if masks else ("images",))])
     except OSError as e:
         executor.close(cancel=True)
         raise DatasetError([("--out", f"cannot write {out}: {e.strerror}; give a writable folder")]) from None
-    for split in sizes:
-        (out / split / "images").mkdir(parents=True, exist_ok=True)
-        if masks:
-            (out / split / "masks").mkdir(parents=True, exist_ok=True)
+    except DatasetError:
+        executor.close(cancel=True)
+        raise
     atomic_write_json(out / MANIFEST, _imagefolder_manifest(spec, masks, renderer, "incomplete", sizes))
     if on_progress:
         on_progress(done, total)

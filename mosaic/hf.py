@@ -225,17 +225,40 @@ def present_splits(manifest: dict) -> dict[str, int]:
     return {s: int(v["count"]) for s, v in manifest["splits"].items() if int(v.get("count", 0)) > 0}
 
 
-def split_paths(manifest: dict, storage: str) -> dict[str, str]:
-    """HF split name -> data_files glob for each present split of a dataset in ``storage`` form."""
+def split_paths(manifest: dict, storage: str) -> dict[str, list[str]]:
+    """HF split name -> the data_files of each present split of a dataset in ``storage`` form: only
+    what mosaic wrote (imagefolder: the split's ``metadata.jsonl`` and ``images/*.png``, with masks
+    ``masks/*.png``; Parquet: each shard the manifest lists, by name), so a stray copy under the
+    split folder or a stray shard in ``data/`` is never read as data."""
     out = {}
     for s in present_splits(manifest):
-        out[HF_SPLIT.get(s, s)] = f"{s}/**" if storage == "imagefolder" else f"data/{s}-*.parquet"
+        if storage == "imagefolder":
+            out[HF_SPLIT.get(s, s)] = [f"{s}/metadata.jsonl", f"{s}/images/*.png"] + ([f"{s}/masks/*.png"] if manifest.get("masks") else [])
+        else:
+            out[HF_SPLIT.get(s, s)] = [f"data/{x['name']}" for x in manifest.get("shards", {}).get(s, [])] or [f"data/{s}-*.parquet"]
     return out
 
 
+def identity(manifest: dict) -> str:
+    """The dataset's identity as the card states it (the config ``description``, which HF's cache
+    key hashes, ``datasets.load.LocalDatasetModuleFactory``): spec fingerprint and the digest of
+    every file's digest (``checksums.sha256``'s sha256; Parquet: of the shards' sha256). Two
+    datasets that share a folder name, or one regenerated in place with another spec or holdout,
+    get other cache entries. The folder's location is not part of it (a dataset is byte-identical
+    wherever it is written): see docs/integrity.md for a moved imagefolder dataset."""
+    import hashlib
+
+    if manifest.get("checksums"):
+        digest = str(manifest["checksums"].get("sha256"))
+    else:
+        shards = [x.get("sha256") for lst in manifest.get("shards", {}).values() for x in lst]
+        digest = hashlib.sha256(json.dumps(shards).encode()).hexdigest()
+    return f"mosaic dataset, spec fingerprint {manifest.get('fingerprint')}, data digest {digest}"
+
+
 def card_yaml(spec: Spec, manifest: dict, storage: str) -> dict:
-    """The YAML header of the dataset card (``configs`` with ``data_files`` and ``features``,
-    ``dataset_info`` with features and split sizes)."""
+    """The YAML header of the dataset card (``configs`` with ``data_files``, ``features`` and the
+    dataset's :func:`identity` as ``description``; ``dataset_info`` with features and split sizes)."""
     masks = bool(manifest.get("masks"))
     feats = features_yaml(feature_tree(spec, masks))
     data_files = [{"split": k, "path": v} for k, v in split_paths(manifest, storage).items()]
@@ -244,7 +267,8 @@ def card_yaml(spec: Spec, manifest: dict, storage: str) -> dict:
         "tags": ["synthetic", "compositional-generalization", "mosaic"],
         "task_categories": ["image-classification", "text-to-image"],
         "size_categories": [_size_category(sum(present_splits(manifest).values()))],
-        "configs": [{"config_name": "default", "data_files": data_files, "features": feats}],
+        "configs": [{"config_name": "default", "data_files": data_files, "features": feats,
+                     "description": identity(manifest)}],
         "dataset_info": {"features": feats},
     }
 
@@ -328,7 +352,9 @@ def card_text(spec: Spec, manifest: dict, storage: str) -> str:
 
 
 def write_card(out: str | Path, spec: Spec, manifest: dict, storage: str = "imagefolder") -> Path:
-    """Write ``OUT/README.md``, the dataset card (YAML header + Markdown body). Atomic.
+    """Write ``OUT/README.md``, the dataset card (YAML header + Markdown body). Atomic. The card
+    states the dataset's :func:`identity` (fingerprint, data digest), so HF's cache, keyed on the
+    folder's name and the card, never serves another dataset's rows.
 
     Args:
         out: dataset directory.
@@ -347,3 +373,4 @@ def write_card(out: str | Path, spec: Spec, manifest: dict, storage: str = "imag
     from mosaic.io import atomic_write
 
     return atomic_write(Path(out) / CARD, text)
+

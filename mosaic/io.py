@@ -1,8 +1,9 @@
 """The one atomic file writer: a reader never sees a half-written file.
 
-The data goes to a hidden temporary file next to the target (``.<name>.tmp<pid>``, so concurrent
-processes never share one), which then replaces the target with :func:`os.replace` (atomic on
-POSIX and Windows within one file system).
+The data goes to a hidden temporary file next to the target (``.<name>.tmp<pid>.<random>``, made
+new with ``O_EXCL``, so concurrent writers never share one and a planted link is never followed),
+which then replaces the target with :func:`os.replace` (atomic on POSIX and Windows within one
+file system; a link standing at the target is replaced, not written through).
 """
 
 from __future__ import annotations
@@ -19,18 +20,22 @@ def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
     """A binary file written piece by piece that replaces ``path`` atomically when the ``with``
     block ends without an error (for data too large to hold: checksums, merged metadata). On any
     error (a full disk, a folder standing at ``path``, an interruption) the temporary file
-    ``.<name>.tmp<pid>`` is removed and ``path`` is untouched.
+    ``.<name>.tmp<pid>.<random>`` is removed and ``path`` is untouched.
 
     Raises:
         OSError: the folder does not exist or is not writable; ``path`` is a folder
             (IsADirectoryError).
     """
+    import secrets
+
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    # unique per writer (process and call), created new (O_EXCL): a file or link planted at the name is never written through
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(fd, "wb") as f:
             yield f
-        os.replace(tmp, path)
+        os.replace(tmp, path)  # a link standing at path is replaced, not followed
     except BaseException:
         try:
             tmp.unlink()

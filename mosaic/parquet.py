@@ -483,13 +483,16 @@ def _imagefolder_rows(spec: Spec, src: Path, split: str, masks: bool) -> Iterato
 def export(src: str | Path, format: str, dst: str | Path | None = None, shard_bytes: int = DEFAULT_SHARD_BYTES,
            overwrite: bool = False, on_progress: Callable[[int, int], None] | None = None) -> dict:
     """Convert a complete dataset between imagefolder and Parquet (see :func:`_export`), holding
-    the output folder's lock (:class:`mosaic.locks.FolderLock`, never waiting): a second export or
-    generation into the same folder stops, naming the process that writes it."""
+    the output folder's lock and the source's (:class:`mosaic.locks.FolderLock`, never waiting): a
+    second export or generation into the same folder, or a ``generate --overwrite`` of the source,
+    stops, naming the process that holds it."""
     from mosaic.locks import FolderLock
 
     check_format(format)
     out = Path(dst) if dst is not None else Path(src).with_name(f"{Path(src).name}-{format}")
-    with FolderLock(out, DatasetError, "dataset", wait=False):
+    # the source is locked too (never waiting): a `generate --overwrite` of it stops while it is read, and an export
+    # never starts while one runs (it would copy a half-replaced source)
+    with FolderLock(src, DatasetError, "dataset (the export's source)", wait=False), FolderLock(out, DatasetError, "dataset", wait=False):
         return _export(src, format, out, shard_bytes, overwrite, on_progress)
 
 

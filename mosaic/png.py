@@ -43,3 +43,59 @@ def encode_png(array: np.ndarray, level: int = ZLIB_LEVEL) -> bytes:
     rows[:, 1:] = a.reshape(h, -1)
     ihdr = struct.pack(">IIBBBBB", w, h, 8, 2 if a.ndim == 3 else 0, 0, 0, 0)
     return SIGNATURE + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", zlib.compress(rows.tobytes(), level)) + _IEND
+
+
+# ----------------------------------------------------------------------------------------------
+# decoding images from files mosaic did not necessarily write: the size is checked before decoding
+# ----------------------------------------------------------------------------------------------
+
+#: An image to evaluate may have at most (EVAL_SCALE x the spec's image.size)^2 pixels: a model's
+#: samples at up to 8 times the spec's resolution are read, a decompression bomb is refused unread.
+EVAL_SCALE = 8
+
+
+def eval_pixel_bound(image_size: int) -> int:
+    """The most pixels an image given to ``mosaic evaluate`` may have for a spec of ``image_size``
+    px: ``(EVAL_SCALE * image_size) ** 2`` (262,144 for a 64 px spec)."""
+    return (EVAL_SCALE * int(image_size)) ** 2
+
+
+def decode_image(src, *, where: str, error: type[Exception], mode: str | None = "RGB", max_pixels: int | None = None,
+                 exact_size: int | None = None) -> np.ndarray:
+    """Decode one image file (a path, or bytes) into a uint8 array after checking its size from the
+    header alone (nothing is decompressed before).
+
+    Args:
+        where: how the image is named in an error (its path).
+        error: the MosaicError class raised.
+        mode: ``"RGB"`` (``[H, W, 3]``), None (as stored: a mask is ``[H, W]``).
+        max_pixels: refuse more pixels than this (a decompression bomb).
+        exact_size: refuse any size other than ``exact_size`` x ``exact_size`` (a dataset's images).
+    Raises:
+        error: missing, empty, truncated or not an image; too many pixels; another size.
+    """
+    import io
+
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        im = Image.open(io.BytesIO(src) if isinstance(src, (bytes, bytearray)) else src)
+    except FileNotFoundError:
+        raise error([(where, "the image file is missing")]) from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+        raise error([(where, f"not a readable image ({type(e).__name__}: {str(e)[:100] or 'empty or truncated file'})")]) from None
+    with im:
+        w, h = im.size
+        if exact_size is not None and (w, h) != (exact_size, exact_size):
+            raise error([(where, f"{w}x{h} px, but the dataset's images are {exact_size}x{exact_size} (image.size of its spec): "
+                                 "the file was replaced or damaged")])
+        if max_pixels is not None and w * h > max_pixels:
+            raise error([(where, f"{w}x{h} px = {w * h:,} pixels, more than the {max_pixels:,} an image of this spec may have "
+                                 f"({EVAL_SCALE} x image.size per side): refused before decoding")])
+        try:
+            im.load()
+            out = im.convert(mode) if mode is not None and im.mode != mode else im
+            arr = np.asarray(out, dtype=np.uint8)
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+            raise error([(where, f"the image does not decode ({type(e).__name__}: {str(e)[:100]}): truncated or damaged")]) from None
+    return arr

@@ -79,8 +79,17 @@ def make_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None
         if Path(sweep_dir).exists() and not Path(sweep_dir).is_dir():
             raise MosaicError(f"{sweep_dir} is a file, not a sweep folder: give the folder `mosaic sweep SWEEP.yaml --out DIR` wrote")
         raise MosaicError(f"{sweep_dir} has no results.csv: run `mosaic sweep SWEEP.yaml --out {sweep_dir}` first")
-    sweep = yaml.safe_load((sweep_dir / "sweep.yaml").read_text()) if (sweep_dir / "sweep.yaml").is_file() else {}
-    df = pd.read_csv(res)
+    try:
+        sweep = yaml.safe_load((sweep_dir / "sweep.yaml").read_bytes().decode("utf-8")) if (sweep_dir / "sweep.yaml").is_file() else {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
+        raise MosaicError(f"{sweep_dir / 'sweep.yaml'} is damaged ({type(e).__name__}): restore it, or rerun the sweep into a new folder") from None
+    if not isinstance(sweep, dict):
+        raise MosaicError(f"{sweep_dir / 'sweep.yaml'} is damaged (not a mapping): restore it, or rerun the sweep into a new folder")
+    try:
+        df = pd.read_csv(res)
+    except (ValueError, UnicodeDecodeError, OSError) as e:
+        raise MosaicError(f"{res} is damaged ({type(e).__name__}: {str(e)[:100]}): rebuild it with `mosaic report {sweep_dir}` "
+                          "(it collects the trials again)") from None
     rep = sweep.get("report") or {}
     axes = list((sweep.get("grid") or {})) + list((sweep.get("zip") or {}))
     order = [c for c in axes + ["seed"] if c in df.columns]
@@ -155,7 +164,7 @@ def make_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None
         parts.append(f"<p>Evaluator accuracy on fresh ground-truth renders (joint): min {df['evaluator.joint'].min():.3f}.</p>")
     parts.append(claims_section)
     for title, name in figures:
-        parts.append(f"<h2>{html.escape(title)}</h2><img src='{name}' alt='{html.escape(title)}'>")
+        parts.append(f"<h2>{html.escape(title)}</h2><img src='{html.escape(name)}' alt='{html.escape(title)}'>")
     parts.append(audit_section)
     parts.append("<h2>Results</h2><p>Every column, including all run metrics: <a href='../results.csv'>results.csv</a>, "
                  "<a href='../results.parquet'>results.parquet</a>.</p>" + table_html)
@@ -166,9 +175,11 @@ def make_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None
         parts.append("<h2>Per-trial heatmaps and samples</h2>")
         for t in trials:
             parts.append(f"<div class='trial'><h3>{html.escape(t['id'])}</h3>" + "".join(
-                f"<img src='{h}' alt='per-cell accuracy'>" for h in t["heatmaps"]) + (
-                f"<img src='{t['samples']}' alt='samples'>" if t["samples"] else "") + "</div>")
+                f"<img src='{html.escape(h)}' alt='per-cell accuracy'>" for h in t["heatmaps"]) + (
+                f"<img src='{html.escape(t['samples'])}' alt='samples'>" if t["samples"] else "") + "</div>")
     parts.append("</body></html>")
     page = out / "index.html"
-    page.write_text("\n".join(parts))
+    from mosaic.io import atomic_write
+
+    atomic_write(page, "\n".join(parts))
     return page

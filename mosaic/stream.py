@@ -34,8 +34,11 @@ def _spec_of(spec) -> Spec:
     p = Path(spec)
     if p.is_dir() or p.name == "manifest.json":
         from mosaic.records import spec_of
+        from mosaic.verify import check_before_read
 
-        return spec_of(p if p.is_dir() else p.parent)
+        root = p if p.is_dir() else p.parent
+        check_before_read(root)  # a manifest whose spec no longer matches its fingerprint (or a damaged dataset) is refused
+        return spec_of(root)
     from mosaic.spec import load_spec
 
     return load_spec(p)
@@ -71,7 +74,8 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         renderer: renderer backend name.
     Raises:
         DatasetError: a split the spec does not have (the message lists the splits it has), or an
-            empty range.
+            empty range; a dataset given for its spec that fails its quick check
+            (:func:`mosaic.verify.check_before_read`, e.g. a spec edited after generation).
     """
 
     def __init__(self, spec, split: str = "train", *, shuffle: bool = False, rank: int | None = None,

@@ -414,7 +414,9 @@ def _refuse_changed_trials(trials: list[dict]) -> None:
         p = t["dir"] / "config.yaml"
         if not p.is_file():
             continue
-        diff = config_diff(yaml.safe_load(p.read_text()), _trial_raw(t))
+        # where the run folder and its dataset lie is no difference: a moved or copied sweep folder resumes (the
+        # run checks its dataset's identity itself, mosaic.lab.loop.RunFolder.open)
+        diff = [d for d in config_diff(yaml.safe_load(p.read_text()), _trial_raw(t)) if d not in ("out", "dataset.path")]
         if diff:
             changed.append(f"  {t['id']} ({read_status(t['dir']).get('status', 'unknown')}): {', '.join(diff[:6])}")
     if changed:
@@ -425,9 +427,23 @@ def _refuse_changed_trials(trials: list[dict]) -> None:
         )
 
 
+def _trial_file(p: Path) -> dict:
+    """A trial's JSON file (``trial.json``, ``run/metrics.json``) as a mapping, or SweepError naming
+    the file and the fix (not UTF-8, not JSON, nested too deep, not a mapping)."""
+    try:
+        data = json.loads(p.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise SweepError([(str(p), f"damaged ({type(e).__name__}: {str(e)[:100]}): restore it, or delete the trial folder "
+                                   f"{p.parent if p.name == 'trial.json' else p.parent.parent} and rerun `mosaic sweep` to redo the trial")]) from None
+    if not isinstance(data, dict):
+        raise SweepError([(str(p), f"damaged (a {type(data).__name__}, not a mapping): restore it, or delete the trial folder and rerun "
+                                   "`mosaic sweep` to redo the trial")])
+    return data
+
+
 def read_status(tdir: Path) -> dict:
     p = Path(tdir) / "trial.json"
-    return json.loads(p.read_text()) if p.is_file() else {}
+    return _trial_file(p) if p.is_file() else {}
 
 
 def write_status(tdir: Path, status: dict) -> None:
@@ -575,7 +591,7 @@ def result_row(tdir: Path) -> dict:
     row.update(st.get("values", {}))
     mpath = tdir / "run" / "metrics.json"
     if mpath.is_file():
-        m = json.loads(mpath.read_text())
+        m = _trial_file(mpath)
         from mosaic.evaluation.table import check_row, table_columns
 
         row.update(table_columns(m.get("table")))

@@ -175,9 +175,19 @@ def evaluate(
 
         check_out(out)
         s = load_spec(spec, set_)
+        if spec.is_dir() or spec.name == "manifest.json":  # a dataset standing for its spec: checked before it is believed
+            from mosaic.verify import check_before_read
+
+            check_before_read(spec if spec.is_dir() else spec.parent)
         ev = load_evaluator(s, evaluator, abstain=not no_abstain)
         other = load_evaluator(s, compare, abstain=not no_abstain) if compare is not None else None
-        m = evaluate_folder(images_dir, s, ev, out=out, check_n=check_n, compare=other)
+        import contextlib
+
+        from mosaic.locks import FolderLock
+
+        # one writer of an --out folder at a time: a second evaluate into it stops, naming the first
+        with FolderLock(out, MosaicError, "evaluation folder", wait=False) if out is not None else contextlib.nullcontext():
+            m = evaluate_folder(images_dir, s, ev, out=out, check_n=check_n, compare=other)
     except MosaicError as e:
         fail(e)
     t = Table(title=f"{m['n']} images of {images_dir} read by {ev.name}")

@@ -40,12 +40,12 @@ def reproduce_command(
             plan = plan_reproduction(paper, scale, folder, workers=workers)
             for s in plan["sweeps"]:
                 t = Table(title=f"{s['name']} ({s['path']}): {len(s['trials'])} trials, {s['claims']} claim(s) -> {s['folder']}")
-                for col in ("trial", "status", "estimate"):
-                    t.add_column(col)
+                for col in ("trial", "status", "estimate"):  # a trial name folds, never cut: its seed must stay readable
+                    t.add_column(col, overflow="fold", min_width=len("trial") if col != "trial" else 24, ratio=None)
                 for r in s["trials"]:
                     est = r["estimate"]
                     txt = "-" if est is None else (est.get("error") or f"{_fmt_s(est['seconds'])} ({est['where'].split(' (')[0]})")
-                    t.add_row(r["id"], "done" if r["done"] else "to run", escape(txt))
+                    t.add_row(escape(r["id"]), "done" if r["done"] else "to run", escape(txt))
                 console.print(t)
             for m in plan["missing"]:
                 console.print(f"[yellow]missing[/] sweep {m} (registered in experiments/reproduce.yaml, no file): skipped")

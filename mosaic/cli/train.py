@@ -152,11 +152,16 @@ def sample(
         task = DiffusionTask(cfg, root, folder, train=False)
         splits = split or cfg.evaluation.splits or evaluation_splits(root)
         k = n_per_combination if n_per_combination is not None else s.n_per_combination
-        res = sample_and_score(task, folder, splits, n_per_combination=k, guidance=s.guidance if guidance is None else guidance,
-                               steps=steps or s.steps, sampler=sampler or s.sampler, checkpoint=checkpoint or s.checkpoint,
-                               score=not no_score and cfg.evaluation.enabled, out=out, batch_size=batch_size, device=dev,
-                               evaluator=evaluator, check_n=cfg.evaluation.check_n, say=lambda m: console.print(m, highlight=False),
-                               abstain=False if no_abstain else None)
+        from mosaic.locks import FolderLock
+
+        # one writer of a samples folder at a time: a second `mosaic sample` into it stops, naming the first
+        lock = FolderLock(out if out is not None else folder.root / "samples", MosaicError, "samples folder", wait=False)
+        with lock:
+            res = sample_and_score(task, folder, splits, n_per_combination=k, guidance=s.guidance if guidance is None else guidance,
+                                   steps=steps or s.steps, sampler=sampler or s.sampler, checkpoint=checkpoint or s.checkpoint,
+                                   score=not no_score and cfg.evaluation.enabled, out=out, batch_size=batch_size, device=dev,
+                                   evaluator=evaluator, check_n=cfg.evaluation.check_n, say=lambda m: console.print(m, highlight=False),
+                                   abstain=False if no_abstain else None)
     except MosaicError as e:
         fail(e)
     console.print(f"wrote {res['n']} images to {res['out']} in {res['seconds']:.1f} s")

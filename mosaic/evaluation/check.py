@@ -144,10 +144,17 @@ def check_evaluator(spec: Spec, evaluator: Evaluator, n: int = 2000, degrade: st
 
 
 def evaluator_accuracy(spec: Spec, evaluator: Evaluator, n: int = 500) -> dict:
-    """The evaluator's accuracy report for a results report: the report saved with a learned
-    evaluator when it was checked on this spec (same fingerprint), else a fresh check of ``n``."""
+    """The evaluator's accuracy report for a results report, always measured here: a fresh check
+    of ``n`` ground-truth renders. A learned evaluator's saved ``report.json`` is a claim a file
+    makes (an edited one could say 100 %), so it is never what trust rests on; when it states an
+    accuracy for this spec, the result carries it as ``saved_accuracy`` and ``saved_disagrees``
+    (a concept more than 5 points away from the fresh measurement)."""
+    fresh = {**check_evaluator(spec, evaluator, n=n), "source": "fresh check"}
     saved = getattr(evaluator, "report", None) or {}
-    clean = saved.get("check_clean")
-    if clean and clean.get("spec_fingerprint") == spec.fingerprint():
-        return {**clean, "source": "saved with the evaluator"}
-    return {**check_evaluator(spec, evaluator, n=n), "source": "fresh check"}
+    clean = saved.get("check_clean") if isinstance(saved, dict) else None
+    if isinstance(clean, dict) and clean.get("spec_fingerprint") == spec.fingerprint() and isinstance(clean.get("accuracy"), dict):
+        acc = {c: v for c, v in clean["accuracy"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        fresh["saved_accuracy"] = acc
+        fresh["saved_disagrees"] = sorted(c for c, v in fresh["accuracy"].items()
+                                          if v is not None and c in acc and abs(acc[c] - v) > 0.05)
+    return fresh

@@ -14,9 +14,22 @@ from mosaic.evaluation.check import Evaluator, evaluator_accuracy, explanations,
 from mosaic.spec import Spec
 
 
+#: most bytes a metadata.jsonl to evaluate may hold (a record is about 1 KB: 1 GiB is a million images)
+MAX_METADATA_BYTES = 1 << 30
+
+
 def read_folder(images_dir: str | Path) -> list[dict]:
     """The records of ``images_dir/metadata.jsonl`` (generator schema: ``file_name``, ``concepts``,
-    optional ``held_out``). Raises MosaicError when missing or malformed (names the line)."""
+    optional ``held_out``).
+
+    Each record's ``file_name`` must be a relative path to a file inside the folder (no ``..``,
+    not absolute), and ``held_out``, when given, a JSON boolean (``"false"`` is refused: it would
+    count as held out).
+
+    Raises:
+        MosaicError: missing or malformed (not UTF-8, not JSON, nested too deep, a record without
+            ``file_name`` or ``concepts``), naming the line and the fix.
+    """
     d = Path(images_dir)
     meta = d / "metadata.jsonl"
     if not d.is_dir():
@@ -25,32 +38,97 @@ def read_folder(images_dir: str | Path) -> list[dict]:
     if not meta.is_file():
         raise MosaicError(f"{meta} is missing: a folder to evaluate needs a metadata.jsonl with one JSON object per image "
                           '({"file_name": "images/000000.png", "concepts": {...}, "held_out": false})')
+    if meta.stat().st_size > MAX_METADATA_BYTES:
+        raise MosaicError(f"{meta} holds {meta.stat().st_size:,} bytes, more than {MAX_METADATA_BYTES:,}: evaluate a smaller folder")
     recs = []
-    for ln, line in enumerate(meta.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise MosaicError(f"{meta} line {ln} is not valid JSON ({e})") from None
-        if not isinstance(r, dict) or "file_name" not in r or not isinstance(r.get("concepts"), dict):
-            raise MosaicError(f"{meta} line {ln}: a record needs 'file_name' and a 'concepts' mapping of intended values")
-        recs.append(r)
+    with open(meta, "rb") as f:
+        for ln, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                r = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                raise MosaicError(f"{meta} line {ln} is not UTF-8 text ({e.reason} at byte {e.start}): write the file as UTF-8 JSON lines") from None
+            except RecursionError:
+                raise MosaicError(f"{meta} line {ln} is nested too deep to be a record: one flat JSON object per image") from None
+            except ValueError as e:
+                raise MosaicError(f"{meta} line {ln} is not valid JSON ({str(e)[:120]})") from None
+            if not isinstance(r, dict) or "file_name" not in r or not isinstance(r.get("concepts"), dict):
+                raise MosaicError(f"{meta} line {ln}: a record needs 'file_name' and a 'concepts' mapping of intended values")
+            problem = _file_name_problem(r["file_name"])
+            if problem:
+                raise MosaicError([(f"{meta} line {ln}", f"file_name {str(r['file_name'])[:80]!r} {problem}: give the image's path "
+                                    "relative to the folder, e.g. images/000000.png")])
+            if "held_out" in r and r["held_out"] is not None and not isinstance(r["held_out"], bool):
+                raise MosaicError([(f"{meta} line {ln}", f"held_out = {str(r['held_out'])[:40]!r} ({type(r['held_out']).__name__}): it "
+                                    "must be a JSON boolean, true or false (a string such as \"false\" would count as held out)")])
+            recs.append(r)
     if not recs:
         raise MosaicError(f"{meta} holds no records: nothing to evaluate")
     return recs
 
 
-def _load_images(d: Path, records: list[dict]) -> list[np.ndarray]:
-    from PIL import Image
+def _file_name_problem(name) -> str | None:
+    """Why a record's ``file_name`` cannot name a file inside its folder, or None."""
+    if not isinstance(name, str):
+        return f"is a {type(name).__name__}, not a path string"
+    if not name or "\x00" in name or len(name) > 4096:
+        return "is not a path"
+    p = Path(name)
+    if p.is_absolute() or name.startswith(("/", "\\")):
+        return "is absolute: it would read a file outside the folder"
+    if ".." in p.parts or ".." in name.replace("\\", "/").split("/"):
+        return "leaves the folder ('..'): it would read a file outside it"
+    return None
 
+
+def check_held_out(records: list[dict], spec: Spec, where: Path) -> None:
+    """Every record's ``held_out`` (when given) must agree with the spec: a combination the spec
+    holds out is held out, any other is seen (:func:`mosaic.holdout.is_held_out`). A folder whose
+    flags contradict the spec would be scored as given: refused.
+
+    Raises:
+        MosaicError: naming the first records that disagree and the fix.
+    """
+    if spec.holdout is None:
+        bad = [(k, r) for k, r in enumerate(records) if r.get("held_out") is True]
+        if bad:
+            raise MosaicError([(f"{where / 'metadata.jsonl'} line {bad[0][0] + 1}", f"held_out is true, but spec {spec.name!r} holds "
+                                "nothing out: drop the held_out flags, or give the spec the images were made for (--spec)")])
+        return
+    from mosaic.holdout import is_held_out
+
+    bad = []
+    for k, r in enumerate(records):
+        if r.get("held_out") is None:
+            continue
+        try:
+            want = bool(is_held_out(spec, r["concepts"]))
+        except Exception:  # noqa: BLE001 - values the spec cannot place are refused by check_spec_reads first
+            continue
+        if want != r["held_out"]:
+            bad.append((k, r, want))
+    if bad:
+        k, r, want = bad[0]
+        raise MosaicError([(f"{where / 'metadata.jsonl'} line {k + 1}",
+                            f"held_out is {str(r['held_out']).lower()}, but spec {spec.name!r} {'holds out' if want else 'sees'} "
+                            f"{r['concepts']} ({len(bad)} record(s) disagree): the flags contradict the spec; drop held_out (the spec "
+                            "decides it) or give the spec the images were made for (--spec)")])
+
+
+def _load_images(d: Path, records: list[dict], spec: Spec | None = None) -> list[np.ndarray]:
+    """Decode each record's image, its pixel count checked from the header first against
+    :func:`mosaic.png.eval_pixel_bound` of the spec's image size (a decompression bomb is refused
+    unread)."""
+    from mosaic.png import decode_image, eval_pixel_bound
+
+    bound = eval_pixel_bound(spec.image.size) if spec is not None else None
     out = []
     for r in records:
         p = d / r["file_name"]
         if not p.is_file():
             raise MosaicError(f"image {p} listed in {d / 'metadata.jsonl'} is missing")
-        with Image.open(p) as im:
-            out.append(np.asarray(im.convert("RGB"), dtype=np.uint8))
+        out.append(decode_image(p, where=str(p), error=MosaicError, max_pixels=bound))
     return out
 
 
@@ -101,7 +179,8 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
     d = Path(images_dir)
     records = read_folder(d)
     check_spec_reads(records, spec, d)  # a concept the spec cannot read, or another dataset's images: refuse
-    images = _load_images(d, records)
+    check_held_out(records, spec, d)  # held_out flags that contradict the spec are never scored as given
+    images = _load_images(d, records, spec)
     t = time.perf_counter()
     preds, reads = _predict_any_size(evaluator, images, batch_size)
     seconds = time.perf_counter() - t
@@ -153,7 +232,7 @@ def prediction_rows(records: list[dict], preds: list[dict], spec: Spec, evaluato
     for i, (r, p) in enumerate(zip(records, preds)):
         bad = [c for c in spec.concepts if p.get(c) != r["concepts"].get(c)]
         reasons = [f"{c}: read {p.get(c)!r}, intended {r['concepts'].get(c)!r}" for c in bad] + why.get(i, [])
-        row = {"file_name": r.get("file_name"), "held_out": bool(r.get("held_out") or False), "intended": r["concepts"],
+        row = {"file_name": r.get("file_name"), "held_out": r.get("held_out") is True, "intended": r["concepts"],
                "read": p, "correct": not bad, "reasons": reasons}
         if reads is not None:
             q = reads[i]

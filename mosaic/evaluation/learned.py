@@ -268,12 +268,17 @@ class LearnedEvaluator:
 
         d = Path(directory)
         cfg_path = d / CONFIG_FILE
+        retrain = "retrain it with `mosaic evaluator train SPEC --out DIR`, or use --evaluator parser"
         if not cfg_path.is_file() or not (d / WEIGHTS_FILE).is_file():
             raise MosaicError(f"{d} is not a trained evaluator: {CONFIG_FILE} or {WEIGHTS_FILE} is missing "
                               "(train one with `mosaic evaluator train SPEC --out DIR`, or use --evaluator parser)")
-        meta = json.loads(cfg_path.read_text())
-        if meta.get("format") != FORMAT:
-            raise MosaicError(f"{cfg_path}: format {meta.get('format')!r} is not {FORMAT!r}; retrain the evaluator")
+        meta = _read_json(cfg_path, retrain)
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+            raise MosaicError(f"{cfg_path}: format {str(got)[:60]!r} is not {FORMAT!r}; {retrain}")
+        if not isinstance(meta.get("concepts"), dict) or not all(isinstance(v, list) for v in meta["concepts"].values()) \
+                or not isinstance(meta.get("config"), dict):
+            raise MosaicError(f"{cfg_path} is damaged (concepts or config missing): {retrain}")
         concepts = list(meta["concepts"])
         domains = {c: list(v) for c, v in meta["concepts"].items()}
         if spec is not None:
@@ -282,10 +287,20 @@ class LearnedEvaluator:
                 raise MosaicError(
                     f"evaluator {d} was trained for spec {meta.get('spec_name')!r} with concepts {domains}, but spec "
                     f"{spec.name!r} has {want}: train one for this spec with `mosaic evaluator train SPEC --out DIR`")
-        cfg = LearnedConfig.model_validate(meta["config"])
+        try:
+            cfg = LearnedConfig.model_validate(meta["config"])
+        except ValueError as e:
+            raise MosaicError(f"{cfg_path} is damaged (config: {str(e).splitlines()[0][:120]}): {retrain}") from None
+        if not all(domains.values()):
+            raise MosaicError(f"{cfg_path} is damaged (a concept without values): {retrain}")
         net = EvaluatorNet([len(domains[c]) for c in concepts], cfg.input_size, cfg.width, cfg.hidden)
-        net.load_state_dict(load_file(str(d / WEIGHTS_FILE)))
-        report = json.loads((d / REPORT_FILE).read_text()) if (d / REPORT_FILE).is_file() else {}
+        try:
+            net.load_state_dict(load_file(str(d / WEIGHTS_FILE)))
+        except Exception as e:  # noqa: BLE001 - safetensors header errors, shapes that do not fit: the file is damaged
+            raise MosaicError(f"{d / WEIGHTS_FILE} does not load ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}): "
+                              f"{retrain}") from None
+        report = _read_json(d / REPORT_FILE, retrain) if (d / REPORT_FILE).is_file() else {}
+        report = report if isinstance(report, dict) else {}
         ev = cls(net, concepts, domains, cfg, name=f"learned:{d.name}", report=report, device=device)
         ev.spec_fingerprint = meta.get("spec_fingerprint")
         return ev
@@ -304,6 +319,14 @@ class LearnedEvaluator:
         save_file({k: v.detach().cpu().contiguous() for k, v in self.net.state_dict().items()}, str(d / WEIGHTS_FILE))
         if self.report:
             (d / REPORT_FILE).write_text(json.dumps(self.report, indent=2) + "\n")
+
+
+def _read_json(path: Path, fix: str):
+    """A JSON file of an evaluator folder, or MosaicError naming it (not UTF-8, not JSON, too deep)."""
+    try:
+        return json.loads(Path(path).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise MosaicError(f"{path} is damaged ({type(e).__name__}: {str(e)[:100]}): {fix}") from None
 
 
 def train_evaluator(spec: Spec, out: str | Path, config: LearnedConfig | None = None,

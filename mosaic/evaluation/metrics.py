@@ -128,7 +128,7 @@ def score(records: list[dict], predictions: list[dict], spec: Spec) -> dict:
         conc = r.get("concepts")
         if not isinstance(conc, dict):
             raise MosaicError(f"record {i} ({r.get('file_name', '?')}) has no 'concepts' mapping of intended values")
-        held[i] = bool(r.get("held_out") or False)
+        held[i] = r.get("held_out") is True  # a JSON boolean only: "false" (a string) is not held out
         for j, c in enumerate(concepts):
             dom = spec.domain(c)
             if c not in conc:

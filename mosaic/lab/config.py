@@ -167,7 +167,16 @@ def load_config(cls: type[C], path: str | Path, sets: list[str] | None = None) -
     check_family(data, family_of(getattr(cls, "model_fields", {})), str(path), lambda m: ConfigError(m, str(path)))
     if not isinstance(data, dict):
         raise ConfigError(f"a config is a YAML mapping, got {type(data).__name__}", str(path))
-    return validate_config(cls, apply_sets(data, sets), source=str(path))
+    cfg = validate_config(cls, apply_sets(data, sets), source=str(path))
+    ds = getattr(cfg, "dataset", None)
+    spec = getattr(ds, "spec", None)
+    if spec is not None and not Path(spec).exists():  # named with the config file and the field, before anything runs
+        import os
+
+        raise ConfigError([("dataset.spec", f"{str(spec)!r}: no such spec file (a relative path is read from the current folder "
+                            f"{os.getcwd()}); give the path of a spec YAML (e.g. experiments/specs/coverage.yaml) or a dataset "
+                            "folder, or set dataset.path to a generated dataset instead")], str(path))
+    return cfg
 
 
 def config_diff(a: Any, b: Any, prefix: str = "") -> list[str]:

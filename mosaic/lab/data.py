@@ -33,8 +33,21 @@ def load_dataset_spec(section: DatasetSection):
     """
     from mosaic.spec import load_spec
 
-    overrides = [f"{k}={json.dumps(v)}" for k, v in section.overrides.items()]
+    overrides = [f"{k}={json.dumps(v)}" for k, v in override_items(section.overrides)]
     return load_spec(section.spec, overrides)
+
+
+def override_items(overrides: dict, prefix: str = ""):
+    """``(key.path, value)`` pairs of ``dataset.overrides``: a dotted key sets exactly that field
+    (``holdout.rule.n: 3``; a mapping given there replaces the field whole, e.g.
+    ``holdout.rule: {kind: random, fraction: 0.2}``); a mapping under a plain key is merged field by
+    field (``holdout: {rule: {n: 3}}`` sets ``holdout.rule.n`` only, the rest of ``holdout`` stays)."""
+    for k, v in overrides.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v and "." not in str(k):
+            yield from override_items(v, key + ".")
+        else:
+            yield key, v
 
 
 def resolve_dataset(section: DatasetSection, generate: bool = True, on_progress=None) -> Path:
@@ -61,6 +74,13 @@ def resolve_dataset(section: DatasetSection, generate: bool = True, on_progress=
 
         if read_manifest(root).get("status") != "complete":
             raise DatasetError(f"dataset.path {str(root)!r} is incomplete (generation was interrupted): rerun `mosaic generate` on it")
+        if generate:  # the quick check before training on it: damage is named, never trained on
+            from mosaic.verify import check_before_read
+
+            try:
+                check_before_read(root)
+            except DatasetError as e:
+                raise DatasetError([("dataset.path", f"{str(root)!r} (the config's dataset.path)")] + e.problems, source=str(root)) from None
         return root
     spec = load_dataset_spec(section)
     if section.stream:  # the train split is streamed (mosaic.stream): write the others only

@@ -220,7 +220,8 @@ class RunFolder:
         current = manifest_fingerprint(dataset_root)
         if self.config.is_file():
             old = self._read(self.config, yaml.safe_load)
-            diff = [d for d in config_diff(old, config) if d != "out"]
+            # where the run and its dataset lie is no difference (a moved folder resumes): the dataset's identity is checked below
+            diff = [d for d in config_diff(old, config) if d not in ("out", "dataset.path")]
             if diff:
                 raise TrainingError(
                     f"run folder {self.root} holds a run with another config (differs in: {', '.join(diff)}); "
@@ -236,6 +237,8 @@ class RunFolder:
                         f"{current['manifest_sha256'][:12]}): the run's checkpoints were trained on other data. Restore the dataset, "
                         "or start a new run (another --out)"
                     )
+                if is_main and rec.get("path") != current.get("path"):  # the same dataset, moved: the run records where it is now
+                    atomic_write(self.dataset, json.dumps(current, indent=2) + "\n")
             if is_main and not self.identity.exists() and not self.identity.is_symlink():  # a run of an older mosaic: it gets its id now
                 self._write_identity()
             return "done" if self.is_done() else "resume"

@@ -80,7 +80,7 @@ def finished_metrics(run: RunFolder, config: dict | None = None) -> dict | None:
     if config is not None:
         from mosaic.lab.config import config_diff
 
-        if [d for d in config_diff(run.read_config(), config) if d != "out"]:
+        if [d for d in config_diff(run.read_config(), config) if d not in ("out", "dataset.path")]:
             return None
     return {**run._read(run.metrics, json.loads), "already_done": True}
 
