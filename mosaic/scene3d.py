@@ -100,7 +100,12 @@ class View:
 
     def directions(self) -> dict[str, list[float]]:
         """CLEVR's ``directions``: unit vectors on the ground plane from the camera (``behind`` is the
-        camera's forward projected on the plane, ``right`` its right), plus ``above``/``below``."""
+        camera's forward projected on the plane, ``right`` its right), plus ``above``/``below``
+        (computed once per camera position; a new dict each call)."""
+        key = (tuple(self.camera), tuple(self.look_at))
+        cached = self.__dict__.get("_dirs")
+        if cached is not None and cached[0] == key:
+            return {k: list(v) for k, v in cached[1].items()}
         f, r, _ = self.basis()
         if abs(f[2]) > 0.99:  # looking straight down: "behind" is image up
             _, _, u = self.basis()
@@ -111,7 +116,9 @@ class View:
         rr = np.array([r[0], r[1], 0.0])
         rr /= math.sqrt(float(rr @ rr))
         rd = lambda v: [round(float(x), 6) for x in v]  # noqa: E731
-        return {"behind": rd(b), "front": rd(-b), "right": rd(rr), "left": rd(-rr), "above": [0.0, 0.0, 1.0], "below": [0.0, 0.0, -1.0]}
+        out = {"behind": rd(b), "front": rd(-b), "right": rd(rr), "left": rd(-rr), "above": [0.0, 0.0, 1.0], "below": [0.0, 0.0, -1.0]}
+        self.__dict__["_dirs"] = (key, out)
+        return {k: list(v) for k, v in out.items()}
 
     def project(self, points: np.ndarray, side: int) -> np.ndarray:
         """Pixel coordinates of world points: float64 ``[N, 3]`` -> ``[N, 3]`` of (u px right, v px
@@ -262,10 +269,10 @@ def camera_relation(view: View, a: SceneObject, b: SceneObject, margin: float = 
     / :data:`WORLD`, so ``margin`` is a fraction of the ground square as in 2-D), ``a`` is ``left_of``
     ``b`` when ``d_right >= |d_behind| + margin``; ``behind`` (clevr) / ``above`` (mosaic) when b is in
     front of a by the margin; ``in_front_of`` / ``below`` the other way. None when neither dominates."""
-    dirs = view.directions()
-    ax, ay = world_xy(a.center)
-    bx, by = world_xy(b.center)
-    dx, dy = (bx - ax) / WORLD, (by - ay) / WORLD
+    d = view.__dict__.get("_dirs")
+    dirs = d[1] if d is not None and d[0] == (tuple(view.camera), tuple(view.look_at)) else view.directions()
+    # (b - a) in world units / WORLD: the centres' fraction offsets with y flipped
+    dx, dy = b.center[0] - a.center[0], a.center[1] - b.center[1]
     dr = dx * dirs["right"][0] + dy * dirs["right"][1]
     db = dx * dirs["behind"][0] + dy * dirs["behind"][1]
     names = CAMERA_RELATIONS[view.preset]

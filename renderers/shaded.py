@@ -84,6 +84,10 @@ class _Cam:
         self.dy = -u * t * 2.0 / self.n      # per sample row
         self.d0 = f - r * t + u * t + (self.dx + self.dy) * 0.5  # sample (0, 0) centre
         self.view = v
+        # world point -> (x / z, y / z, z) in the camera frame, scaled to sample units
+        self._M = np.stack([r, u, f], 1)
+        self._k = self.n / (2.0 * t)
+        self._C64 = np.asarray(v.camera, np.float64)
 
     def rays(self, i0: int, i1: int, j0: int, j1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Unit directions of samples rows i0..i1-1, columns j0..j1-1 (may lie outside the frame):
@@ -97,14 +101,17 @@ class _Cam:
     def rect(self, pts: np.ndarray, clip: bool = True) -> tuple[int, int, int, int] | None:
         """Sample rectangle ``(i0, i1, j0, j1)`` covering the projection of world points ``[M, 3]``
         (all in front of the camera), clipped to the frame (None when empty)."""
-        p = self.view.project(pts, self.side)
-        if np.any(p[:, 2] <= 1e-6):
+        q = (pts - self._C64) @ self._M
+        z = q[:, 2]
+        if z.min() <= 1e-6:
             i0, i1, j0, j1 = 0, self.n, 0, self.n
         else:
-            j0 = math.floor(p[:, 0].min() * self.s - 0.5)
-            j1 = math.ceil(p[:, 0].max() * self.s + 0.5) + 1
-            i0 = math.floor(p[:, 1].min() * self.s - 0.5)
-            i1 = math.ceil(p[:, 1].max() * self.s + 0.5) + 1
+            x = q[:, 0] / z * self._k + self.n / 2.0
+            y = self.n / 2.0 - q[:, 1] / z * self._k
+            j0 = math.floor(x.min() - 0.5)
+            j1 = math.ceil(x.max() + 0.5) + 1
+            i0 = math.floor(y.min() - 0.5)
+            i1 = math.ceil(y.max() + 0.5) + 1
         if clip:
             i0, j0, i1, j1 = max(i0, 0), max(j0, 0), min(i1, self.n), min(j1, self.n)
             if i1 <= i0 or j1 <= j0:
@@ -130,8 +137,17 @@ class _Solid:
         self.h = F(o.height)
         self.kind = "sphere" if o.shape == "sphere" else "cylinder" if o.shape in ("cylinder", "circle") else "prism"
         self.poly = o.footprint() if self.kind == "prism" else None
+        self.planes = None
         if self.poly is not None:
-            self.poly = self.poly.astype(F)
+            p = self.poly
+            e = np.roll(p, -1, 0) - p
+            cross = e[:, 0] * np.roll(e[:, 1], -1) - e[:, 1] * np.roll(e[:, 0], -1)
+            if np.all(cross > 0):  # convex: the solid is the intersection of its wall, top and ground half-spaces
+                ln = np.hypot(e[:, 0], e[:, 1])
+                nx, ny = e[:, 1] / ln, -e[:, 0] / ln
+                c = nx * p[:, 0] + ny * p[:, 1]
+                self.planes = [(F(a), F(b), F(0), F(d)) for a, b, d in zip(nx, ny, c)] + [(F(0), F(0), F(1), F(self.h))]
+            self.poly = p.astype(F)
 
     def corners(self) -> np.ndarray:
         """The 8 corners float64 ``[8, 3]`` of the axis-aligned bounding box."""
@@ -150,7 +166,37 @@ class _Solid:
             return self._sphere(O, D, normals)
         if self.kind == "cylinder":
             return self._cylinder(O, D, normals)
+        if self.planes is not None:
+            return self._convex(O, D, normals)
         return self._prism(O, D, normals)
+
+    def _convex(self, O, D, normals):
+        """Cyrus-Beck clipping against the walls, the top (and the ground z >= 0): the entry point."""
+        ox, oy, oz = O
+        dx, dy, dz = D
+        shape = np.broadcast_shapes(np.shape(ox), np.shape(dx))
+        t_in = np.full(shape, -np.inf, F)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t_out = np.where(dz < 0, -oz / dz, _INF)  # where the ray leaves z >= 0
+        which = np.full(np.shape(dx), len(self.planes), np.int8) if normals else None
+        for k, (a, b, c, d) in enumerate(self.planes):
+            den = a * dx + b * dy + c * dz
+            num = d - (a * ox + b * oy + c * oz)  # >= 0 inside the plane's half-space
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t = num / den
+            enter = den < 0
+            upd = enter & (t > t_in)
+            t_in = np.where(upd, t, t_in)
+            if normals:
+                which[upd] = k
+            t_out = np.where(den > 0, np.minimum(t_out, t), t_out)
+            t_out = np.where((den == 0) & (num < 0), F(-np.inf), t_out)  # parallel and outside
+        ok = (t_in <= t_out) & (t_in > EPS)
+        t = np.where(ok, t_in, _INF).astype(F)
+        if not normals:
+            return t, None
+        wn = np.array([(a, b, c) for a, b, c, _ in self.planes] + [(0, 0, 1)], F)
+        return t, (wn[which, 0], wn[which, 1], wn[which, 2])
 
     def _sphere(self, O, D, normals):
         ox, oy, oz = O[0] - self.x, O[1] - self.y, O[2] - self.r
@@ -279,15 +325,27 @@ def instance_mask(scene: Scene3D) -> tuple[np.ndarray, np.ndarray]:
     """
     solids = _solids(scene)
     cam = _Cam(scene, 1)
-    D = cam.rays(0, cam.n, 0, cam.n)
-    _, mask, _ = _primary(cam, solids, D, normals=False)
+    n = cam.n
+    D = cam.rays(0, n, 0, n)
+    with np.errstate(divide="ignore"):
+        t = np.where(D[2] < 0, -cam.C[2] / D[2], _INF).astype(F)
+    mask = np.zeros((n, n), np.uint8)
     sil = np.zeros(len(solids), np.int64)
-    for k, so in enumerate(solids):
+    for k, so in enumerate(solids, start=1):
         i0, i1, j0, j1 = cam.rect(so.corners(), clip=False)
-        inside = (i0 >= 0 and j0 >= 0 and i1 <= cam.n and j1 <= cam.n)
-        Dk = tuple(d[i0:i1, j0:j1] for d in D) if inside else cam.rays(i0, i1, j0, j1)
-        tk, _ = so.hit(cam.C, Dk, normals=False)
-        sil[k] = int(np.isfinite(tk).sum())
+        c0, c1, d0, d1 = max(i0, 0), min(i1, n), max(j0, 0), min(j1, n)
+        if (c0, c1, d0, d1) == (i0, i1, j0, j1):  # inside the frame: one pass gives both
+            tk, _ = so.hit(cam.C, tuple(d[i0:i1, j0:j1] for d in D), normals=False)
+        else:  # the silhouette runs out of the frame: rays beyond it too
+            tk, _ = so.hit(cam.C, cam.rays(i0, i1, j0, j1), normals=False)
+        sil[k - 1] = int(np.isfinite(tk).sum())
+        if c1 <= c0 or d1 <= d0:
+            continue
+        tk = tk[c0 - i0:c1 - i0, d0 - j0:d1 - j0]
+        tv = t[c0:c1, d0:d1]
+        m = tk < tv
+        tv[m] = tk[m]
+        mask[c0:c1, d0:d1][m] = k
     return mask, sil
 
 

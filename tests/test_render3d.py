@@ -86,7 +86,7 @@ def test_masks_hold_every_object_once_and_agree_with_the_ground_truth():
             assert o["visible_pixels"] == counts[k]
             ys, xs = np.nonzero(mask == k)
             assert o["bbox"] == [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]
-            assert o["visible_fraction"] >= 0.5  # the spec's layout.min_visible_fraction
+            assert o["visible_fraction"] >= 0.35  # the spec's layout.min_visible_fraction
             u, v, depth = o["pixel_coords"]
             assert 0 <= u < 64 and 0 <= v < 64 and depth > 0
 
