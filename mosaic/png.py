@@ -82,7 +82,9 @@ def decode_image(src, *, where: str, error: type[Exception], mode: str | None = 
         im = Image.open(io.BytesIO(src) if isinstance(src, (bytes, bytearray)) else src)
     except FileNotFoundError:
         raise error([(where, "the image file is missing")]) from None
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+    except Image.DecompressionBombError as e:  # a header claiming more pixels than Pillow's own limit
+        raise error([(where, f"a header claiming too many pixels ({str(e)[:80]}): refused before decoding")]) from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError, struct.error) as e:
         raise error([(where, f"not a readable image ({type(e).__name__}: {str(e)[:100] or 'empty or truncated file'})")]) from None
     with im:
         w, h = im.size
@@ -96,6 +98,6 @@ def decode_image(src, *, where: str, error: type[Exception], mode: str | None = 
             im.load()
             out = im.convert(mode) if mode is not None and im.mode != mode else im
             arr = np.asarray(out, dtype=np.uint8)
-        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+        except (OSError, ValueError, SyntaxError, EOFError, struct.error, Image.DecompressionBombError) as e:
             raise error([(where, f"the image does not decode ({type(e).__name__}: {str(e)[:100]}): truncated or damaged")]) from None
     return arr

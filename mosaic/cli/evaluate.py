@@ -174,11 +174,11 @@ def evaluate(
         from mosaic.spec import load_spec
 
         check_out(out)
-        s = load_spec(spec, set_)
-        if spec.is_dir() or spec.name == "manifest.json":  # a dataset standing for its spec: checked before it is believed
+        if (spec / "manifest.json").is_file() or spec.name == "manifest.json":  # a dataset standing for its spec: checked first
             from mosaic.verify import check_before_read
 
             check_before_read(spec if spec.is_dir() else spec.parent)
+        s = load_spec(spec, set_)
         ev = load_evaluator(s, evaluator, abstain=not no_abstain)
         other = load_evaluator(s, compare, abstain=not no_abstain) if compare is not None else None
         import contextlib
