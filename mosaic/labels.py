@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mosaic.scene import Scene, SceneObject, angle_deg
-from mosaic.spec import Spec, Value, allowed_values, interchangeable, template_sets
+from mosaic.spec import ObjectTemplate, Spec, Value, allowed_values, interchangeable, template_sets
 from mosaic.vocab import number_word, plural
 
 
@@ -25,19 +25,65 @@ class LabelReading:
     problems: list[str] = field(default_factory=list)
 
 
+class _Plan:
+    """What labels need of a spec, computed once per spec object (a validated spec is not mutated,
+    :meth:`mosaic.spec.Spec.fingerprint`): template sets, the templates an object's look can match,
+    each concept's role and template, domains and size fractions."""
+
+    def __init__(self, spec: Spec):
+        self.templates = spec.templates
+        self.names = [t.name for t in self.templates]
+        self.sets = [template_sets(spec, t) for t in self.templates]
+        self.looks: dict[tuple, list[int]] = {}  # (shape, colour) -> candidate template indices, filled as met
+        self.roles = list(spec.roles.items())
+        self.domains = {c: spec.domain(c) for c in spec.concepts}
+        self.domain_sets = {c: set(d) for c, d in self.domains.items()}
+        self.fractions = {}  # size concept -> [(value, fraction)] in domain order
+        self.template_of: dict[str, ObjectTemplate] = {}  # concept of a colour / shape / size / count / material role -> template
+        for cname, role in self.roles:
+            if role in ("color", "shape", "size", "count", "material"):
+                attr = "repeat" if role == "count" else role
+                self.template_of[cname] = next(t for t in self.templates if (r := getattr(t, attr)) is not None
+                                               and r.kind == "concept" and r.concept == cname)
+            if role == "size":
+                self.fractions[cname] = [(v, spec.size_fraction(v)) for v in self.domains[cname]]
+
+    def candidates(self, shape, color) -> list[int]:
+        key = (shape, color)
+        c = self.looks.get(key)
+        if c is None:
+            c = self.looks[key] = [k for k, (sh, co, _) in enumerate(self.sets) if shape in sh and color in co]
+        return c
+
+
+_PLANS: dict[int, tuple[Spec, _Plan]] = {}
+
+
+def _plan(spec: Spec) -> _Plan:
+    """The :class:`_Plan` of ``spec`` (cached per spec object; at most 64 are kept)."""
+    hit = _PLANS.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    if len(_PLANS) >= 64:
+        _PLANS.pop(next(iter(_PLANS)))
+    plan = _Plan(spec)
+    _PLANS[id(spec)] = (spec, plan)
+    return plan
+
+
 def assign_templates(scene: Scene, spec: Spec) -> tuple[dict[str, list[int]], list[int]]:
     """Match each object to the template that could have produced it.
 
     Returns ``(groups, unmatched)``: template name -> object indices (left to right within a group
     of look-alike templates), and the indices no template explains.
     """
-    ts = spec.templates
-    sets = [template_sets(spec, t) for t in ts]
-    groups: dict[str, list[int]] = {t.name: [] for t in ts}
+    plan = _plan(spec)
+    sets, names = plan.sets, plan.names
+    groups: dict[str, list[int]] = {n: [] for n in names}
     unmatched: list[int] = []
     pending: dict[tuple, list[int]] = {}  # look-alike template names -> objects
     for i, o in enumerate(scene.objects):
-        cand = [k for k, (sh, co, _) in enumerate(sets) if o.shape in sh and o.color in co]
+        cand = plan.candidates(o.shape, o.color)
         if len(cand) > 1:
             # templates told apart by size only: take the nearest size interval
             def dist(k):
@@ -48,15 +94,15 @@ def assign_templates(scene: Scene, spec: Spec) -> tuple[dict[str, list[int]], li
         if not cand:
             unmatched.append(i)
         elif len(cand) == 1:
-            groups[ts[cand[0]].name].append(i)
+            groups[names[cand[0]]].append(i)
         else:
-            key = tuple(ts[k].name for k in cand)
+            key = tuple(names[k] for k in cand)
             pending.setdefault(key, []).append(i)
-    for names, idx in pending.items():
+    for tnames, idx in pending.items():
         idx = sorted(idx, key=lambda i: (scene.objects[i].center[0], scene.objects[i].center[1]))
-        for name, i in zip(names, idx):
+        for name, i in zip(tnames, idx):
             groups[name].append(i)
-        unmatched.extend(idx[len(names):])
+        unmatched.extend(idx[len(tnames):])
     return groups, sorted(unmatched)
 
 
@@ -64,9 +110,25 @@ def _nearest_size(spec: Spec, domain: list, size: float) -> Value:
     return min(domain, key=lambda v: abs(spec.size_fraction(v) - size))
 
 
+def _nearest_of(fractions: list[tuple], size: float) -> Value:
+    """:func:`_nearest_size` over precomputed ``[(value, fraction)]`` (the first nearest, as ``min``)."""
+    best, bd = None, None
+    for v, f in fractions:
+        d = abs(f - size)
+        if bd is None or d < bd:
+            best, bd = v, d
+    return best
+
+
 def read_labels(scene: Scene, spec: Spec) -> LabelReading:
     """Every concept's value in ``scene``, with the reason for each value that cannot be read."""
-    groups, unmatched = assign_templates(scene, spec)
+    return _read_labels(scene, spec, assign_templates(scene, spec))
+
+
+def _read_labels(scene: Scene, spec: Spec, assigned: tuple[dict[str, list[int]], list[int]]) -> LabelReading:
+    """:func:`read_labels` given the scene's :func:`assign_templates` (computed once per scene by the generator)."""
+    plan = _plan(spec)
+    groups, unmatched = assigned
     values: dict[str, Value | None] = {}
     problems: list[str] = []
     if unmatched:
@@ -80,22 +142,21 @@ def read_labels(scene: Scene, spec: Spec) -> LabelReading:
             return None
         return objs[idx[0]]
 
-    for cname, role in spec.roles.items():
+    for cname, role in plan.roles:
         values[cname] = None
         if role in ("color", "shape", "size", "count", "material"):
-            attr = "repeat" if role == "count" else role
-            t = next(t for t in spec.templates if (r := getattr(t, attr)) is not None and r.kind == "concept" and r.concept == cname)
+            t = plan.template_of[cname]
             idx = groups[t.name]
             if role == "count":
                 values[cname] = len(idx)
-                if len(idx) not in spec.domain(cname):
+                if len(idx) not in plan.domain_sets[cname]:
                     problems.append(f"{cname}: found {len(idx)} objects of {t.name!r}, not a value of the concept")
                 continue
             if not idx:
                 problems.append(f"{cname}: no object of {t.name!r} found")
                 continue
             if role == "size":
-                vals = {_nearest_size(spec, spec.domain(cname), objs[i].size) for i in idx}
+                vals = {_nearest_of(plan.fractions[cname], objs[i].size) for i in idx}
             else:
                 vals = {getattr(objs[i], role) for i in idx}
             if len(vals) > 1:
@@ -120,7 +181,7 @@ def read_labels(scene: Scene, spec: Spec) -> LabelReading:
             if s is None or o is None:
                 continue
             r = scene.relation_of(s, o)
-            if r is None or r not in spec.domain(cname):
+            if r is None or r not in plan.domain_sets[cname]:
                 problems.append(f"{cname}: relation of {rel.subject!r} to {rel.object!r} is {r}, not a value of the concept")
             else:
                 values[cname] = r
@@ -145,7 +206,7 @@ def _noun_phrase(objs: list[SceneObject], spec: Spec, size_concept: str | None =
     for (color, shape), n in kinds.items():
         size_word = ""
         if size_concept is not None:
-            sv = _nearest_size(spec, spec.domain(size_concept), objs[0].size)
+            sv = _nearest_of(_plan(spec).fractions[size_concept], objs[0].size)
             size_word = f"{sv} " if isinstance(sv, str) else f"size-{sv:g} "
         rest = f"{size_word}{color} {shape if n == 1 else plural(shape)}"
         parts.append(f"{_article(rest) if n == 1 else number_word(n)} {rest}")
@@ -166,7 +227,28 @@ def caption(scene: Scene, spec: Spec) -> str:
     Positions read ``"a red circle at 36-54 degrees from a brown circle"``, relations ``"a blue
     square left of a red circle"``, other objects ``"three red circles"``. Distractors are left out.
     """
-    groups, _ = assign_templates(scene, spec)
+    return _caption(scene, spec, assign_templates(scene, spec)[0])
+
+
+def _merged(spec: Spec, plan: _Plan, used: frozenset) -> list[list[str]]:
+    """The objects' templates not in ``used``, look-alike ones merged (cached per ``used`` set)."""
+    key = ("merged", used)
+    m = plan.looks.get(key)
+    if m is None:
+        m = []
+        for name in [t.name for t in spec.objects if t.name not in used]:
+            for g in m:
+                if interchangeable(spec, spec.template(g[0]), spec.template(name)):
+                    g.append(name)
+                    break
+            else:
+                m.append([name])
+        plan.looks[key] = m
+    return m
+
+
+def _caption(scene: Scene, spec: Spec, groups: dict[str, list[int]]) -> str:
+    """:func:`caption` given the scene's template groups (:func:`assign_templates`)."""
     objs = scene.objects
 
     def np_(name):
@@ -190,17 +272,8 @@ def caption(scene: Scene, spec: Spec) -> str:
             words = (r or "near").replace("_", " ")
             parts.append(f"{np_(rel.subject)} {words} {np_(rel.object)}")
             used |= {rel.subject, rel.object}
-    rest = [t.name for t in spec.objects if t.name not in used]
     # templates that share a look (a free scene's objects) are described together
-    merged: list[list[str]] = []
-    for name in rest:
-        for m in merged:
-            if interchangeable(spec, spec.template(m[0]), spec.template(name)):
-                m.append(name)
-                break
-        else:
-            merged.append([name])
-    for m in merged:
+    for m in _merged(spec, _plan(spec), frozenset(used)):
         idx = [i for name in m for i in groups[name]]
         t = spec.template(m[0])
         sc = t.size.concept if t.size.kind == "concept" else None

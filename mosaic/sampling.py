@@ -52,11 +52,12 @@ def sample_values(spec: Spec, split: str, index: int, rng: np.random.Generator) 
 
 
 def _pick(rule: Rule, values: dict, rng: np.random.Generator):
-    if rule.kind == "value":
+    # Rule.kind's order (the first field set), read directly: this runs several times per object
+    if rule.value is not None:
         return rule.value
-    if rule.kind == "concept":
+    if rule.concept is not None:
         return values[rule.concept]
-    if rule.kind == "choice":
+    if rule.choice is not None:
         return rule.choice[int(rng.integers(len(rule.choice)))]
     lo, hi = rule.range
     return float(rng.uniform(lo, hi))
@@ -65,6 +66,7 @@ def _pick(rule: Rule, values: dict, rng: np.random.Generator):
 def build_objects(spec: Spec, values: dict, rng: np.random.Generator) -> list[SceneObject]:
     """Instantiate every template's objects (attributes only; centres are set by :func:`place`)."""
     objs = []
+    palette = spec.palette  # built once per scene, not once per object (spec.rgb rebuilds it)
     for t in spec.templates:
         if t.repeat.kind == "range":
             lo, hi = t.repeat.range
@@ -78,9 +80,9 @@ def build_objects(spec: Spec, values: dict, rng: np.random.Generator) -> list[Sc
             rotation = round(float(_pick(t.rotation, values, rng)) % 360.0, 3)
             if spec.image.renderer == "shaded":  # a solid: its material is drawn last (flat specs draw nothing more)
                 material = str(_pick(t.material, values, rng)) if t.material is not None else "rubber"
-                objs.append(SolidObject(shape, color, spec.rgb(color), size, (0.0, 0.0), rotation, t.name, material=material))
+                objs.append(SolidObject(shape, color, palette[color], size, (0.0, 0.0), rotation, t.name, material=material))
             else:
-                objs.append(SceneObject(shape, color, spec.rgb(color), size, (0.0, 0.0), rotation, t.name))
+                objs.append(SceneObject(shape, color, palette[color], size, (0.0, 0.0), rotation, t.name))
     return objs
 
 

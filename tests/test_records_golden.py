@@ -87,8 +87,16 @@ def _golden() -> dict:
     return g
 
 
+#: files whose bytes another change alters on purpose after the digests were made, with the reason
+#: (regenerate the digests from the commit that makes the change, then empty this)
+CHANGED_ON_PURPOSE = {
+    "README.md": "the dataset card's data_files and description (the integrity work on read paths, uncommitted when "
+                 "these digests were made)",
+}
+
+
 def _compare(key: str, got: dict[str, str], want: dict[str, str]) -> None:
-    changed = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
+    changed = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k) and k not in CHANGED_ON_PURPOSE)
     assert not changed, f"{key}: {len(changed)} file(s) differ from the golden digests: {changed[:10]}"
 
 
@@ -119,6 +127,25 @@ def test_dataset_bytes_two_workers(name, fmt):
 def test_dataset_bytes_two_workers_every_spec(name, fmt):
     g = _golden()
     _compare(f"{name}/{fmt}@2", dataset_digests(name, fmt, 2), g["digests"][f"{name}/{fmt}"])
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_record_line_is_the_json_of_the_record(name):
+    """The JSON line written straight from the scene is ``json.dumps`` of the record, and the scene
+    graph built from arrays is :meth:`Scene.to_dict` (bounding boxes, relations), on every spec."""
+    from mosaic.records import sample_line, sample_record, scene_graph
+
+    spec = load_small_spec(name)
+    for split, n in spec.split_sizes().items():
+        for i in range(min(n, 12)):
+            rec, scene = sample_record(spec, split, i)
+            assert scene_graph(scene) == scene.to_dict()
+            assert rec["scene"] == scene.to_dict()
+            line, head, _ = sample_line(spec, split, i, mask_file_name=f"masks/{i:06d}.png" if i % 2 else None)
+            if i % 2:
+                rec["mask_file_name"] = f"masks/{i:06d}.png"
+            assert line == json.dumps(rec, sort_keys=True)
+            assert head == {k: v for k, v in rec.items() if k != "scene"}
 
 
 def test_golden_covers_every_shipped_spec():
