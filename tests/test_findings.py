@@ -41,6 +41,18 @@ def test_composition_held_out_accuracy_falls_as_more_diagonals_are_held_out(tmp_
     assert n1["table"]["held_out"]["joint"] > n3["table"]["held_out"]["joint"]  # seed 0: 6.2 % against 0 %
 
 
+def test_attribute_composition_held_out_accuracy_falls_from_one_to_eight_diagonals(tmp_path, monkeypatch):
+    """composition_attribute_cpu (MOSAIC's colour-pair grid) at N = 1 and N = 8 (seed 0): the easiest
+    setting learns its seen pairs, and held-out joint accuracy is lower with 8 diagonals held out
+    than with 1 (docs/findings.md). About 10 CPU-minutes a trial."""
+    monkeypatch.chdir(ROOT)
+    n1 = _trial("composition_attribute_cpu", {"spec.holdout.rule.n": 1}, tmp_path)
+    n8 = _trial("composition_attribute_cpu", {"spec.holdout.rule.n": 8}, tmp_path)
+    assert n1["table"]["seen"]["joint"] >= 0.9
+    assert n1["table"]["held_out"]["n"] >= 100 and n8["table"]["seen"]["n"] >= 100  # the sweep's sample-count promise
+    assert n1["table"]["held_out"]["joint"] > n8["table"]["held_out"]["joint"]
+
+
 def test_complexity_vs_imbalance_direction_measured_on_cpu(tmp_path, monkeypatch):
     """complexity_imbalance_cpu (seed 0): the direction every seed of the sweep measured, the
     opposite of MOSAIC's statement at this scale: a skewed shape distribution costs its tail value
