@@ -3,7 +3,12 @@
     python benchmarks/gpu_check.py                 # on a GPU machine (about 10 minutes on one H200)
     python benchmarks/gpu_check.py --tiny          # the same code paths on CPU with small models (< 2 minutes)
 
-1. **Throughput** of each MOSAIC-scale preset (``experiments/train/mosaic_count_unet.yaml``, UNet
+0. **Autoencoder fit** of the latent presets (``mosaic_count_unet_latent.yaml``: 128 px, factor 8,
+   16 x 16 x 4 latents; :mod:`mosaic.lab.autoencoder`): trained on the GPU and checked (the scene
+   parser on reconstructions of fresh renders, >= 99 % per concept; PSNR), into the cache the
+   preset's runs reuse.
+1. **Throughput** of each MOSAIC-scale preset, pixel space and latent (``*_latent``: the UNet
+   87.5 M and the SD3 MMDiT 92.8 M on 16 x 16 x 4 latents, flow matching for the MMDiT) (``experiments/train/mosaic_count_unet.yaml``, UNet
    87.5 M; ``mosaic_count_dit.yaml``, DiT 90.6 M; 64 px, batch 512): ``--steps`` timed training
    steps (default 150, after ``--warmup`` untimed ones) of the task's own loss
    (``DiffusionTask.loss``: noise, timesteps, condition dropout, model, MSE) with the loop's
@@ -19,7 +24,8 @@
    memory is halved until it fits (``oom_batches``; the cost estimate predicts this:
    ``estimated_max_batch``; for the UNet preset at 64 px it predicts about 200 GiB at batch 512,
    more than an H200 holds).
-2. **End to end**: one short composition experiment through the real command line,
+2. **End to end**: one short latent run (``quickstart_latent_cpu.yaml``: autoencoder, cached
+   latents, training, decoding, scoring) and one short composition experiment through the real command line,
    ``mosaic train diffusion experiments/train/composition_cpu.yaml`` with ``--set`` overrides
    (generate -> train -> sample -> evaluate), on the GPU when there is one.
 3. **Summary**: ``OUT/gpu_check.json`` and ``OUT/gpu_check.md`` (``--out``, default ``data/gpu_check``).
@@ -52,11 +58,23 @@ from mosaic.lab.cost import ACCELERATORS, estimate_run, fmt_seconds, make_probe 
 from mosaic.lab.diffusion import DiffusionConfig  # noqa: E402
 
 PRESETS = {"mosaic_count_unet": "experiments/train/mosaic_count_unet.yaml",
-           "mosaic_count_dit": "experiments/train/mosaic_count_dit.yaml"}
+           "mosaic_count_dit": "experiments/train/mosaic_count_dit.yaml",
+           # MOSAIC's own protocol (docs/latent.md): 16 x 16 x 4 latents of 128 px renders
+           "mosaic_count_unet_latent": "experiments/train/mosaic_count_unet_latent.yaml",
+           "mosaic_count_dit_latent": "experiments/train/mosaic_count_dit_latent.yaml"}
+_TINY_UNET = ["model.unet.block_out_channels=[16, 32]", "model.unet.cross_attention=[false, true]",
+              "model.unet.layers_per_block=1", "model.unet.heads=4", "model.unet.norm_num_groups=8"]
+#: --tiny: a small autoencoder (32 px -> 8 x 8 x 4), never refused (threshold 0), a few steps
+_TINY_AE = ["model.latent.autoencoder.factor=4", "model.latent.autoencoder.block_out_channels=[8, 16, 16]",
+            "model.latent.autoencoder.layers_per_block=1", "model.latent.autoencoder.norm_num_groups=4",
+            "model.latent.autoencoder.steps=3", "model.latent.autoencoder.batch_size=4", "model.latent.autoencoder.pool=16",
+            "model.latent.autoencoder.check_n=4", "model.latent.autoencoder.threshold=0", "model.latent.autoencoder.device=cpu"]
 TINY_MODEL = {
-    "mosaic_count_unet": ["model.unet.block_out_channels=[16, 32]", "model.unet.cross_attention=[false, true]",
-                          "model.unet.layers_per_block=1", "model.unet.heads=4", "model.unet.norm_num_groups=8"],
+    "mosaic_count_unet": _TINY_UNET,
     "mosaic_count_dit": ["model.dit.num_layers=2", "model.dit.heads=2", "model.dit.head_dim=16", "model.dit.patch_size=8"],
+    "mosaic_count_unet_latent": _TINY_UNET + ["model.cond_dim=16"] + _TINY_AE,
+    "mosaic_count_dit_latent": ["model.mmdit.num_layers=2", "model.mmdit.heads=2", "model.mmdit.head_dim=16", "model.cond_dim=32",
+                                "model.onehot.hidden=[16]"] + _TINY_AE,
 }
 DIT_MFU_GOAL = 0.40
 
@@ -76,6 +94,8 @@ def peak_tflops_of(device_name: str) -> tuple[str | None, float | None]:
 
 def preset_config(name: str, tiny: bool, data_root: Path) -> DiffusionConfig:
     sets = [f"dataset.root={data_root}"]
+    if name.endswith("_latent"):
+        sets.append(f"model.latent.root={data_root / 'autoencoders'}")
     if tiny:
         sets += TINY_MODEL[name] + ["dataset.overrides.image.size=32", "training.batch_size=4", "training.device=cpu"]
     return load_config(DiffusionConfig, ROOT / PRESETS[name], sets)
@@ -136,7 +156,8 @@ def _throughput(name: str, cfg: DiffusionConfig, est, *, device: torch.device, s
         idx = torch.randint(0, pool_n, (B,), device=device, generator=gen)
         batch = {k: v[idx] for k, v in pool.items()}
         if channels_last:
-            batch["image"] = batch["image"].contiguous(memory_format=torch.channels_last)
+            key = "latent" if "latent" in batch else "image"
+            batch[key] = batch[key].contiguous(memory_format=torch.channels_last)
         with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
             loss = probe.loss(fwd_model, batch, gen)
         loss.backward()
@@ -202,6 +223,70 @@ def _throughput(name: str, cfg: DiffusionConfig, est, *, device: torch.device, s
     return rec
 
 
+def autoencoder_fit(name: str, cfg: DiffusionConfig, out: Path, say=print) -> dict:
+    """The latent preset's autoencoder trained on its spec (128 px, factor 8; on the GPU when there
+    is one) and checked: the evaluator on reconstructions of fresh renders, PSNR. Its folder is the
+    cache the preset's runs reuse (under ``OUT/data/autoencoders``)."""
+    from mosaic.lab.autoencoder import cache_dir, checked, load_space, train_autoencoder
+    from mosaic.lab.run import dataset_spec
+
+    spec = dataset_spec(cfg)
+    sec = cfg.model.latent.autoencoder
+    if torch.cuda.is_available() and sec.device != "cpu":
+        sec = sec.model_copy(update={"device": "cuda"})
+    folder = cache_dir(cfg.model.latent.root, spec, sec)
+    say(f"[{name}] autoencoder: {sec.steps} steps x {sec.batch_size} images of {spec.image.size} px, factor {sec.factor}")
+    t0 = time.perf_counter()
+    rec = train_autoencoder(sec, spec, folder, say=lambda m: say(f"[{name}] {m}"), progress=False)
+    res = checked(folder, sec, spec, load_space(folder), say=lambda m: say(f"[{name}] {m}"))
+    out_rec = {"preset": name, "folder": str(folder), "params": rec["params"], "latent_shape": rec["latent_shape"],
+               "steps": rec["steps"], "batch": sec.batch_size, "train_s": rec["train_s"], "seconds": time.perf_counter() - t0,
+               "device": rec["device"], "final_loss": rec["final_loss"], "accuracy": res["accuracy"],
+               "renders_accuracy": res["renders_accuracy"], "psnr_db": res["psnr_db"], "passed": res["passed"], "check_n": res["n"]}
+    say(f"[{name}] autoencoder: {rec['params'] / 1e6:.1f} M parameters, trained in {rec['train_s']:.0f} s; reconstructions read at "
+        + ", ".join(f"{c} {100 * v:.1f} %" for c, v in res["accuracy"].items()) + f"; PSNR {res['psnr_db']:.1f} dB; "
+        + ("passed" if res["passed"] else "REFUSED"))
+    return out_rec
+
+
+def latent_run(out: Path, tiny: bool, say=print) -> dict:
+    """``mosaic train diffusion experiments/train/quickstart_latent_cpu.yaml`` end to end (autoencoder,
+    latents, training, decoding, scoring), a subprocess of the CLI."""
+    run_dir = out / "runs" / "latent"
+    sets = [f"dataset.root={out / 'data'}", f"model.latent.root={out / 'data' / 'autoencoders'}", "training.threads=null"]
+    if tiny:
+        sets += ["training.steps=4", "training.batch_size=4", "training.checkpoint_every=4", "training.log_every=2",
+                 "training.val_every=0", "evaluation.val_samples=0", "evaluation.select=loss",
+                 "dataset.overrides.splits={train: 8, val: 2, test_id: 2, test_ood: 2, per: combination}", "dataset.workers=1",
+                 "sampling.steps=2", "sampling.n_per_combination=1", "evaluation.check_n=0"] + _TINY_AE
+    else:
+        sets += ["training.device=auto", "model.latent.autoencoder.device=auto", "training.steps=3000", "training.batch_size=128",
+                 "dataset.workers=8"]
+    return _cli_run("latent", "experiments/train/quickstart_latent_cpu.yaml", run_dir, sets, say)
+
+
+def _cli_run(tag: str, config: str, run_dir: Path, sets: list[str], say=print) -> dict:
+    cmd = [sys.executable, "-m", "mosaic.cli", "train", "diffusion", str(ROOT / config), "--out", str(run_dir)] + \
+        [a for s in sets for a in ("--set", s)]
+    say(f"[{tag}] " + " ".join(cmd[1:]))
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    seconds = time.perf_counter() - t0
+    rec = {"command": " ".join(cmd[1:]), "seconds": seconds, "returncode": r.returncode}
+    if r.returncode != 0:
+        rec.update(status="failed", output=(r.stdout + r.stderr)[-4000:])
+        say(f"[{tag}] FAILED (exit {r.returncode}):\n{rec['output']}")
+        return rec
+    m = json.loads((run_dir / "metrics.json").read_text())
+    tr = m.get("train", {})
+    rec.update(status="done", run=str(run_dir), device=tr.get("device"), precision=tr.get("mixed_precision"),
+               train_images_per_s=tr.get("images_per_s"), train_time_s=tr.get("train_time_s"),
+               images_sampled=m.get("samples", {}).get("images"), sampling_s=m.get("samples", {}).get("seconds"),
+               generate_s=m.get("generate_s"), table=m.get("table"), time_s=m.get("time_s"))
+    say(f"[{tag}] done in {seconds:.0f} s: {rec['images_sampled']} images sampled and scored; table {json.dumps(rec['table'])}")
+    return rec
+
+
 def composition(out: Path, tiny: bool, say=print) -> dict:
     """``mosaic train diffusion experiments/train/composition_cpu.yaml`` end to end (a subprocess of the CLI)."""
     run_dir = out / "runs" / "composition"
@@ -213,25 +298,7 @@ def composition(out: Path, tiny: bool, say=print) -> dict:
     else:  # on the GPU: a few minutes of training at the CPU preset's size, sampled and scored as usual
         sets += ["training.device=auto", "training.steps=1500", "training.batch_size=128", "training.checkpoint_every=500",
                  "dataset.workers=8"]
-    cmd = [sys.executable, "-m", "mosaic.cli", "train", "diffusion", str(ROOT / "experiments/train/composition_cpu.yaml"),
-           "--out", str(run_dir)] + [a for s in sets for a in ("--set", s)]
-    say("[composition] " + " ".join(cmd[1:]))
-    t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    seconds = time.perf_counter() - t0
-    rec = {"command": " ".join(cmd[1:]), "seconds": seconds, "returncode": r.returncode}
-    if r.returncode != 0:
-        rec.update(status="failed", output=(r.stdout + r.stderr)[-4000:])
-        say(f"[composition] FAILED (exit {r.returncode}):\n{rec['output']}")
-        return rec
-    m = json.loads((run_dir / "metrics.json").read_text())
-    tr = m.get("train", {})
-    rec.update(status="done", run=str(run_dir), device=tr.get("device"), precision=tr.get("mixed_precision"),
-               train_images_per_s=tr.get("images_per_s"), train_time_s=tr.get("train_time_s"),
-               images_sampled=m.get("samples", {}).get("images"), sampling_s=m.get("samples", {}).get("seconds"),
-               generate_s=m.get("generate_s"), table=m.get("table"), time_s=m.get("time_s"))
-    say(f"[composition] done in {seconds:.0f} s: {rec['images_sampled']} images sampled and scored; table {json.dumps(rec['table'])}")
-    return rec
+    return _cli_run("composition", "experiments/train/composition_cpu.yaml", run_dir, sets, say)
 
 
 def markdown(summary: dict) -> str:
@@ -250,9 +317,25 @@ def markdown(summary: dict) -> str:
     lines += ["", f"Settings: {json.dumps(summary['settings'])}. MFU = achieved / peak dense bf16 TFLOP/s of the device "
               f"({summary['peak_tflops']}); FLOPs per image from `mosaic.lab.cost` (FlopCounterMode). Goal for the DiT: "
               f"MFU >= {100 * DIT_MFU_GOAL:.0f} %.", ""]
-    c = summary.get("composition")
+    aes = summary.get("autoencoders") or []
+    if aes:
+        lines += ["## Autoencoders (latent presets)", "",
+                  "| preset | params | latents | steps x batch | train | device | reconstructions read (renders) | PSNR | verdict |",
+                  "|---|---:|---|---:|---:|---|---|---:|---|"]
+        for a in aes:
+            acc = ", ".join(f"{c} {100 * v:.1f} % ({100 * a['renders_accuracy'][c]:.1f})" for c, v in a["accuracy"].items())
+            lines.append(f"| {a['preset']} | {a['params'] / 1e6:.1f} M | {'x'.join(map(str, a['latent_shape']))} | {a['steps']} x {a['batch']} | "
+                         f"{fmt_seconds(a['train_s'])} | {a['device']} | {acc} | {a['psnr_db']:.1f} dB | {'passed' if a['passed'] else 'refused'} |")
+        lines.append("")
+    for key, title in (("composition", "End to end (composition_cpu.yaml)"), ("latent", "End to end, latent (quickstart_latent_cpu.yaml)")):
+        lines += _e2e_lines(summary.get(key), title)
+    return "\n".join(lines) + "\n"
+
+
+def _e2e_lines(c: dict | None, title: str) -> list[str]:
+    lines: list[str] = []
     if c:
-        lines += ["## End to end (composition_cpu.yaml)", "", f"`{c['command']}`", "",
+        lines += [f"## {title}", "", f"`{c['command']}`", "",
                   f"status **{c['status']}** in {c['seconds']:.0f} s"]
         if c["status"] == "done":
             lines[-1] += (f"; device {c['device']}, precision {c['precision']}, {c['train_images_per_s']:.0f} training images/s, "
@@ -262,7 +345,8 @@ def markdown(summary: dict) -> str:
                 lines += ["", "| group | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
             for g, row in (c.get("table") or {}).items():
                 lines.append(f"| {g} | " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row.values()) + " |")
-    return "\n".join(lines) + "\n"
+        lines.append("")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -275,7 +359,8 @@ def main(argv=None) -> int:
                     help="torch.compile the model (default: on a GPU)")
     ap.add_argument("--presets", default=",".join(PRESETS), help="comma-separated presets to measure")
     ap.add_argument("--peak-tflops", type=float, default=None, help="peak dense bf16 TFLOP/s of the device (default: from the table)")
-    ap.add_argument("--no-e2e", action="store_true", help="skip the end-to-end composition run")
+    ap.add_argument("--no-e2e", action="store_true", help="skip the end-to-end runs (composition, latent)")
+    ap.add_argument("--no-autoencoder", action="store_true", help="skip the latent presets' autoencoder fit")
     a = ap.parse_args(argv)
     cuda = torch.cuda.is_available() and not a.tiny
     device = torch.device("cuda" if cuda else "cpu")
@@ -306,15 +391,19 @@ def main(argv=None) -> int:
             print(f"--presets: unknown preset {p!r}; known: {', '.join(PRESETS)}", file=sys.stderr)
             return 2
         cfg = preset_config(p, a.tiny, out / "data")
+        if p.endswith("_latent") and not a.no_autoencoder and p.replace("_dit_", "_unet_") == p:  # one fit per spec
+            summary.setdefault("autoencoders", []).append(autoencoder_fit(p, cfg, out))
+            (out / "gpu_check.json").write_text(json.dumps(summary, indent=2) + "\n")
         summary["presets"].append(throughput(p, cfg, device=device, steps=steps, warmup=warmup, compile_=compile_, peak_tflops=peak,
                                              accelerator=table_name))
         (out / "gpu_check.json").write_text(json.dumps(summary, indent=2) + "\n")  # keep what is measured if a later part fails
     if not a.no_e2e:
         summary["composition"] = composition(out, a.tiny)
+        summary["latent"] = latent_run(out, a.tiny)
     (out / "gpu_check.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "gpu_check.md").write_text(markdown(summary))
     print(f"wrote {out / 'gpu_check.json'} and {out / 'gpu_check.md'}")
-    failed = summary.get("composition", {}).get("status") == "failed"
+    failed = any(summary.get(k, {}).get("status") == "failed" for k in ("composition", "latent"))
     return 1 if failed else 0
 
 

@@ -182,7 +182,11 @@ def test_gpu_check_tiny_runs_every_code_path_on_cpu(tmp_path):
                        capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     summary = json.loads((out / "gpu_check.json").read_text())
-    assert {p["preset"] for p in summary["presets"]} == {"mosaic_count_unet", "mosaic_count_dit"}
+    assert {p["preset"] for p in summary["presets"]} == {"mosaic_count_unet", "mosaic_count_dit", "mosaic_count_unet_latent",
+                                                         "mosaic_count_dit_latent"}
+    (ae,) = summary["autoencoders"]  # the latent presets' autoencoder fit (one per spec), checked by the evaluator
+    assert ae["latent_shape"] == [4, 8, 8] and math.isfinite(ae["psnr_db"]) and set(ae["accuracy"]) == {"color", "count"}
+    assert summary["latent"]["status"] == "done" and summary["latent"]["images_sampled"] > 0
     for p in summary["presets"]:
         assert p["steps"] >= 3 and p["images_per_s"] > 0 and math.isfinite(p["final_loss"])
         assert p["achieved_tflops"] > 0 and p["flops_per_image"] > 0

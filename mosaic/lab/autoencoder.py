@@ -392,6 +392,8 @@ def _train(sec, spec, out: Path, images, say, progress: bool) -> dict:
             losses.append(round(loss.item(), 6))
             if bar is not None:
                 bar[0].update(bar[1], advance=1, loss=f"{loss.item():.4f}")
+            if (bar is None or not bar[0].console.is_terminal) and (step % max(1, sec.steps // 20) == 0 or step == sec.steps):
+                say(f"autoencoder step {step}/{sec.steps}: loss {loss.item():.4f} ({t_train:.0f} s)")  # a log file gets lines
             if step % sec.checkpoint_every == 0 and step < sec.steps:
                 _save_checkpoint(ck, step, vae, opt, ema, losses)
     finally:

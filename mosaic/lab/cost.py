@@ -161,14 +161,27 @@ class Estimate:
     accelerators: list[AcceleratorRow] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # latent diffusion (model.latent): the autoencoder's training (0 when cached), the dataset's encoding and the decoding of samples
+    autoencoder_params: int = 0
+    autoencoder_cached: bool = False
+    autoencoder_train_flops: float = 0.0
+    autoencoder_encode_flops: float = 0.0
+    autoencoder_decode_flops: float = 0.0
+    autoencoder_peak_bytes: float = 0.0
+    cpu_autoencoder_s: float = 0.0
+
+    @property
+    def autoencoder_flops(self) -> float:
+        return self.autoencoder_train_flops + self.autoencoder_encode_flops + self.autoencoder_decode_flops
 
     @property
     def flops_total(self) -> float:
-        return self.train_flops_total + self.eval_flops_total
+        return self.train_flops_total + self.eval_flops_total + self.autoencoder_flops
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["flops_total"] = self.flops_total
+        d["autoencoder_flops"] = self.autoencoder_flops
         return d
 
 
@@ -343,28 +356,39 @@ def _cycle(records: list[dict], b: int) -> list[dict]:
 
 
 def diffusion_probe(cfg, spec, records: list[dict], n_train: int) -> Probe:
-    """The model, loss (``DiffusionTask.loss``) and batches of a diffusion config."""
-    from diffusers import DDPMScheduler
-
+    """The model, loss (``DiffusionTask.loss``) and batches of a diffusion config; for latent
+    diffusion the backbone on latents and an untrained autoencoder of the configured shape as the
+    space the sampler decodes through (its cost does not depend on its weights)."""
     from mosaic.lab.diffusion import DiffusionModel, DiffusionTask, build_backbone, check_model_fits
-    from mosaic.lab.diffusion.conditioning import CaptionConditioner, CombinationConditioner, FactorizedConditioner, build_vocab
+    from mosaic.lab.diffusion.conditioning import (
+        CaptionConditioner, CombinationConditioner, FactorizedConditioner, OneHotConditioner, build_vocab,
+    )
+    from mosaic.lab.diffusion.task import make_noise_scheduler
 
     m = cfg.model
     size = spec.image.size
-    check_model_fits(m, size)
+    space = None
+    if m.latent is not None:
+        from mosaic.lab.autoencoder import LatentSpace, build_autoencoder
+
+        space = LatentSpace(build_autoencoder(m.latent.autoencoder, size))
+    msize, mch = (space.size(size), space.channels) if space is not None else (size, 3)
+    check_model_fits(m, msize)
     domains = {c: spec.domain(c) for c in spec.concepts}
     if m.conditioning == "factorized":
         cond = FactorizedConditioner(domains, m.cond_dim)
     elif m.conditioning == "combination":
         cond = CombinationConditioner(domains, m.cond_dim)
+    elif m.conditioning == "onehot":
+        o = m.onehot_
+        cond = OneHotConditioner(domains, m.cond_dim, hidden=o.hidden, tokens=o.tokens, dropout=o.dropout)
     else:  # the run builds the vocabulary from every caption of the dataset; here from the sampled records
         t = m.text
         cond = CaptionConditioner(build_vocab(r["caption"] for r in records), m.cond_dim, layers=t.layers, heads=t.heads,
                                   max_len=t.max_len, dropout=t.dropout)
-    model = DiffusionModel(build_backbone(m, size), cond, m.backbone)
+    model = DiffusionModel(build_backbone(m, msize, mch), cond, m.backbone, pooled=m.mmdit_.pooled)
     s = m.schedule
-    noise = DDPMScheduler(num_train_timesteps=s.num_train_timesteps, beta_schedule=s.beta_schedule, prediction_type=s.prediction_type,
-                          clip_sample=True, clip_sample_range=1.0)
+    noise = make_noise_scheduler(s, latent=space is not None)
     task = types.SimpleNamespace(cfg=cfg, noise=noise)  # DiffusionTask.loss reads only cfg and noise
 
     def loss(model_, batch, gen):
@@ -372,11 +396,13 @@ def diffusion_probe(cfg, spec, records: list[dict], n_train: int) -> Probe:
 
     def make_batch(b: int) -> dict:
         g = torch.Generator().manual_seed(b)
+        if space is not None:
+            return {"latent": torch.randn((b, mch, msize, msize), generator=g), "cond": cond.encode(_cycle(records, b))}
         return {"image": torch.randint(0, 256, (b, 3, size, size), dtype=torch.uint8, generator=g),
                 "cond": cond.encode(_cycle(records, b))}
 
     def forward(model_, batch):
-        x = batch["image"].float() / 127.5 - 1
+        x = batch["latent"] if "latent" in batch else batch["image"].float() / 127.5 - 1
         t = torch.full((len(x),), s.num_train_timesteps // 2, dtype=torch.long)
         return model_(x, t, batch["cond"])
 
@@ -385,11 +411,13 @@ def diffusion_probe(cfg, spec, records: list[dict], n_train: int) -> Probe:
 
         sp = cfg.sampling
         return generate(model_, noise.config, cond.encode(_cycle(records, n)), list(range(n)), image_size=size, guidance=sp.guidance,
-                        steps=steps, sampler=sp.sampler, batch_size=sp.batch_size, device="cpu")
+                        steps=steps, sampler=sp.sampler, batch_size=sp.batch_size, device="cpu", space=space)
 
     cond_row = cond.encode(records[:1])
-    return Probe(f"diffusion ({m.backbone}, {m.conditioning})", spec, model, loss, make_batch, forward, n_train,
-                 3 * size * size + cond_row[0].numel() * 8, ema=cfg.training.ema.enabled, sample=sample)
+    per_example = (4 * mch * msize * msize if space is not None else 3 * size * size) + cond_row[0].numel() * 8
+    family = f"diffusion ({m.backbone}, {m.conditioning}" + (", flow matching" if s.flow_matching else "") \
+        + (f", latent {mch}x{msize}x{msize}" if space is not None else "") + ")"
+    return Probe(family, spec, model, loss, make_batch, forward, n_train, per_example, ema=cfg.training.ema.enabled, sample=sample)
 
 
 def transformer_probe(cfg, spec, records: list[dict], n_train: int) -> Probe:
@@ -473,6 +501,43 @@ def make_probe(cfg, k: int = 64, resolved=None) -> tuple[Probe, bool]:
     if hasattr(cfg, "objective"):
         return transformer_probe(cfg, spec, records, n_train), exists
     return diffusion_probe(cfg, spec, records, n_train), exists
+
+
+def measure_autoencoder(cfg, spec) -> dict:
+    """The autoencoder of ``model.latent`` measured on fake tensors: ``params``, training FLOPs and
+    saved-activation bytes per image (its own loss: encode, sample, decode, L1 + MSE + edge + KL),
+    encoder and decoder forward FLOPs per image; ``cached`` when the run would find it trained."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from mosaic.lab.autoencoder import build_autoencoder, cache_dir, reconstruction_loss
+
+    lat = cfg.model.latent
+    sec = lat.autoencoder
+    size = spec.image.size
+    vae = build_autoencoder(sec, size)
+
+    def loss(model_, batch, gen):
+        x = batch["image"].float() / 127.5 - 1
+        post = model_.encode(x).latent_dist
+        rec = model_.decode(post.sample(generator=gen)).sample
+        return reconstruction_loss(sec, rec, x, post.kl())
+
+    b = PROBE_BATCH
+    step = measure_step(vae, loss, {"image": torch.zeros((b, 3, size, size), dtype=torch.uint8)}, fake=True)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    enc, dec = FlopCounterMode(display=False, custom_mapping=_sdpa_mapping()), FlopCounterMode(display=False, custom_mapping=_sdpa_mapping())
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
+        x = mode.from_tensor(torch.zeros((b, 3, size, size)))
+        with enc:
+            z = vae.encode(x).latent_dist.mean
+        with dec:
+            vae.decode(z)
+    folder = Path(lat.path) if lat.path is not None else cache_dir(lat.root, spec, sec)
+    return {"params": sum(p.numel() for p in vae.parameters()), "train_flops_img": step.flops / b, "saved_img": step.saved_bytes_batched / b,
+            "encode_flops_img": float(enc.get_total_flops()) / b, "decode_flops_img": float(dec.get_total_flops()) / b,
+            "cached": (folder / "vae" / "config.json").is_file() and (lat.path is not None or (folder / "autoencoder.json").is_file()),
+            "steps": sec.steps, "batch": sec.batch_size, "pool": min(sec.pool, spec.split_sizes().get("train", 0))}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -808,6 +873,26 @@ def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool, cache: dict
             workers = min(cfg.dataset.workers, os.cpu_count() or 1)
             cpu_gen = sum(sizes.values()) * render_s / workers
     peak_cpu = static + data_all + a1_cpu * B
+    ae = None
+    ae_train = ae_enc = ae_dec = ae_peak = cpu_ae = 0.0
+    if diffusion and cfg.model.latent is not None:
+        akey = ("autoencoder", cfg.model.latent.model_dump_json(), spec.fingerprint())
+        if akey not in cache:
+            cache[akey] = measure_autoencoder(cfg, spec)
+        ae = cache[akey]
+        ae_train = 0.0 if ae["cached"] else ae["train_flops_img"] * ae["batch"] * ae["steps"]
+        # encoding: the training split once (cached per dataset) and up to 256 val images; decoding: every generated image
+        ae_enc = ae["encode_flops_img"] * (n_train + min(256, sizes.get("val", 0)) + (0 if ae["cached"] else min(512, ae["pool"])))
+        ae_dec = ae["decode_flops_img"] * (eval_images + n_val_runs * (val_gen if diffusion else 0))
+        ae_peak = ae["params"] * (4 + 4 + 8 + 4) + ae["saved_img"] * ae["batch"] + RESERVE_BYTES
+        if time_cpu and me["fb"]:
+            rate = me["flops_img"] * me["timed_b"] / max(me["fb"], 1e-12)  # this machine's FLOP/s on the run's own step
+            cpu_ae = (ae_train + ae_enc + ae_dec) / max(rate, 1.0)
+            notes.append("autoencoder time on this machine: its FLOPs at the FLOP rate measured on the denoiser's step")
+        notes.append(f"autoencoder {ae['params'] / 1e6:.2f} M parameters, " + (
+            "cached (trained already)" if ae["cached"] else f"{ae['steps']} steps x {ae['batch']} images to train first"))
+        peak_gpu = max(peak_gpu, ae_peak)
+    ae_flops = ae_train + ae_enc + ae_dec
     try:
         load = os.getloadavg()[0]
     except OSError:
@@ -824,7 +909,7 @@ def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool, cache: dict
         max_b = int(room // a1) if a1 > 0 and room > 0 else (None if a1 <= 0 else 0)
         step_s = max(per_step_gpu_flops / (peak * assumed_mfu), A * ops * LAUNCH_S)
         train_s = step_s * tr.steps
-        fwd_gpu = eval_flops / (peak * assumed_mfu)
+        fwd_gpu = (eval_flops + ae_flops) / (peak * assumed_mfu)
         scoring_cpu = max(cpu_eval - model_s, 0.0) if time_cpu else 0.0
         rows.append(AcceleratorRow(acc.name, acc.bf16_tflops, acc.memory_gb, fits, max_b, train_s, train_s + fwd_gpu + scoring_cpu))
         if not fits:
@@ -844,8 +929,10 @@ def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool, cache: dict
         activation_bytes_per_image=a1, activation_bytes_per_image_cpu=a1_cpu, static_bytes=static, data_bytes=data,
         peak_bytes_gpu=peak_gpu, peak_bytes_cpu=peak_cpu, cpu_threads=me["threads"], cpu_timed_batch=me["timed_b"],
         cpu_step_s=cpu_step, cpu_step_idle_s=idle_step, cpu_train_s=cpu_train, cpu_eval_s=cpu_eval, cpu_generate_s=cpu_gen,
-        cpu_total_s=cpu_train + cpu_eval + cpu_gen, cpu_load=load, assumed_mfu=assumed_mfu, accelerators=rows,
-        warnings=warnings, notes=notes,
+        cpu_total_s=cpu_train + cpu_eval + cpu_gen + cpu_ae, cpu_load=load, assumed_mfu=assumed_mfu, accelerators=rows,
+        warnings=warnings, notes=notes, autoencoder_params=ae["params"] if ae else 0, autoencoder_cached=bool(ae and ae["cached"]),
+        autoencoder_train_flops=ae_train, autoencoder_encode_flops=ae_enc, autoencoder_decode_flops=ae_dec,
+        autoencoder_peak_bytes=ae_peak, cpu_autoencoder_s=cpu_ae,
     )
 
 
@@ -890,6 +977,10 @@ def render_estimate(est: Estimate) -> list:
     t.add_row("training FLOPs per step", fmt_flops(est.train_flops_per_step))
     t.add_row("training FLOPs, whole run", fmt_flops(est.train_flops_total))
     t.add_row(f"validation + sampling/evaluation FLOPs ({est.eval_images} test images)", fmt_flops(est.eval_flops_total))
+    if est.autoencoder_params:
+        t.add_row("autoencoder: training" + (" (cached: 0)" if est.autoencoder_cached else ""), fmt_flops(est.autoencoder_train_flops))
+        t.add_row("autoencoder: encoding the dataset, decoding the samples",
+                  fmt_flops(est.autoencoder_encode_flops + est.autoencoder_decode_flops))
     t.add_row("total FLOPs", fmt_flops(est.flops_total))
     t.add_row(f"peak memory per process, accelerator ({est.precision_gpu})", fmt_bytes(est.peak_bytes_gpu))
     t.add_row("  of which activations at the batch", fmt_bytes(est.activation_bytes_fixed + est.activation_bytes_per_image * est.batch_size))
@@ -903,6 +994,8 @@ def render_estimate(est: Estimate) -> list:
         t.add_row("this machine: validation, sampling, scoring", fmt_seconds(est.cpu_eval_s))
         if est.cpu_generate_s:
             t.add_row("this machine: dataset generation", fmt_seconds(est.cpu_generate_s))
+        if est.cpu_autoencoder_s:
+            t.add_row("this machine: autoencoder (training, encoding, decoding)", fmt_seconds(est.cpu_autoencoder_s))
         t.add_row("[bold]this machine: total[/]", f"[bold]{fmt_seconds(est.cpu_total_s)}[/]")
     a = Table(title=f"projected on one accelerator (assumed MFU {100 * est.assumed_mfu:.0f} % of the peak dense "
                     f"{'bf16' if est.precision_gpu != 'fp32' else 'TF32'} rate)")
@@ -930,4 +1023,4 @@ def print_estimate(est: Estimate, console=None) -> None:
 
 
 __all__ = ["ACCELERATORS", "ASSUMED_MFU", "Accelerator", "AcceleratorRow", "Estimate", "check_device", "estimate_run",
-           "measure_step", "print_estimate", "render_estimate", "sampled_images", "shape_key"]
+           "measure_autoencoder", "measure_step", "print_estimate", "render_estimate", "sampled_images", "shape_key"]
