@@ -217,3 +217,24 @@ def test_mosaic_report_names_an_edited_trial_file(tmp_path, name, content):
     (t / name).write_bytes(content)
     r = runner.invoke(app, ["report", str(sweep)])
     assert r.exit_code == 2 and name.split("/")[-1] in r.output and "Traceback" not in r.output, (r.output, r.exception)
+
+
+def test_a_moved_sweep_folder_is_not_refused_as_another_config(tmp_path):
+    import yaml
+
+    from mosaic.sweep import _refuse_changed_trials, _trial_raw, load_sweep, plan
+    from tests.test_sweep import sweep_file
+
+    CFG = {"name": "r", "dataset": {"spec": "experiments/specs/count_composition.yaml"}, "training": {"steps": 5}}
+    s = load_sweep(sweep_file(tmp_path, CFG, grid={"training.lr": [1e-3, 1e-4]}))
+    a = tmp_path / "a"
+    for t in plan(s, a):  # the trial folders as a first run of the sweep wrote them
+        t["dir"].mkdir(parents=True)
+        (t["dir"] / "config.yaml").write_text(yaml.safe_dump(_trial_raw(t), sort_keys=False))
+    b = tmp_path / "moved" / "b"
+    b.parent.mkdir()
+    shutil.move(str(a), str(b))
+    _refuse_changed_trials(plan(s, b))  # out and dataset.path differ: the same trials, resumed
+    changed = load_sweep(sweep_file(tmp_path, CFG, grid={"training.lr": [1e-3, 1e-4]}, set={"training.steps": 7}))
+    with pytest.raises(MosaicError, match="(?s)another config.*training.steps"):
+        _refuse_changed_trials(plan(changed, b))
