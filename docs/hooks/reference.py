@@ -156,12 +156,13 @@ def _code(text: str) -> str:
     return "`" + text.replace("|", "¦") + "`"
 
 
-def field_rows(model: type[BaseModel], prefix: str = "", _stack: tuple = ()) -> list[dict[str, str]]:
+def field_rows(model: type[BaseModel], prefix: str = "", _stack: tuple = (), _unions: dict | None = None) -> list[dict[str, str]]:
     """One row per field of ``model`` and, recursively, of its nested models: ``path``, ``type``,
     ``default``, ``bounds``, ``description``. Nested models under a list are ``<i>``, under a
     mapping ``<name>``; the variants of a union of models are listed each with its tag
     (``when kind: diagonal``). A model met again inside itself is named, not expanded."""
     rows: list[dict[str, str]] = []
+    _unions = {} if _unions is None else _unions  # a union of models already listed -> its path
     for name, f in model.model_fields.items():
         path = prefix + name
         ann = _strip_annotated(f.annotation)
@@ -171,26 +172,42 @@ def field_rows(model: type[BaseModel], prefix: str = "", _stack: tuple = ()) -> 
         # containers of models: list[M], dict[str, M]
         inner_prefix = None
         inner = non_null[0] if len(non_null) == 1 else None
-        if inner is not None:
+        container = ""
+        if inner is None and non_null and all(_models_of(a) for a in non_null):  # a union of models
+            inner_prefix, inner = path + ".", ann
+        elif inner is not None:
             origin = typing.get_origin(_strip_annotated(inner))
             a = typing.get_args(_strip_annotated(inner))
             if origin is list and a and _models_of(a[0]):
-                inner_prefix, inner = path + ".<i>.", a[0]
+                inner_prefix, inner, container = path + ".<i>.", a[0], "list of "
             elif origin is dict and len(a) == 2 and _models_of(a[1]):
-                inner_prefix, inner = path + ".<name>.", a[1]
+                inner_prefix, inner, container = path + ".<name>.", a[1], "mapping of names to "
             elif _models_of(inner):
                 inner_prefix = path + "."
         subs = _models_of(inner) if inner_prefix is not None else []
         if len(subs) == 1 and not desc:
             desc = _first_paragraph(subs[0].__doc__)
-        rows.append({"path": path, "type": type_name(f.annotation), "default": default_text(f), "bounds": bounds(f),
+        type_text = type_name(f.annotation)
+        if len(subs) > 1:
+            tags = [_tag(m) for m in subs]
+            if all(tags) and len({t.split(":")[0] for t in tags}) == 1:
+                key = tags[0].split(":")[0]
+                type_text = container + f"mappings by {key}: " + ", ".join(t.split(": ", 1)[1] for t in tags)
+        if subs:
+            earlier = _unions.get(frozenset(subs))
+            if earlier is not None:  # a model (or union) already listed: named, not expanded again
+                desc = (desc + "; " if desc else "") + ("each entry " if container else "") + f"fields as `{earlier}`"
+                rows.append({"path": path, "type": type_text, "default": default_text(f), "bounds": bounds(f), "description": desc})
+                continue
+            _unions[frozenset(subs)] = path + (".<i>" if container == "list of " else ".<name>" if container else "")
+        rows.append({"path": path, "type": type_text, "default": default_text(f), "bounds": bounds(f),
                      "description": desc})
         for sub in subs:
             if sub in _stack or sub is model:
                 rows.append({"path": inner_prefix + "…", "type": sub.__name__, "default": "", "bounds": "",
                              "description": f"a nested `{sub.__name__}`, as above"})
                 continue
-            sub_rows = field_rows(sub, inner_prefix, _stack + (model,))
+            sub_rows = field_rows(sub, inner_prefix, _stack + (model,), _unions)
             if len(subs) > 1:
                 tag = _tag(sub)
                 for r in sub_rows:
