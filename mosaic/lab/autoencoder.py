@@ -533,8 +533,11 @@ def refuse_unless_passed(res: dict, folder: Path, field: str = "model.latent.aut
     """Raise :class:`AutoencoderRefused` with the numbers when the check did not pass."""
     if res["passed"]:
         return
-    acc = ", ".join(f"{c} {100 * v:.1f} %" for c, v in res["accuracy"].items())
-    raw = ", ".join(f"{c} {100 * v:.1f} %" for c, v in res["renders_accuracy"].items())
+    def pct(v):
+        return "unreadable" if v is None else f"{100 * v:.1f} %"
+
+    acc = ", ".join(f"{c} {pct(v)}" for c, v in res["accuracy"].items())
+    raw = ", ".join(f"{c} {pct(v)}" for c, v in res["renders_accuracy"].items())
     raise AutoencoderRefused([(field, f"the autoencoder {folder} is refused: the {res['evaluator']} evaluator reads its "
                                f"reconstructions of {res['n']} fresh renders at {acc} (renders: {raw}); every concept must reach "
                                f"{100 * res['threshold']:.0f} % ({', '.join(res['below_threshold'])} below); PSNR "
@@ -574,7 +577,7 @@ def resolve_autoencoder(latent, spec, images=None, say: Callable[[str], None] = 
     if space.size(spec.image.size) * space.factor != spec.image.size:
         raise ConfigError([("model.latent.path", f"the autoencoder in {folder} (factor {space.factor}) does not fit {spec.image.size} px")])
     res = checked(folder, sec, spec, space, say=say)
-    say(f"autoencoder {folder.name}: reconstructions read at " + ", ".join(f"{c} {100 * v:.1f} %" for c, v in res["accuracy"].items())
+    say(f"autoencoder {folder.name}: reconstructions read at " + ", ".join(f"{c} {100 * (v or 0):.1f} %" for c, v in res["accuracy"].items())
         + f", PSNR {res['psnr_db']:.1f} dB")
     refuse_unless_passed(res, folder, "model.latent.path" if latent.path is not None else "model.latent.autoencoder")
     return space
