@@ -79,7 +79,7 @@ def build_objects(spec: Spec, values: dict, rng: np.random.Generator) -> list[Sc
             size = round(spec.size_fraction(_pick(t.size, values, rng)), COORD_DECIMALS)
             rotation = round(float(_pick(t.rotation, values, rng)) % 360.0, 3)
             if spec.image.renderer == "shaded":  # a solid: its material is drawn last (flat specs draw nothing more)
-                material = str(_pick(t.material, values, rng)) if t.material is not None else "rubber"
+                material = str(_pick(t.material, values, rng)) if t.material is not None else None  # None: rubber, unnamed
                 objs.append(SolidObject(shape, color, palette[color], size, (0.0, 0.0), rotation, t.name, material=material))
             else:
                 objs.append(SceneObject(shape, color, palette[color], size, (0.0, 0.0), rotation, t.name))

@@ -179,7 +179,8 @@ class SolidObject(SceneObject):
     """A solid on the ground plane (see the module docstring for shapes and units).
 
     Attributes (beyond :class:`~mosaic.scene.SceneObject`):
-        material: ``rubber`` or ``metal``.
+        material: ``rubber`` or ``metal``; None for a template without a material rule (rendered as
+            rubber, and captions name no material).
         visible_fraction: pixels of the object in the instance mask / pixels of its silhouette
             rendered alone (in [0, 1]; CLEVR's occlusion check counts the former).
         visible_pixels: pixels of the object in the instance mask.
@@ -189,7 +190,7 @@ class SolidObject(SceneObject):
             ``pixel_coords``.
     """
 
-    material: str = "rubber"
+    material: str | None = "rubber"
     visible_fraction: float = 1.0
     visible_pixels: int = 0
     box: tuple[int, int, int, int] | None = None
@@ -258,7 +259,7 @@ class SolidObject(SceneObject):
     def from_dict(cls, d: dict) -> "SolidObject":
         b = SceneObject.from_dict(d)
         box = d.get("bbox")
-        return cls(b.shape, b.color, b.rgb, b.size, b.center, b.rotation, b.template, material=d.get("material", "rubber"),
+        return cls(b.shape, b.color, b.rgb, b.size, b.center, b.rotation, b.template, material=d.get("material"),
                    visible_fraction=float(d.get("visible_fraction", 1.0)), visible_pixels=int(d.get("visible_pixels", 0)),
                    box=tuple(box) if box and box[2] > box[0] else None, pixel=tuple(d.get("pixel_coords", (0.0, 0.0, 0.0))))
 

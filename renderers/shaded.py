@@ -140,8 +140,9 @@ class _Solid:
         self.planes = None
         if self.poly is not None:
             p = self.poly
-            e = np.roll(p, -1, 0) - p
-            cross = e[:, 0] * np.roll(e[:, 1], -1) - e[:, 1] * np.roll(e[:, 0], -1)
+            nxt = np.r_[1:len(p), 0]
+            e = p[nxt] - p
+            cross = e[:, 0] * e[nxt, 1] - e[:, 1] * e[nxt, 0]
             if np.all(cross > 0):  # convex: the solid is the intersection of its wall, top and ground half-spaces
                 ln = np.hypot(e[:, 0], e[:, 1])
                 nx, ny = e[:, 1] / ln, -e[:, 0] / ln
@@ -282,7 +283,15 @@ def _solids(scene: Scene3D) -> list[_Solid]:
     if getattr(scene, "view", None) is None:
         raise ValueError("the shaded renderer needs a 3-D scene (mosaic.scene3d.Scene3D with a view): generate it from a spec "
                          "with image.renderer: shaded")
-    return [_Solid(o) for o in scene.objects]
+    out = []
+    for o in scene.objects:  # one _Solid per object and geometry, reused by the mask, image and shadow passes
+        key = (o.shape, o.size, tuple(o.center), o.rotation)
+        c = o.__dict__.get("_solid")
+        if c is None or c[0] != key:
+            c = (key, _Solid(o))
+            o.__dict__["_solid"] = c
+        out.append(c[1])
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -503,11 +512,12 @@ def _shade(scene: Scene3D, s: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             for Lp, inten, _ in lights:
                 lx, ly, lz = F(Lp[0]) - gx_, F(Lp[1]) - gy_, F(Lp[2])
                 gl += inten * lz / np.sqrt(lx * lx + ly * ly + lz * lz)
-            sky_k = F(0.8) + F(0.9) * np.maximum(rz, F(0))
+            sky_k = F(0.7) + F(1.3) * np.maximum(rz, F(0))
             am = alb[m]
             for c in range(3):
-                env = np.where(down, ground[c] * gl, SKY[c] * sky_k)
-                oc[c][m] = am[:, c] * (F(0.9) * env + F(0.08) * irr[m]) + F(0.05) * env + (F(0.5) + F(0.5) * am[:, c]) * F(1.5) * spec_met[m]
+                env = np.where(down, F(0.7) * ground[c] * gl, SKY[c] * sky_k)
+                oc[c][m] = (am[:, c] * (F(0.9) * env + F(0.03) * irr[m]) + F(0.05) * env
+                            + (F(0.5) + F(0.5) * am[:, c]) * (F(1.5) * spec_met[m] + F(0.25) * spec_rub[m]))
         for c in range(3):
             col[c].ravel()[idx] = oc[c]
     sky = ~hit

@@ -203,6 +203,7 @@ def test_a_scene_that_cannot_stay_visible_is_a_clear_error():
     assert "layout.visibility_retries" in msg and "min_visible_pixels 400" in msg and "(split train, index 0)" in msg
 
 
+@pytest.mark.slow
 def test_every_shipped_spec_renders_in_3d():
     for path in sorted((ROOT / "experiments" / "specs").glob("*.yaml")):
         spec = load_spec(path, ["image.renderer=shaded", "image.supersample=1", "splits.train=0"] if path != COGENT else ["image.size=32"])
