@@ -390,8 +390,8 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow", split
     # records are file names only, made on the fly: nothing here grows with the dataset
     man["checksums"] = write_checksums(out, {k: _file_names(k, n, masks) for k, n in sizes.items()})
     man["status"] = "complete"
+    write_card(out, spec, man, "imagefolder")  # the card first: a failure here (a full disk) leaves the dataset unfinished, so a rerun finishes it
     atomic_write_json(out / MANIFEST, man)
-    write_card(out, spec, man, "imagefolder")
     return man
 
 

@@ -410,8 +410,8 @@ def finalize_parquet(spec: Spec, out: Path, masks: bool, renderer: str, plan: di
         failed = [k for k, c in man["leak_check"]["checks"].items() if not c["passed"]]
         raise DatasetError(f"the generated dataset at {out} failed its leak check ({', '.join(failed)}); see manifest.json")
     man["status"] = "complete"
+    write_card(out, spec, man, "parquet")  # the card first: a failure here leaves the dataset unfinished, so a rerun finishes it
     atomic_write_json(out / MANIFEST, man)
-    write_card(out, spec, man, "parquet")
     return man
 
 
@@ -636,8 +636,8 @@ def _parquet_to_imagefolder(spec: Spec, src: Path, dst: Path, man: dict, masks: 
 
         order = [s for s in spec.split_sizes() if s in man["splits"]] + [s for s in man["splits"] if s not in spec.split_sizes()]
         out_man["checksums"] = write_checksums(dst, {s: _records_of(dst / s / "metadata.jsonl") for s in order})  # generate's order
+    write_card(dst, spec, out_man, "imagefolder")  # the card first: a failure here leaves the export unfinished
     atomic_write_json(dst / MANIFEST, out_man)
-    write_card(dst, spec, out_man, "imagefolder")
     if on_progress:
         on_progress(total, total)
     return out_man

@@ -369,3 +369,33 @@ def test_a_config_whose_dataset_spec_is_missing_names_the_file_and_field(tmp_pat
     r = runner.invoke(app, ["train", "diffusion", str(cfg)])
     assert r.exit_code == 2 and str(cfg) in r.output and "dataset.spec" in r.output and "no such spec file" in r.output, r.output
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("fmt", ["imagefolder", "parquet"])
+def test_a_full_disk_while_finishing_a_dataset_is_named_and_a_rerun_finishes(tmp_path, monkeypatch, fmt):
+    import errno
+    import yaml
+
+    import mosaic.dataset as dataset_mod
+    import mosaic.parquet as parquet_mod
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    out = tmp_path / "ds"
+    real = dataset_mod.write_card
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out / "README.md"))
+
+    dataset_mod.write_card = parquet_mod.write_card = full
+    try:
+        r = runner.invoke(app, ["generate", str(spec), "--out", str(out), "--format", fmt])
+    finally:
+        dataset_mod.write_card = parquet_mod.write_card = real
+    assert r.exit_code == 2 and "disk is full" in r.output and "rerun the same command" in r.output, (r.output, r.exception)
+    assert not [p for p in out.rglob("*.tmp*")], "a temporary file outlived the failure"
+    r = runner.invoke(app, ["generate", str(spec), "--out", str(out), "--format", fmt])
+    assert r.exit_code == 0, r.output
+    from mosaic.verify import verify
+
+    assert verify(out, deep=True).ok and (out / "README.md").is_file()

@@ -50,6 +50,22 @@ class _MosaicGroup(TyperGroup):
                     pass
         return super().main(*args, **kwargs)
 
+    def invoke(self, ctx):
+        # a full disk (or quota) is named, never a traceback, whichever command wrote: every writer of mosaic writes
+        # through a temporary name that is removed on failure, so a rerun of the same command resumes or starts over
+        import errno
+
+        try:
+            return super().invoke(ctx)
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise
+            from mosaic.errors import MosaicError
+
+            where = f" while writing {e.filename}" if e.filename else ""
+            fail(MosaicError(f"the disk is full ({e.strerror}){where}: nothing half-written is kept (temporary files are removed); "
+                             "free space (or raise the quota), then rerun the same command: it resumes where it stopped"))
+
     def parse_args(self, ctx, args):
         import re
 
