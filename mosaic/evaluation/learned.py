@@ -223,14 +223,23 @@ class LearnedEvaluator:
         self.device = torch.device(device)
 
     @torch.no_grad()
-    def predict_proba(self, images: np.ndarray, batch_size: int = 512) -> list[np.ndarray]:
-        """Per concept, float32 ``[N, D_c]`` probabilities over its domain for uint8 ``[N, H, W, 3]``."""
-        images = np.asarray(images)
-        if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:
-            raise ValueError(f"images must be uint8 [N, H, W, 3], got {images.dtype} {list(images.shape)}")
+    def predict_proba(self, images: np.ndarray | torch.Tensor, batch_size: int = 512) -> list[np.ndarray]:
+        """Per concept, float32 ``[N, D_c]`` probabilities over its domain for uint8 ``[N, H, W, 3]``
+        (numpy, or a torch tensor on any device: generated images scored where they were made).
+
+        Batches of ``batch_size`` go to the evaluator's device as uint8 (a quarter of the bytes of
+        float) and are converted and resized there, so on an accelerator the CPU only gathers the
+        argmaxes (:meth:`predict`)."""
+        if isinstance(images, torch.Tensor):
+            if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != torch.uint8:
+                raise ValueError(f"images must be uint8 [N, H, W, 3], got {images.dtype} {list(images.shape)}")
+        else:
+            images = np.asarray(images)
+            if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:
+                raise ValueError(f"images must be uint8 [N, H, W, 3], got {images.dtype} {list(images.shape)}")
         outs: list[list[np.ndarray]] = [[] for _ in self.concepts]
         for a in range(0, len(images), batch_size):
-            x = to_input(images[a:a + batch_size], self.net.input_size).to(self.device)
+            x = to_input(torch.as_tensor(images[a:a + batch_size]).to(self.device, non_blocking=True), self.net.input_size)
             for j, lg in enumerate(self.net.split_logits(self.net(x))):
                 outs[j].append(lg.softmax(1).float().cpu().numpy())
         return [np.concatenate(o) if o else np.zeros((0, len(self.domains[c])), np.float32) for o, c in zip(outs, self.concepts)]

@@ -207,6 +207,10 @@ class EvaluationSection(_Base):
     check_n: int = Field(200, ge=0, description="fresh ground-truth renders to measure the evaluator on (0: skip)")
     val_samples: int = Field(64, ge=0, description="images generated for each validation (conditions of the first val records)")
     val_steps: int = Field(25, ge=1, description="sampler steps during validation")
+    val_evaluator: str | None = Field(None, description=(
+        "the evaluator of validation images only: unset = evaluator; a trained evaluator directory (mosaic evaluator "
+        "train) scores them batched on the training device, so a GPU run does not wait on the CPU scene parser "
+        "(test splits are still scored by evaluator)"))
     select: Literal["joint_accuracy", "loss"] = Field("joint_accuracy", description="val metric that selects the best checkpoint")
 
     @model_validator(mode="after")

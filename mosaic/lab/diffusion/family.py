@@ -56,6 +56,11 @@ class DiffusionFamily(Family):
         if ev.enabled and str(ev.evaluator) != "parser" and not (Path(ev.evaluator) / "config.json").is_file():
             raise ConfigError([("evaluation.evaluator", f"{str(ev.evaluator)!r} is neither 'parser' nor a directory made by "
                                 "`mosaic evaluator train SPEC --out DIR` (no config.json there)")])
+        vev = ev.val_evaluator
+        if ev.enabled and vev is not None and str(vev) != "parser" and not (Path(vev) / "config.json").is_file():
+            raise ConfigError([("evaluation.val_evaluator", f"{str(vev)!r} is neither 'parser' nor a directory made by "
+                                "`mosaic evaluator train SPEC --out DIR` (no config.json there): train one, or drop "
+                                "val_evaluator to validate with evaluation.evaluator")])
         from mosaic.diagnostics.analyze import check_analysis
 
         check_analysis(cfg, "diffusion", spec)  # analysis.what names only diagnostics that apply

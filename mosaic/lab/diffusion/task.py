@@ -250,6 +250,16 @@ class DiffusionTask(Task):
             self._evaluator = load_evaluator(self.spec, self.cfg.evaluation.evaluator, device=self._device, abstain=self.cfg.evaluation.abstain)
         return self._evaluator
 
+    def val_evaluator(self):
+        """The evaluator of validation images: ``evaluation.val_evaluator`` (a learned evaluator,
+        batched on the training device) when set, else :meth:`evaluator`."""
+        which = self.cfg.evaluation.val_evaluator
+        if which is None or str(which) == str(self.cfg.evaluation.evaluator):
+            return self.evaluator()
+        if getattr(self, "_val_evaluator", None) is None:
+            self._val_evaluator = load_evaluator(self.spec, which, device=self._device, abstain=self.cfg.evaluation.abstain)
+        return self._val_evaluator
+
     def validate(self, model, accelerator) -> dict[str, float]:
         """``val/loss`` (fixed noise and evenly spaced timesteps over up to 256 val images) and,
         with the evaluator, ``val/joint_accuracy`` and ``val/acc/<concept>`` of images generated
@@ -298,7 +308,7 @@ class DiffusionTask(Task):
                                   image_size=self.image_size, guidance=self.cfg.sampling.guidance, steps=ev.val_steps,
                                   sampler=self.cfg.sampling.sampler, batch_size=self.cfg.sampling.batch_size, device=dev,
                                   autocast=accelerator.mixed_precision, space=self.space)
-                preds = self.evaluator().predict(images) if len(images) else []
+                preds = self.val_evaluator().predict(images) if len(images) else []
                 mine_preds = list(zip(mine, preds))
             got = dict(gather_object(mine_preds)) if accelerator.num_processes > 1 else dict(mine_preds)
             preds = [got[i] for i in range(len(recs))]
