@@ -184,3 +184,8 @@ def test_every_docs_page_is_in_the_nav_and_the_nav_has_no_missing_page():
              and "hooks" not in p.parts and ".ipynb_checkpoints" not in p.parts}
     assert pages - listed == set(), f"pages not in mkdocs.yml nav: {sorted(pages - listed)}"
     assert listed - pages == set(), f"nav names missing pages: {sorted(listed - pages)}"
+
+
+def test_rest_roles_in_rendered_docstrings_become_plain_code():
+    html = "raise :class:<code>~mosaic.errors.SpecError</code>, see :func:<code>load_spec</code>"
+    assert ref.on_page_content(html, None, None, None) == "raise <code>mosaic.errors.SpecError</code>, see <code>load_spec</code>"

@@ -397,6 +397,15 @@ def expand(markdown: str) -> str:
     return MARK.sub(lambda m: render_marker(m.group("what"), m.group("arg")), markdown)
 
 
+_ROLE_HTML = re.compile(r":(?:class|func|mod|data|attr|meth|exc|obj):(<code>)~?")
+
+
+def on_page_content(html: str, page, config, files) -> str:  # mkdocs hook
+    """Docstrings use reST roles (``:func:`load_spec```); mkdocstrings renders them as
+    ``:func:<code>load_spec</code>``: keep the code, drop the role."""
+    return _ROLE_HTML.sub(r"\1", html)
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:  # mkdocs hook
     try:
         return expand(markdown)
