@@ -44,19 +44,8 @@ def verify(
         err_console.print(f"  {escape(d.path)}: {d.problem}: {escape(d.detail)}", highlight=False)
     if len(report.damage) > max_lines:
         err_console.print(f"  ... and {len(report.damage) - max_lines} more")
-    from mosaic.verify import CHECKSUMS, MANIFEST
+    from mosaic.verify import fix_of
 
-    if any(d.path == MANIFEST and d.problem == "manifest" for d in report.damage):
-        fix = (f"{MANIFEST} no longer describes the data it was written with, and --repair cannot tell which part is right: "
-               f"restore it from a copy, or regenerate the dataset with `mosaic generate SPEC --out {dataset} --overwrite`")
-    elif any(d.path == CHECKSUMS for d in report.damage):  # the reference itself: repair has nothing to compare with
-        fix = (f"{CHECKSUMS} (the recorded digests every file is checked against) is damaged, and --repair cannot rebuild it: "
-               f"restore it from a copy (its sha256 is recorded in manifest.json), or regenerate the dataset with "
-               f"`mosaic generate SPEC --out {dataset} --overwrite`")
-    elif report.repairable:
-        fix = ("rerun the same `mosaic generate` command (it regenerates the damaged samples byte-identically) or "
-               f"`mosaic verify {dataset} --repair`")
-    else:
-        fix = report.finish or "rerun the same `mosaic generate` command to finish it"
+    fix = fix_of(report, dataset)  # the one fix line, shared with every reader's refusal
     err_console.print(f"fix: {fix}")
     raise typer.Exit(1)
