@@ -244,8 +244,11 @@ def test_latent_run_trains_on_cached_latents_and_decodes_its_samples(tmp_path, d
 def test_the_initial_weights_do_not_depend_on_whether_the_autoencoder_was_cached(tmp_path, dataset):
     a = run_diffusion(config(tmp_path / "a", dataset, {**TINY_UNET, "latent": tiny_ae(tmp_path)}), say=quiet)
     b = run_diffusion(config(tmp_path / "b", dataset, {**TINY_UNET, "latent": tiny_ae(tmp_path)}), say=quiet)  # cached now
-    assert losses(tmp_path / "a") == losses(tmp_path / "b")
-    assert a["train"]["final_loss"] == b["train"]["final_loss"]
+    la, lb = losses(tmp_path / "a"), losses(tmp_path / "b")
+    assert la[1] == lb[1]  # the first step's loss, bit for bit: the same initial weights and the same latents
+    # later steps agree to float32 noise (the gradients of a process that trained an autoencoder first differ in the 7th digit)
+    assert la == pytest.approx(lb, rel=1e-5)
+    assert a["train"]["final_loss"] == pytest.approx(b["train"]["final_loss"], rel=1e-5)
 
 
 def test_autoencoder_training_resumes_to_the_same_weights(tmp_path, monkeypatch):
