@@ -170,7 +170,7 @@ def preset_view(preset: str, rng: np.random.Generator | None = None, camera_jitt
         cam = jit((0.0, 0.0, 10.0), cj)
         lights = [("key", jit((-3.0, 3.0, 9.0), lj), 1.0, 0.35), ("fill", jit((5.0, 1.0, 6.0), lj), 0.30, 0.0),
                   ("back", jit((1.0, 5.0, 7.0), lj), 0.30, 0.0)]
-        return View("mosaic", cam, (cam[0], cam[1], 0.0), 2.0 * math.degrees(math.atan(WORLD / 2.0 / 10.0)), lights)
+        return View("mosaic", cam, (cam[0], cam[1], 0.0), round(2.0 * math.degrees(math.atan(WORLD / 2.0 / 10.0)), 6), lights)
     raise ValueError(f"unknown camera preset {preset!r}; known: {', '.join(CAMERAS)}")
 
 

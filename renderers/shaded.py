@@ -374,13 +374,13 @@ def annotate(scene: Scene3D) -> np.ndarray:
     for k, o in enumerate(scene.objects, start=1):
         c = int(counts[k])
         o.visible_pixels = c
-        o.visible_fraction = c / int(sil[k - 1]) if sil[k - 1] else 0.0
+        o.visible_fraction = round(c / int(sil[k - 1]), 6) if sil[k - 1] else 0.0  # rounded as stored: the scene round-trips
         if c:
             r, q = np.nonzero(rows_any[k])[0], np.nonzero(cols_any[k])[0]
             o.box = (int(q[0]), int(r[0]), int(q[-1]) + 1, int(r[-1]) + 1)
         else:
             o.box = None
-        o.pixel = (float(pix[k - 1, 0]), float(pix[k - 1, 1]), float(pix[k - 1, 2]))
+        o.pixel = tuple(round(float(v), 4) for v in pix[k - 1])
     return mask
 
 
