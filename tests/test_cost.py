@@ -146,7 +146,7 @@ def test_quickstart_estimate_times_real_steps(tmp_path):
     cfg = _cfg("experiments/train/quickstart_cpu.yaml", "training.steps=50", f"dataset.root={tmp_path}",
                "evaluation.check_n=0")
     est = estimate_run(cfg)
-    assert est.cpu_timed_batch == 16  # small enough to time at the config's batch
+    assert est.cpu_timed_batch == 32  # small enough to time at the config's batch
     assert 0 < est.cpu_step_s < 30
     assert est.cpu_train_s == pytest.approx(est.cpu_step_s * 50)
     assert est.cpu_generate_s > 0  # the dataset does not exist yet
