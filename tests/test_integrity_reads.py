@@ -354,13 +354,18 @@ def test_nested_dataset_overrides_set_only_that_field(tmp_path):
     spec = tmp_path / "s.yaml"
     import yaml
 
-    spec.write_text(yaml.safe_dump(SPEC))
+    # a 3 x 3 grid, so that n = 2 diagonals still leave every value a training combination
+    spec.write_text(yaml.safe_dump({**SPEC, "concepts": {"color": {"values": ["red", "green", "blue"]},
+                                                         "shape": {"values": ["circle", "square", "triangle"]}}}))
     for over in ({"holdout.rule.n": 2}, {"holdout": {"rule": {"n": 2}}}):
         got = load_dataset_spec(DatasetSection(spec=str(spec), overrides=over)).to_dict()["holdout"]
         assert got["concepts"] == ["color", "shape"] and got["rule"]["kind"] == "diagonal" and got["rule"]["n"] == 2, over
     # a dotted key with a mapping replaces that field whole
     got = load_dataset_spec(DatasetSection(spec=str(spec), overrides={"holdout.rule": {"kind": "diagonal", "n": 2}})).to_dict()["holdout"]
     assert got["rule"]["n"] == 2 and got["concepts"] == ["color", "shape"]
+    # a mapping that names another kind replaces the old rule whole (no stale field of the old kind)
+    got = load_dataset_spec(DatasetSection(spec=str(spec), overrides={"holdout": {"rule": {"kind": "coverage", "k": 1}}})).to_dict()["holdout"]
+    assert got["rule"]["kind"] == "coverage" and got["rule"]["k"] == 1 and "n" not in got["rule"] and got["concepts"] == ["color", "shape"]
 
 
 def test_a_config_whose_dataset_spec_is_missing_names_the_file_and_field(tmp_path):

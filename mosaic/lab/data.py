@@ -41,10 +41,13 @@ def override_items(overrides: dict, prefix: str = ""):
     """``(key.path, value)`` pairs of ``dataset.overrides``: a dotted key sets exactly that field
     (``holdout.rule.n: 3``; a mapping given there replaces the field whole, e.g.
     ``holdout.rule: {kind: random, fraction: 0.2}``); a mapping under a plain key is merged field by
-    field (``holdout: {rule: {n: 3}}`` sets ``holdout.rule.n`` only, the rest of ``holdout`` stays)."""
+    field (``holdout: {rule: {n: 3}}`` sets ``holdout.rule.n`` only, the rest of ``holdout`` stays),
+    except a mapping that names a ``kind`` (a holdout rule, a distribution): it replaces the field
+    whole, because the old mapping's other fields belong to the old kind
+    (``holdout: {rule: {kind: diagonal, n: 1}}`` on a coverage rule with ``k`` drops ``k``)."""
     for k, v in overrides.items():
         key = f"{prefix}{k}"
-        if isinstance(v, dict) and v and "." not in str(k):
+        if isinstance(v, dict) and v and "." not in str(k) and "kind" not in v:
             yield from override_items(v, key + ".")
         else:
             yield key, v
