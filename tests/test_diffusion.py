@@ -196,7 +196,9 @@ def test_two_process_cpu_run(tmp_path, dataset):
                         "-m", "mosaic.cli", "train", "diffusion", str(p)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     ck = tmp_path / "run" / "checkpoints" / "checkpoint-0000002"
-    assert (ck / "random_states_0.pkl").is_file() and (ck / "random_states_1.pkl").is_file()
+    # mosaic-checkpoint/1 (mosaic.lab.checkpoint): one RNG record per process, no pickles
+    assert all((ck / f"rng-{i}.safetensors").is_file() and (ck / f"rng-{i}.json").is_file() for i in (0, 1))
+    assert not list(ck.glob("*.pkl"))
     m = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert m["train"]["processes"] == 2 and m["train"]["global_batch"] == 4
 

@@ -22,7 +22,20 @@ def _accuracy(spec, images, records, parser):
     return {c: np.mean([p[c] == r["concepts"][c] for p, r in zip(preds, records)]) for c in spec.concepts}
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+FLAT = [p for p in SHIPPED if load_spec(p).image.renderer != "shaded"]
+
+
+def test_the_parser_refuses_a_shaded_spec_by_name():
+    """Shaded 3-D renders are read by a learned evaluator; the parser names that instead of failing inside."""
+    from mosaic.errors import MosaicError
+
+    shaded = [p for p in SHIPPED if p not in FLAT]
+    assert shaded  # clevr_cogent
+    with pytest.raises(MosaicError, match="image.renderer: shaded.*learned evaluator"):
+        SceneParser(load_spec(shaded[0]))
+
+
+@pytest.mark.parametrize("path", FLAT, ids=lambda p: p.stem)
 def test_parser_reads_every_shipped_spec_exactly(path):
     spec = load_spec(path)
     images, records = ground_truth(spec, 0, 24)

@@ -140,6 +140,11 @@ class SceneParser:
     name = "parser"
 
     def __init__(self, spec: Spec, abstain: bool = True, thresholds: dict[str, float] | None = None):
+        if getattr(spec.image, "renderer", None) == "shaded":
+            from mosaic.errors import MosaicError
+
+            raise MosaicError(f"the scene parser reads flat renders; spec {spec.name!r} uses image.renderer: shaded: "
+                              "score it with a learned evaluator (`mosaic evaluator train SPEC`, then --evaluator DIR)")
         self.abstain = bool(abstain)
         unknown = set(thresholds or {}) - set(ABSTAIN_THRESHOLDS)
         if unknown:
