@@ -209,7 +209,7 @@ def test_a_sweep_measures_each_model_shape_once(tmp_path):
     assert len(cache) == 1  # same model, image size, batch and precision: one measurement
     assert b.train_flops_per_image == a.train_flops_per_image and b.train_flops_total == 3 * a.train_flops_total
     assert b.train_images != a.train_images  # the dataset sizes are each run's own (k = 1 sees fewer combinations)
-    c = estimate_run(_cfg("experiments/train/quickstart_cpu.yaml", "training.batch_size=32", f"dataset.root={tmp_path}"),
+    c = estimate_run(_cfg("experiments/train/quickstart_cpu.yaml", "training.batch_size=64", f"dataset.root={tmp_path}"),
                      time_cpu=False, cache=cache)
     assert len(cache) == 2 and c.train_flops_per_step == 2 * a.train_flops_per_step
     assert reused < 5
