@@ -81,7 +81,7 @@ class TrainingError(MosaicError, RuntimeError):
 
 
 class TokenizationError(MosaicError, ValueError):
-    """A scene or spec that the symbolic form cannot express (:mod:`mosaic.lab.tokens`)."""
+    """A scene or spec that the symbolic form cannot express (:mod:`mosaic.lab.transformer.tokens`)."""
 
 
 class SweepError(MosaicError, ValueError):

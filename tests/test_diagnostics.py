@@ -10,6 +10,7 @@ metrics are cross-checked against an independent, straightforward implementation
 from __future__ import annotations
 
 import itertools
+from importlib import import_module
 from pathlib import Path
 
 import numpy as np
@@ -178,13 +179,9 @@ def test_factorization_matches_an_independent_implementation():
     assert ours["abs_cos"]["within"] == pytest.approx(ref["within"], abs=1e-9)
     assert [ours["probe_span_r2"]["a"], ours["probe_span_r2"]["b"]] == pytest.approx(ref["span"], abs=1e-7)
     # the existing lab metric agrees on R² (same definition)
-    from importlib import import_module
+    from mosaic.lab.transformer.factorization import linear_factorization
 
-    try:
-        lab = import_module("mosaic.lab.transformer.factorization")
-    except ImportError:
-        lab = import_module("mosaic.lab.factorization")
-    assert lab.linear_factorization(x, y)["r2"] == pytest.approx(ours["r2"], abs=1e-9)
+    assert linear_factorization(x, y)["r2"] == pytest.approx(ours["r2"], abs=1e-9)
 
 
 def test_lstsq_fit_is_exact_with_missing_cells_where_marginal_means_are_not():
@@ -528,19 +525,10 @@ def test_diffusion_classifier_options_and_bad_input():
 # ----------------------------------------------------------------------------------------------
 
 
-def _lab(new: str, old: str):
-    from importlib import import_module
-
-    try:
-        return import_module(new)
-    except ImportError:
-        return import_module(old)
-
-
 def test_transformer_block_features_hook_every_block_and_match_the_output():
     from mosaic.diagnostics.features import transformer_block_features
 
-    enc_mod = _lab("mosaic.lab.transformer.encoders", "mosaic.lab.encoders")
+    enc_mod = import_module("mosaic.lab.transformer.encoders")
     torch.manual_seed(0)
     tok = enc_mod.TokenEncoder(vocab_size=12, max_len=6, width=16, depth=3, heads=2).eval()
     x = torch.randint(1, 12, (10, 6))
@@ -571,9 +559,9 @@ def test_unet_block_features_pool_every_down_block_under_the_null_condition():
 
     from mosaic.diagnostics.features import unet_block_features
 
-    dm = _lab("mosaic.lab.diffusion.model", "mosaic.lab.diffusion")
-    cm = _lab("mosaic.lab.diffusion.conditioning", "mosaic.lab.conditioning")
-    cfg_mod = _lab("mosaic.lab.diffusion.config", "mosaic.lab.diffusion")
+    dm = import_module("mosaic.lab.diffusion.model")
+    cm = import_module("mosaic.lab.diffusion.conditioning")
+    cfg_mod = import_module("mosaic.lab.diffusion.config")
     torch.manual_seed(0)
     sec = cfg_mod.DiffusionModelSection(unet={"block_out_channels": [8, 16], "cross_attention": [False, True], "heads": 2,
                                               "norm_num_groups": 4}, cond_dim=8)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mosaic.errors import DatasetError, MosaicError
-from mosaic.lab.conditioning import CaptionConditioner, CombinationConditioner, FactorizedConditioner, build_vocab, tokenize
+from mosaic.lab.diffusion.conditioning import CaptionConditioner, CombinationConditioner, FactorizedConditioner, build_vocab, tokenize
 from mosaic.lab.config import ConfigError, apply_sets, config_diff, load_config
 from mosaic.lab.data import BatchPlan
 from mosaic.lab.diffusion import DiffusionConfig, choose_records

@@ -22,7 +22,7 @@ def test_training_preset_validates(path: Path, monkeypatch):
     monkeypatch.chdir(ROOT)  # presets name their specs relative to the repository root
     is_transformer = "objective" in yaml.safe_load(path.read_text())
     if is_transformer:
-        from mosaic.lab.tokens import SceneTokenizer
+        from mosaic.lab.transformer.tokens import SceneTokenizer
         from mosaic.lab.transformer import TransformerConfig, make_encoder
 
         cfg = load_config(TransformerConfig, path)

@@ -13,13 +13,13 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mosaic.lab.binding import (
+from mosaic.lab.transformer.binding import (
     concept_positives, object_positives, ranking_accuracy, ranking_correct, soft_cross_entropy, swap_negatives,
 )
 from mosaic.lab.config import ConfigError, validate_config
-from mosaic.lab.encoders import TokenEncoder, ViTEncoder
-from mosaic.lab.factorization import linear_factorization
-from mosaic.lab.tokens import EOO, EOS, PAD, SOO, SceneTokenizer, TokenizationError, object_table
+from mosaic.lab.transformer.encoders import TokenEncoder, ViTEncoder
+from mosaic.lab.transformer.factorization import linear_factorization
+from mosaic.lab.transformer.tokens import EOO, EOS, PAD, SOO, SceneTokenizer, TokenizationError, object_table
 from mosaic.lab.transformer import TransformerConfig, binding_metrics, run_transformer
 from mosaic.spec import load_spec
 

@@ -17,7 +17,5 @@
   form, the encoders, binding's swap negatives / loss / ranking metric and the factorization R².
 
 The seen / held-out table every family reports is :mod:`mosaic.evaluation.table`. The commands
-(``mosaic train ...``, ``mosaic sample``) are in :mod:`mosaic.cli`. ``mosaic.lab.conditioning``,
-``mosaic.lab.tokens``, ``mosaic.lab.encoders``, ``mosaic.lab.binding`` and
-``mosaic.lab.factorization`` are the old names of modules now inside the family packages.
+(``mosaic train ...``, ``mosaic sample``) are in :mod:`mosaic.cli`.
 """
