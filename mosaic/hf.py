@@ -251,7 +251,9 @@ def identity(manifest: dict) -> str:
     if manifest.get("checksums"):
         digest = str(manifest["checksums"].get("sha256"))
     else:
-        shards = [x.get("sha256") for lst in manifest.get("shards", {}).values() for x in lst]
+        # split by split in name order: the manifest written to disk lists its splits sorted, the one in memory in
+        # generation order, and the identity must be the same read from either
+        shards = [[s, [x.get("sha256") for x in lst]] for s, lst in sorted(manifest.get("shards", {}).items())]
         digest = hashlib.sha256(json.dumps(shards).encode()).hexdigest()
     return f"mosaic dataset, spec fingerprint {manifest.get('fingerprint')}, data digest {digest}"
 

@@ -15,6 +15,29 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 
+def new_temp_file(path: str | Path) -> tuple[Path, int]:
+    """A new hidden temporary file beside ``path`` for a writer that replaces ``path`` with it
+    (:func:`os.replace`) when it is whole: ``.<name>.tmp<pid>.<random>``, unique per writer
+    (process and call), created new (``O_EXCL | O_NOFOLLOW``), so a file or link planted at the
+    name is never written through and two writers never share one.
+
+    Returns:
+        (the temporary path, an open write-only file descriptor the caller closes).
+    Raises:
+        OSError: the folder does not exist or is not writable.
+    """
+    import secrets
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    return tmp, fd
+
+
+#: the glob of the temporary files of :func:`new_temp_file` for target names matching ``*``
+TEMP_GLOB = ".*.tmp*"
+
+
 @contextmanager
 def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
     """A binary file written piece by piece that replaces ``path`` atomically when the ``with``
@@ -26,12 +49,8 @@ def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
         OSError: the folder does not exist or is not writable; ``path`` is a folder
             (IsADirectoryError).
     """
-    import secrets
-
     path = Path(path)
-    # unique per writer (process and call), created new (O_EXCL): a file or link planted at the name is never written through
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    tmp, fd = new_temp_file(path)
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
@@ -42,6 +61,23 @@ def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
         except OSError:
             pass
         raise
+
+
+@contextmanager
+def atomic_text_writer(path: str | Path, newline: str | None = None) -> Iterator[Any]:
+    """:func:`atomic_writer` as UTF-8 text (a CSV, a YAML file written piece by piece): the
+    target is replaced only when the ``with`` block ends without an error; on any error (ENOSPC
+    mid-write included) the old file stays as it was and no temporary file is left.
+    ``newline=""`` for :mod:`csv`."""
+    import io
+
+    with atomic_writer(path) as raw:
+        f = io.TextIOWrapper(raw, encoding="utf-8", newline=newline)
+        try:
+            yield f
+            f.flush()
+        finally:
+            f.detach()  # the binary file is closed by atomic_writer
 
 
 def atomic_write(path: str | Path, data: str | bytes) -> Path:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from collections import deque
 from pathlib import Path
@@ -36,7 +37,7 @@ import pyarrow.parquet as pq
 
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.hf import arrow_schema, feature_tree, hf_record, present_splits, write_card
-from mosaic.io import atomic_write_json
+from mosaic.io import TEMP_GLOB, atomic_text_writer, atomic_write_json, new_temp_file
 from mosaic.records import FORMAT, MANIFEST, base_manifest, check_out_dir, png_bytes, read_manifest, sample_record, spec_from_data, spec_of
 from mosaic.spec import Spec
 
@@ -171,6 +172,8 @@ def _shard_done(out: Path, split: str, k: int, name: str, rows: int) -> dict | N
     except json.JSONDecodeError:
         return None
     f = out / "data" / name
+    if p.is_symlink() or f.is_symlink() or not isinstance(info, dict):  # a link is never a finished shard: it is rewritten
+        return None
     if info.get("name") != name or info.get("rows") != rows or not f.is_file() or f.stat().st_size != info.get("bytes"):
         return None
     return info
@@ -222,6 +225,8 @@ def write_shards(
     groups = row_groups()
     pending: deque = deque()
     writer = None
+    sink = None
+    tmp: Path | None = None
     current = None
     try:
         while True:
@@ -233,19 +238,25 @@ def write_shards(
             job, a, b, fut = pending.popleft()
             table = executor.result(fut)
             split, k, name, start, stop = job
-            tmp = out / "data" / f".{name}.tmp"
             if current is not job:
                 if writer is not None:
                     raise AssertionError("shard writer left open")  # pragma: no cover
-                writer = _writer_with(tmp, schema)
+                # a new temporary file (unique, O_EXCL | O_NOFOLLOW): a link planted at its name or at the
+                # shard's is never written through; the shard's name is replaced by it, not followed
+                tmp, fd = new_temp_file(out / "data" / name)
+                sink = os.fdopen(fd, "wb")
+                writer = _writer_with(sink, schema)
                 current = job
             writer.write_table(table, row_group_size=len(table))
             done += len(table)
             if b == stop:
                 writer.close()
                 writer = None
+                sink.close()
+                sink = None
                 final = out / "data" / name
-                tmp.replace(final)
+                os.replace(tmp, final)  # a link standing at `final` is replaced, never followed
+                tmp = None
                 info = {"name": name, "split": split, "shard": k, "rows": stop - start, "bytes": final.stat().st_size, "sha256": _sha256(final)}
                 atomic_write_json(_shard_record_path(out, split, k), info)
                 current = None
@@ -253,12 +264,30 @@ def write_shards(
                 on_progress(done, total)
     finally:
         if writer is not None:
-            writer.close()
+            try:
+                writer.close()
+            except Exception:  # noqa: BLE001 - the error that stopped the write is the one raised
+                pass
+        if sink is not None:
+            sink.close()
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)  # an unfinished shard never outlives its writer
 
 
 def _clear_partial(out: Path) -> None:
-    for p in (out / "data").glob(".*.tmp"):
-        p.unlink()
+    """Remove the temporary shard files an interrupted (killed) writer left in ``out/data``."""
+    for p in (out / "data").glob(TEMP_GLOB):
+        if p.is_file() or p.is_symlink():
+            p.unlink()
+
+
+def _own_parquet_folders(out: Path) -> None:
+    """Make ``out/data`` and ``out/.mosaic/shards`` real folders of ``out``: a symbolic link standing
+    at either (or at ``.mosaic``) is removed, never written through (what it points to belongs to
+    someone else), as :func:`mosaic.dataset.own_folders` does for the imagefolder writers."""
+    from mosaic.dataset import own_folders
+
+    own_folders(out, ["data", ".mosaic/shards"])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -356,8 +385,7 @@ def _generate_parquet_locked(spec, out, workers, overwrite, masks, shard_bytes, 
     else:
         plan = {s: _estimate(spec, s, n, masks, renderer, shard_bytes) for s, n in sizes.items() if n > 0}
     executor = make_executor(backend, workers, address)
-    (out / "data").mkdir(parents=True, exist_ok=True)
-    (out / ".mosaic" / "shards").mkdir(parents=True, exist_ok=True)
+    _own_parquet_folders(out)
     _clear_partial(out)
     atomic_write_json(out / MANIFEST, _base_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes))
     spec_data = spec.to_dict()
@@ -554,8 +582,8 @@ def _export(src: str | Path, format: str, dst: Path, shard_bytes: int, overwrite
 
                 rows = list(islice(_imagefolder_rows(spec, src, split, masks), ESTIMATE_SAMPLES))
                 plan[split] = plan_rows_per_shard(pa.Table.from_pylist(rows, schema=_schema(spec, masks)), shard_bytes)
-        (dst / "data").mkdir(parents=True)
-        (dst / ".mosaic" / "shards").mkdir(parents=True)
+        dst.mkdir(parents=True, exist_ok=True)
+        _own_parquet_folders(dst)
         atomic_write_json(dst / MANIFEST, {**_base_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes),
                                            "export_source": str(src.resolve())})  # named by verify if this export is interrupted
         spec_data = spec.to_dict()
@@ -596,6 +624,20 @@ def _records_of(path: Path) -> Iterator[dict]:
             yield json.loads(line)
 
 
+def _own_name(src: Path, split: str, row: dict, image: dict, sub: str) -> str:
+    """The file name a Parquet row's image (or mask) gets in an imagefolder export: always
+    ``<sub>/NNNNNN.png`` of the row's index. A row whose stored ``path`` names anything else (``../x``,
+    an absolute path, another index) is not mosaic's: refused (DatasetError), never written there."""
+    index = row.get("index")
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        raise DatasetError(f"{src}: a row of split {split!r} has index {index!r}, not a sample index: the shard is not mosaic's; regenerate the dataset")
+    want = f"{sub}/{index:06d}.png"
+    if image.get("path") not in (None, want) or not isinstance(image.get("bytes"), bytes):
+        raise DatasetError(f"{src}: row {index} of split {split!r} stores its {sub[:-1]} as {image.get('path')!r}, not {want!r} "
+                           f"(or without PNG bytes): the shard is not mosaic's; regenerate the dataset")
+    return want
+
+
 def _parquet_to_imagefolder(spec: Spec, src: Path, dst: Path, man: dict, masks: bool, renderer: str, on_progress) -> dict:
     from mosaic.tally import Tally
 
@@ -610,16 +652,15 @@ def _parquet_to_imagefolder(spec: Spec, src: Path, dst: Path, man: dict, masks: 
         (dst / split / "images").mkdir(parents=True)
         if masks:
             (dst / split / "masks").mkdir(parents=True)
-        tmp = dst / split / ".metadata.jsonl.tmp"
-        with tmp.open("w") as f:
+        with atomic_text_writer(dst / split / "metadata.jsonl") as f:
             for row in iter_records(src, split, manifest=man):
                 image = row.pop("image")
                 mask = row.pop("mask", None)
-                fn = image["path"] or f"images/{row['index']:06d}.png"
+                fn = _own_name(src, split, row, image, "images")  # never a path out of the split folder
                 (dst / split / fn).write_bytes(image["bytes"])
                 rec = {"file_name": fn, **row}
                 if mask is not None:
-                    mfn = mask["path"] or f"masks/{row['index']:06d}.png"
+                    mfn = _own_name(src, split, row, mask, "masks")
                     (dst / split / mfn).write_bytes(mask["bytes"])
                     rec["mask_file_name"] = mfn
                 f.write(json.dumps(rec, sort_keys=True) + "\n")
@@ -627,7 +668,6 @@ def _parquet_to_imagefolder(spec: Spec, src: Path, dst: Path, man: dict, masks: 
                 done += 1
                 if on_progress and done % 1024 == 0:
                     on_progress(done, total)
-        tmp.replace(dst / split / "metadata.jsonl")
     out_man["splits"] = {s: {"count": v["count"]} for s, v in man["splits"].items()}
     out_man["leak_check"] = tally.report()
     out_man["status"] = "complete" if out_man["leak_check"]["passed"] else "failed_leak_check"

@@ -34,7 +34,7 @@ from typing import Callable
 from mosaic.checksums import (  # noqa: F401 - write_checksums re-exported: the one writer
     CHECKSUMS, RecordedDigests, digest_file, metadata_lines, parse_record, scan_metadata, standard_names, write_checksums,
 )
-from mosaic.errors import DatasetError
+from mosaic.errors import DatasetError, MosaicError
 from mosaic.io import atomic_write
 
 MANIFEST = "manifest.json"
@@ -188,7 +188,80 @@ def verify(root: str | Path, deep: bool = False, manifest: dict | None = None, s
     else:
         _verify_imagefolder(root, man, report, sample_fn)
     report.damage += stray_entries(root, man)
+    report.damage += card_damage(root, man)
     return report
+
+
+#: the most bytes of a dataset card read (mosaic's cards are a few KB; a huge file is not one)
+CARD_LIMIT = 4 * 2**20
+
+
+def card_damage(root: str | Path, man: dict) -> list[Damage]:
+    """The card (``README.md``) as HF reads it: its YAML ``configs`` (the file patterns, features and
+    the dataset's identity, which HF's cache key hashes, :func:`mosaic.hf.identity`) must be exactly
+    what mosaic writes for this manifest. A card copied from another dataset, or from this folder
+    before it was regenerated, would make ``datasets.load_dataset(DIR)`` serve that dataset's cached
+    rows or read other files; a missing card makes HF guess the splits (``test_id`` and ``test_ood``
+    merged) and take every file for data. Reads the card (at most :data:`CARD_LIMIT` bytes) and
+    parses its front matter with ``yaml.safe_load``. Returns ``[]`` or one Damage (``card``);
+    ``--repair`` (or a rerun of generate) writes the card again."""
+    import yaml
+
+    from mosaic.hf import CARD, card_yaml
+
+    root = Path(root)
+    p = root / CARD
+    if p.is_symlink():
+        if man.get("storage", "imagefolder") != "parquet":
+            return []  # named by stray_entries
+        return [Damage(CARD, "link", "a symbolic link stands where the dataset's card belongs: it is never followed; "
+                                     "--repair (or a rerun of generate) writes the card in its place")]
+    if not p.exists():
+        return [Damage(CARD, "card", "missing: datasets.load_dataset(DIR) would guess the splits (merging test_id and test_ood) "
+                                     "and read any file as data; --repair writes it")]
+    why = None
+    try:
+        if not p.is_file() or p.stat().st_size > CARD_LIMIT:
+            raise ValueError(f"not a card of at most {CARD_LIMIT} bytes")
+        text = p.read_bytes().decode("utf-8")
+        if not text.startswith("---\n") or "\n---\n" not in text[4:]:
+            raise ValueError("no YAML front matter")
+        head = yaml.safe_load(text[4:text.index("\n---\n", 4)])
+        from mosaic.records import spec_from_data
+
+        want = card_yaml(spec_from_data(man["spec"]), man, man.get("storage", "imagefolder"))["configs"]
+        if not isinstance(head, dict) or _configs_key(head.get("configs")) != _configs_key(want):
+            why = ("its configs (the files datasets.load_dataset reads and the dataset's identity, which HF's cache key hashes) "
+                   "are not this dataset's: a card copied from another dataset, or from this folder before it was regenerated, "
+                   "would serve that dataset's cached rows")
+    except (OSError, ValueError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
+        why = f"unreadable ({type(e).__name__}: {str(e)[:120]})"
+    except MosaicError:
+        return []  # the spec itself is refused: named by the fingerprint check
+    return [Damage(CARD, "card", why + "; --repair (or a rerun of generate) writes it again")] if why else []
+
+
+def _configs_key(configs) -> object:
+    """A card's ``configs`` with each config's ``data_files`` as split -> patterns (a manifest read
+    back from disk lists its splits sorted: the order of the splits is no difference)."""
+    if not isinstance(configs, list):
+        return configs
+    out = []
+    for c in configs:
+        if isinstance(c, dict) and isinstance(c.get("data_files"), list):
+            files = c["data_files"]
+            c = {**c, "data_files": sorted((json.dumps(d, sort_keys=True) for d in files))}
+        out.append(c)
+    return out
+
+
+def rewrite_card(root: str | Path, man: dict) -> None:
+    """Write the card of ``man`` again (what --repair does for a ``card`` damage; atomic, a link at
+    ``README.md`` is replaced, never written through)."""
+    from mosaic.hf import write_card
+    from mosaic.records import spec_from_data
+
+    write_card(root, spec_from_data(man["spec"]), man, man.get("storage", "imagefolder"))
 
 
 #: names a dataset root may hold besides its splits (dot-names too: ``.mosaic``, a desktop's ``.DS_Store``)
@@ -565,6 +638,11 @@ def repair(root: str | Path, report: VerifyReport, sample_fn=None, png_fn=None,
 
     spec = spec_from_data(man["spec"])
     sample_fn = sample_fn or sample_record
+    if any(d.path == "README.md" for d in report.damage):  # the card is made from the manifest alone
+        rewrite_card(root, man)
+        report = verify(root, deep=report.deep, manifest=man, sample_fn=sample_fn)
+        if report.ok:
+            return report
     links = [d.path for d in report.damage if d.problem == "link"]
     if links:  # a link inside the dataset is removed (never written through), then what it hid is found missing
         for rel in links:
