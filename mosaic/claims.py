@@ -731,7 +731,7 @@ def write_claims(results: list[dict], out_dir, title: str = "claims") -> tuple[s
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "claims.json").write_text(json.dumps({"claims": results}, indent=2, default=str) + "\n")
+    __import__("mosaic.io").io.atomic_write(out / "claims.json", json.dumps({"claims": results}, indent=2, default=str) + "\n")
     fig = plot_claims(results, out / "claims.png", title=f"{title}: effect and 95 % interval over seeds") if results else None
     name = fig.name if fig else None
     return name, claims_html(results, name)

@@ -40,7 +40,10 @@ def save_figure(fig, path: str | Path) -> Path:
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    from mosaic.io import atomic_writer  # whole or not replaced
+
+    with atomic_writer(path) as f:
+        fig.savefig(f, format=Path(path).suffix.lstrip(".") or "png")
     plt.close(fig)
     return path
 

@@ -369,7 +369,7 @@ def prepare(sweep: SweepSpec, out: Path, on_progress: Callable[[str], None] | No
     trials = plan(sweep, out)
     _refuse_changed_trials(trials)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.yaml").write_text(yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False))
+    atomic_write(out / "sweep.yaml", yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False))
     # generate each distinct dataset once, before any trial trains on it
     done_roots = set()
     for t in trials:
@@ -385,7 +385,7 @@ def prepare(sweep: SweepSpec, out: Path, on_progress: Callable[[str], None] | No
         t.pop("raw")
         t.pop("cfg")
         t["dir"].mkdir(parents=True, exist_ok=True)
-        (t["dir"] / "config.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+        atomic_write(t["dir"] / "config.yaml", yaml.safe_dump(raw, sort_keys=False))
         status = read_status(t["dir"])
         if status.get("status") != "done":
             write_status(t["dir"], {"id": t["id"], "values": t["values"], "status": "pending", "dataset": str(t["dataset"])})
@@ -635,12 +635,14 @@ def collect(out: Path) -> "pd.DataFrame":  # noqa: F821
     sortable = [c for c in axes if df[c].map(lambda v: isinstance(v, (int, float))).all()]
     if sortable:
         df = df.sort_values(sortable, kind="stable").reset_index(drop=True)
-    df.to_csv(out / "results.csv", index=False)
+    atomic_write(out / "results.csv", df.to_csv(index=False))  # whole or not replaced
     # an axis whose values mix strings and mappings (`distribution: [uniform, {kind: geometric}]`)
     # has no Arrow type: such columns go to Parquet as JSON text (the returned frame keeps the values)
     mixed = [c for c in df.columns if df[c].map(lambda v: isinstance(v, (dict, list, tuple))).any()]
-    df.assign(**{c: df[c].map(lambda v: json.dumps(v, sort_keys=True, default=str)) for c in mixed}).to_parquet(
-        out / "results.parquet", index=False)
+    from mosaic.io import atomic_writer
+
+    with atomic_writer(out / "results.parquet") as f:
+        df.assign(**{c: df[c].map(lambda v: json.dumps(v, sort_keys=True, default=str)) for c in mixed}).to_parquet(f, index=False)
     return df
 
 

@@ -94,5 +94,5 @@ def calibrate(
                   + ", ".join(f"{m} {v:.3f}" for m, v in r["suggested"].items()), highlight=False)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(r, indent=2) + "\n")
+        __import__("mosaic.io").io.atomic_write(json_out, json.dumps(r, indent=2) + "\n")
         console.print(f"wrote {json_out}")

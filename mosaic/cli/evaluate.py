@@ -102,7 +102,7 @@ def check_command(
     print_check(report)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(report, indent=2) + "\n")
+        __import__("mosaic.io").io.atomic_write(json_out, json.dumps(report, indent=2) + "\n")
         console.print(f"wrote {json_out}")
 
 

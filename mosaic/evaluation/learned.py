@@ -324,10 +324,12 @@ class LearnedEvaluator:
             "format": FORMAT, "kind": "learned", "spec_name": spec.name, "spec_fingerprint": spec.fingerprint(),
             "spec": spec.to_dict(), "concepts": self.domains, "config": self.config.model_dump(mode="json"),
         }
-        (d / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        from mosaic.io import atomic_write  # each file whole or not replaced
+
+        atomic_write(d / CONFIG_FILE, json.dumps(meta, indent=2) + "\n")
         save_file({k: v.detach().cpu().contiguous() for k, v in self.net.state_dict().items()}, str(d / WEIGHTS_FILE))
         if self.report:
-            (d / REPORT_FILE).write_text(json.dumps(self.report, indent=2) + "\n")
+            atomic_write(d / REPORT_FILE, json.dumps(self.report, indent=2) + "\n")
 
 
 def _read_json(path: Path, fix: str):

@@ -193,8 +193,10 @@ def write_metrics(metrics: dict, out_dir: str | Path, spec: Spec, title: str | N
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "metrics.json", "csv": out / "metrics.csv", "heatmap": out / "heatmap.png"}
-    paths["json"].write_text(json.dumps(metrics, indent=2, default=_json_default) + "\n")
-    with paths["csv"].open("w", newline="") as f:
+    from mosaic.io import atomic_text_writer, atomic_write  # each file whole or not replaced (ENOSPC, a kill)
+
+    atomic_write(paths["json"], json.dumps(metrics, indent=2, default=_json_default) + "\n")
+    with atomic_text_writer(paths["csv"], newline="") as f:
         w = csv.writer(f)
         w.writerow(["group", "combination", "concept", "metric", "value", "n"])
         for g in GROUPS:

@@ -1,0 +1,309 @@
+"""Issue 23, second pass: the HF view of a moved or regenerated folder, Parquet shard writers and
+links, interrupted JSON/CSV/PNG writers in run, sweep and evaluation folders, and hostile files on
+the read path (each case here failed, or would fail, without the mechanism it names)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mosaic.errors import DatasetError
+from tests.test_integrity_reads import _spec
+
+
+def _hf_env(tmp_path, monkeypatch):
+    """A fresh HF cache (HF_HOME and HF_DATASETS_CACHE), as a new user has it."""
+    datasets = pytest.importorskip("datasets")
+    home = tmp_path / "hf-home"
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(home / "datasets"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", home / "datasets")
+    return datasets
+
+
+def _own(ds, root: Path, split: str) -> None:
+    """``ds`` (one HF split) holds exactly the rows and image bytes of ``root``'s files."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from mosaic.dataset import read_metadata
+
+    recs = read_metadata(root, split)
+    assert ds["caption"] == [r["caption"] for r in recs]
+    assert ds["combination"] == [None if r["combination"] is None else [str(v) for v in r["combination"]] for r in recs]
+    for i in (0, len(recs) - 1):
+        want = np.asarray(Image.open(io.BytesIO((root / split / recs[i]["file_name"]).read_bytes())))
+        assert np.array_equal(np.asarray(ds[i]["image"]), want), f"row {i} of {split} shows another folder's image"
+
+
+OTHER_HOLDOUT = {"concepts": ["color", "shape"], "rule": {"kind": "diagonal", "n": 1, "offset": 1}}
+
+
+# ------------------------------------------------------------------------------------------------
+# the HF view: moved, regenerated, copied cards
+# ------------------------------------------------------------------------------------------------
+
+def test_moved_and_regenerated_folders_give_their_own_rows(tmp_path, monkeypatch):
+    datasets = _hf_env(tmp_path, monkeypatch)
+    from mosaic.dataset import generate
+    from mosaic.hf import load_dataset
+
+    a, b = tmp_path / "p1" / "count", tmp_path / "p2" / "count"
+    generate(_spec(), a)
+    _own(datasets.load_dataset(str(a))["test_ood"], a, "test_ood")  # the HF entry of the first place
+    b.parent.mkdir()
+    shutil.move(str(a), str(b))  # a plain mv
+    generate(_spec(holdout=OTHER_HOLDOUT), a)  # the old place: another dataset of the same name
+    # plain datasets.load_dataset of the regenerated folder: its own rows (the card's identity is in HF's key)
+    _own(datasets.load_dataset(str(a))["test_ood"], a, "test_ood")
+    # mosaic's loader (check first, cache keyed by location too): both folders give their own rows and images,
+    # although HF's own key of the moved folder is the entry made at p1 (whose images now are another dataset's)
+    for root in (b, a, b):
+        got = load_dataset(root)
+        for split in ("train", "test_ood"):
+            _own(got[split], root, split)
+    assert load_dataset(b, split="train").num_rows == 12
+
+
+def test_a_card_copied_from_before_a_regeneration_is_refused_and_repaired(tmp_path):
+    from mosaic.dataset import generate
+    from mosaic.repair import repair_dataset
+    from mosaic.torch_data import MosaicDataset
+    from mosaic.verify import check_before_read, verify
+
+    a = tmp_path / "ds"
+    generate(_spec(), a)
+    old_card = (a / "README.md").read_bytes()
+    generate(_spec(holdout=OTHER_HOLDOUT), a, overwrite=True)
+    (a / "README.md").write_bytes(old_card)  # HF would key this folder as the old dataset and serve its cached rows
+    with pytest.raises(DatasetError, match="README.md: card"):
+        MosaicDataset(a, "train")
+    report = verify(a)
+    assert [d.path for d in report.damage] == ["README.md"]
+    assert repair_dataset(a, report).ok and (a / "README.md").read_bytes() != old_card
+    check_before_read(a)
+
+
+@pytest.mark.parametrize("damage", ["missing", "not utf-8", "no front matter", "yaml bomb", "a folder", "huge"])
+def test_a_damaged_card_is_named_by_the_quick_check(tmp_path, damage):
+    from mosaic.dataset import generate
+    from mosaic.verify import verify
+
+    a = tmp_path / "ds"
+    generate(_spec(), a)
+    card = a / "README.md"
+    if damage == "missing":
+        card.unlink()
+    elif damage == "not utf-8":
+        card.write_bytes(b"---\n\xff\xfe\n---\n")
+    elif damage == "no front matter":
+        card.write_text("# just prose\n")
+    elif damage == "yaml bomb":
+        card.write_text("---\na: &a [" + ",".join(["*a"] * 3) + "]\n" + "[" * 50_000 + "\n---\n")
+    elif damage == "a folder":
+        card.unlink()
+        card.mkdir()
+    else:
+        with card.open("ab") as f:
+            f.truncate(8 * 2**20)
+    report = verify(a)
+    assert any(d.path == "README.md" for d in report.damage), report.problems()
+    from mosaic.repair import repair_dataset
+
+    if damage != "a folder":  # a folder in the card's place is named; --repair does not delete folders
+        assert repair_dataset(a, report).ok
+
+
+# ------------------------------------------------------------------------------------------------
+# Parquet writers and links
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("where", ["data", ".mosaic/shards", ".mosaic", "shard", "shard record"])
+def test_parquet_writers_replace_a_planted_link_never_write_through(tmp_path, where):
+    from mosaic.parquet import generate_parquet
+    from mosaic.verify import verify
+
+    out = tmp_path / "pq"
+    generate_parquet(_spec(), out, shard_bytes=4096)
+    man = json.loads((out / "manifest.json").read_text())
+    shard = man["shards"]["train"][0]["name"]
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious.txt").write_text("precious")
+    victim_file = tmp_path / "victim.bin"
+    victim_file.write_bytes(b"precious")
+    before = {p.name: p.read_bytes() for p in victim.iterdir()}
+    if where in ("data", ".mosaic/shards", ".mosaic"):
+        shutil.rmtree(out / where)
+        os.symlink(victim, out / where)
+    elif where == "shard":
+        (out / "data" / shard).unlink()
+        os.symlink(victim_file, out / "data" / shard)
+    else:
+        rec = out / ".mosaic" / "shards" / "train-00000.json"
+        shutil.copyfile(rec, victim_file)
+        rec.unlink()
+        os.symlink(victim_file, rec)
+        (out / "data" / shard).unlink()  # the shard must be written again: its record is a link
+        victim_bytes = victim_file.read_bytes()
+    # a rerun of generate (which repairs what its quick check finds) and a resume write the shards again
+    # (a link under .mosaic is no data, so a complete dataset is left alone: an interrupted one resumes through there)
+    man_path = out / "manifest.json"
+    if where.startswith(".mosaic") or where == "shard record":
+        man_path.write_text(json.dumps({**man, "status": "incomplete"}))
+    generate_parquet(_spec(), out, shard_bytes=4096)
+    assert {p.name: p.read_bytes() for p in victim.iterdir()} == before, "a write went through the link"
+    if where == "shard record":
+        assert victim_file.read_bytes() == victim_bytes
+    else:
+        assert victim_file.read_bytes() == b"precious"
+    for rel in ("data", ".mosaic", ".mosaic/shards", f"data/{shard}"):
+        assert not (out / rel).is_symlink(), rel
+    assert verify(out, deep=True).ok
+    assert not list((out / "data").glob(".*.tmp*"))
+
+
+def test_an_interrupted_shard_leaves_no_temporary_file(tmp_path, monkeypatch):
+    import mosaic.parquet as mp
+    from mosaic.parquet import generate_parquet
+    from mosaic.verify import verify
+
+    out = tmp_path / "pq"
+    real = mp.render_rows
+
+    def failing(spec_data, split, start, stop, *a, **k):  # the plan's estimates render from index 0
+        if split == "train" and start >= 4:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(spec_data, split, start, stop, *a, **k)
+
+    monkeypatch.setattr(mp, "render_rows", failing)
+    monkeypatch.setattr(mp, "ROW_GROUP_ROWS", 2)  # several row groups per shard: the failure comes mid-shard
+    with pytest.raises(DatasetError, match="generation stopped"):
+        generate_parquet(_spec(), out, shard_bytes=2**20)
+    assert not [p for p in out.rglob("*") if ".tmp" in p.name], "an unfinished shard outlived its writer"
+    monkeypatch.setattr(mp, "render_rows", real)
+    generate_parquet(_spec(), out, shard_bytes=2**20)
+    assert verify(out, deep=True).ok
+
+
+def test_parquet_to_imagefolder_export_never_writes_out_of_the_split(tmp_path):
+    import pyarrow.parquet as pq
+
+    from mosaic.parquet import export
+    from mosaic.verify import sha256_file
+
+    src = tmp_path / "pq"
+    from mosaic.parquet import generate_parquet
+
+    generate_parquet(_spec(), src, shard_bytes=2**20)
+    man = json.loads((src / "manifest.json").read_text())
+    entry = man["shards"]["train"][0]
+    shard = src / "data" / entry["name"]
+    t = pq.read_table(shard)
+    rows = t.to_pylist()
+    rows[1]["image"]["path"] = "../../escaped.png"  # a hostile row; manifest digests made consistent with it
+    pq.write_table(type(t).from_pylist(rows, schema=t.schema), shard)
+    entry.update(bytes=shard.stat().st_size, sha256=sha256_file(shard))
+    (src / "manifest.json").write_text(json.dumps(man))
+    from mosaic.hf import write_card
+    from mosaic.records import spec_from_data
+
+    write_card(src, spec_from_data(man["spec"]), man, "parquet")
+    with pytest.raises(DatasetError, match="not mosaic's"):
+        export(src, "imagefolder", tmp_path / "out")
+    assert not (tmp_path / "escaped.png").exists() and not (tmp_path.parent / "escaped.png").exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# interrupted writers of run, sweep and evaluation folders
+# ------------------------------------------------------------------------------------------------
+
+def _full_disk_after(monkeypatch, nbytes: int):
+    """Every file the atomic writers open takes ``nbytes`` bytes, then fails with ENOSPC."""
+    real = os.fdopen
+
+    class Full:
+        def __init__(self, f):
+            self.f, self.left = f, nbytes
+
+        def write(self, data):
+            if len(data) > self.left:
+                self.f.write(bytes(data[: self.left]))
+                self.left = 0
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self.left -= len(data)
+            return self.f.write(data)
+
+        def __getattr__(self, k):
+            return getattr(self.f, k)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            self.f.close()
+
+    def fdopen(fd, *a, **k):
+        return Full(real(fd, *a, **k))
+
+    import mosaic.io
+
+    monkeypatch.setattr(mosaic.io.os, "fdopen", fdopen)
+
+
+def _no_temp(folder: Path) -> None:
+    assert not [p.name for p in folder.rglob("*") if ".tmp" in p.name], "a temporary file outlived the failure"
+
+
+def test_an_interrupted_metrics_write_keeps_the_old_files(tmp_path, monkeypatch):
+    from mosaic.evaluation.metrics import score, write_metrics
+    from mosaic.lab.loop import RunFolder
+
+    spec = _spec()
+    recs = [{"concepts": {"color": "red", "shape": "circle"}, "held_out": False},
+            {"concepts": {"color": "blue", "shape": "square"}, "held_out": False}]
+    m = score(recs, [r["concepts"] for r in recs], spec)
+    out = tmp_path / "eval"
+    paths = write_metrics(m, out, spec)
+    old = {k: p.read_bytes() for k, p in paths.items()}
+    m2 = score(recs, [{"color": "green", "shape": "circle"}] * 2, spec)
+    with monkeypatch.context() as mp:
+        _full_disk_after(mp, 40)
+        with pytest.raises(OSError) as e:
+            write_metrics(m2, out, spec)
+        assert e.value.errno == errno.ENOSPC
+    assert {k: p.read_bytes() for k, p in paths.items()} == old
+    _no_temp(out)
+    # a run folder's metrics.json and a sweep trial's trial.json
+    run = RunFolder(tmp_path / "run")
+    run.root.mkdir()
+    run.write_metrics({"step": 1})
+    from mosaic.sweep import write_status
+
+    write_status(run.root, {"status": "done"})
+    before = (run.metrics.read_bytes(), (run.root / "trial.json").read_bytes())
+    with monkeypatch.context() as mp:
+        _full_disk_after(mp, 3)
+        for fn in (lambda: run.write_metrics({"step": 2, "pad": "x" * 100}), lambda: write_status(run.root, {"status": "failed"})):
+            with pytest.raises(OSError):
+                fn()
+    assert (run.metrics.read_bytes(), (run.root / "trial.json").read_bytes()) == before
+    _no_temp(run.root)
+
+
+def test_two_writers_of_one_file_never_share_a_temporary_file(tmp_path):
+    from mosaic.io import atomic_writer
+
+    target = tmp_path / "metrics.json"
+    with atomic_writer(target) as f1, atomic_writer(target) as f2:  # two writers at once (threads, processes)
+        f1.write(b'{"a": 1}\n')
+        f2.write(b'{"b": 2}\n')
+    assert json.loads(target.read_text()) == {"a": 1}  # the last to finish wins, whole; never a mix
+    _no_temp(tmp_path)
