@@ -148,10 +148,32 @@ def test_quickstart_estimate_times_real_steps(tmp_path):
     est = estimate_run(cfg)
     assert est.cpu_timed_batch == 32  # small enough to time at the config's batch
     assert 0 < est.cpu_step_s < 30
-    assert est.cpu_train_s == pytest.approx(est.cpu_step_s * 50)
+    assert 0 < est.cpu_step_idle_s <= est.cpu_step_s
+    assert est.cpu_train_s == pytest.approx(est.cpu_step_idle_s * 50)  # phases are given as on an idle machine
     assert est.cpu_generate_s > 0  # the dataset does not exist yet
     assert est.eval_images == (6 + 3) * 8  # K = 8 per combination: 6 seen (test_id) and 3 held-out (test_ood)
+    assert est.cpu_total_loaded_s >= est.cpu_total_s
     assert not list(tmp_path.iterdir())
+
+
+def test_estimate_does_not_depend_on_the_load_of_the_dry_run(tmp_path, monkeypatch):
+    # a dry run beside other work: the step's wall time is twice its process CPU time. The estimate is the run's
+    # time with a core of its own (half the loaded figure), every phase scaled alike; the loaded total is kept
+    import mosaic.lab.cost as cost
+
+    real = cost._time_steps
+
+    def loaded(*a, **k):
+        fb, op, saved, cpu_s = real(*a, **k)
+        return 2 * fb, 2 * op, saved, cpu_s * (fb + op) / max(cpu_s, 1e-12)  # wall doubled, CPU time = the unloaded wall
+
+    monkeypatch.setattr(cost, "_time_steps", loaded)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    cfg = _cfg("experiments/train/quickstart_cpu.yaml", "training.steps=50", f"dataset.root={tmp_path}", "evaluation.check_n=0")
+    est = estimate_run(cfg)
+    assert est.cpu_step_idle_s == pytest.approx(est.cpu_step_s / 2, rel=1e-6)
+    assert est.cpu_train_s == pytest.approx(est.cpu_step_idle_s * 50)
+    assert est.cpu_total_s == pytest.approx(est.cpu_total_loaded_s / 2, rel=1e-6)
 
 
 def test_a_device_that_is_absent_is_a_config_error_naming_the_field(tmp_path):

@@ -50,7 +50,7 @@ def reproduce_command(
             for m in plan["missing"]:
                 console.print(f"[yellow]missing[/] sweep {m} (registered in experiments/reproduce.yaml, no file): skipped")
             console.print(f"{plan['todo']} of {plan['trials']} trials to run; estimated {_fmt_s(plan['seconds'])} of trial time, "
-                          f"about {_fmt_s(plan['wall_seconds'])} with {workers} worker(s)" + (" (on this machine, as loaded now)" if scale == "cpu" else " (projected on an accelerator)"),
+                          f"about {_fmt_s(plan['wall_seconds'])} with {workers} worker(s)" + (" (this machine, a core per trial thread: measured now, scaled to an idle machine)" if scale == "cpu" else " (projected on an accelerator)"),
                           highlight=False)
             return
 

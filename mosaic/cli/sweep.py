@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -50,9 +52,12 @@ def _print_estimates(name: str, trials: list[dict], workers: int) -> None:
                       fmt_seconds(tot_cpu) if tot_cpu else "-", *[fmt_seconds(x) for x in tot_acc])
         console.print(table)
         if tot_cpu:
-            console.print(f"this machine: about {fmt_seconds(tot_cpu)} one trial at a time (measured now, load "
-                          f"{rows[0][1].cpu_load:.1f})" + (f"; --workers {workers} runs {workers} trials side by side on the same cores"
-                                                                if workers > 1 else "; --workers 1 runs them one at a time"))
+            threads = max(r[1].cpu_threads for r in rows)
+            side = max(1, min(workers, (os.cpu_count() or 1) // max(threads, 1)))
+            console.print(f"this machine: about {fmt_seconds(tot_cpu)} one trial at a time, a core per thread (measured at load "
+                          f"{rows[0][1].cpu_load:.1f}, scaled to an idle machine by the step's process CPU time); "
+                          + (f"--workers {workers}: about {fmt_seconds(tot_cpu / side)} wall, {side} trials side by side on "
+                             f"{os.cpu_count()} cores" if workers > 1 else "--workers 1 runs them one at a time"))
     for w, tid in warnings.items():
         console.print(f"[yellow]warning[/] {escape(w)} (trial {tid} and others of its shape)")
 

@@ -152,6 +152,8 @@ class Estimate:
     cpu_timed_batch: int
     cpu_step_s: float                # one optimizer step at the config's batch on this machine, as loaded now
     cpu_step_idle_s: float           # the same from process CPU time: the step on this machine when idle
+    # the run's phases on this machine with a core per thread (as idle: wall times measured now, scaled by
+    # cpu_step_idle_s / cpu_step_s, so that the estimate does not depend on what else runs during the dry run)
     cpu_train_s: float
     cpu_eval_s: float                # validation, sampling, scoring, evaluator check
     cpu_generate_s: float            # dataset generation (0 when the dataset exists)
@@ -169,6 +171,7 @@ class Estimate:
     autoencoder_decode_flops: float = 0.0
     autoencoder_peak_bytes: float = 0.0
     cpu_autoencoder_s: float = 0.0
+    cpu_total_loaded_s: float = 0.0  # cpu_total_s at the load of the measurement (>= cpu_total_s)
 
     @property
     def autoencoder_flops(self) -> float:
@@ -872,6 +875,10 @@ def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool, cache: dict
         if not exists:
             workers = min(cfg.dataset.workers, os.cpu_count() or 1)
             cpu_gen = sum(sizes.values()) * render_s / workers
+    # every CPU timing above is wall time as loaded now; the process CPU time of the training step says how much
+    # of it the run had the core for: scale every phase to an idle machine by the same factor (trials of a sweep
+    # each get a core of their own; a dry run measured beside other work must not inflate the estimate)
+    idle_factor = idle_step / cpu_step if cpu_step > 0 else 1.0
     peak_cpu = static + data_all + a1_cpu * B
     ae = None
     ae_train = ae_enc = ae_dec = ae_peak = cpu_ae = 0.0
@@ -928,11 +935,12 @@ def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool, cache: dict
         eval_flops_total=eval_flops, eval_images=eval_images, ops_per_step=ops, activation_bytes_fixed=a0,
         activation_bytes_per_image=a1, activation_bytes_per_image_cpu=a1_cpu, static_bytes=static, data_bytes=data,
         peak_bytes_gpu=peak_gpu, peak_bytes_cpu=peak_cpu, cpu_threads=me["threads"], cpu_timed_batch=me["timed_b"],
-        cpu_step_s=cpu_step, cpu_step_idle_s=idle_step, cpu_train_s=cpu_train, cpu_eval_s=cpu_eval, cpu_generate_s=cpu_gen,
-        cpu_total_s=cpu_train + cpu_eval + cpu_gen + cpu_ae, cpu_load=load, assumed_mfu=assumed_mfu, accelerators=rows,
+        cpu_step_s=cpu_step, cpu_step_idle_s=idle_step, cpu_train_s=cpu_train * idle_factor, cpu_eval_s=cpu_eval * idle_factor,
+        cpu_generate_s=cpu_gen * idle_factor, cpu_total_s=(cpu_train + cpu_eval + cpu_gen + cpu_ae) * idle_factor, cpu_load=load,
+        cpu_total_loaded_s=cpu_train + cpu_eval + cpu_gen + cpu_ae, assumed_mfu=assumed_mfu, accelerators=rows,
         warnings=warnings, notes=notes, autoencoder_params=ae["params"] if ae else 0, autoencoder_cached=bool(ae and ae["cached"]),
         autoencoder_train_flops=ae_train, autoencoder_encode_flops=ae_enc, autoencoder_decode_flops=ae_dec,
-        autoencoder_peak_bytes=ae_peak, cpu_autoencoder_s=cpu_ae,
+        autoencoder_peak_bytes=ae_peak, cpu_autoencoder_s=cpu_ae * (idle_step / cpu_step if cpu_step > 0 else 1.0),
     )
 
 
@@ -990,13 +998,15 @@ def render_estimate(est: Estimate) -> list:
     if est.cpu_step_s:
         t.add_row(f"this machine: one step ({est.cpu_threads} thread(s), load {est.cpu_load:.1f} now)", fmt_seconds(est.cpu_step_s))
         t.add_row("  the same step on this machine idle (process CPU time)", fmt_seconds(est.cpu_step_idle_s))
-        t.add_row("this machine: training", fmt_seconds(est.cpu_train_s))
+        t.add_row("this machine: training (a core per thread)", fmt_seconds(est.cpu_train_s))
         t.add_row("this machine: validation, sampling, scoring", fmt_seconds(est.cpu_eval_s))
         if est.cpu_generate_s:
             t.add_row("this machine: dataset generation", fmt_seconds(est.cpu_generate_s))
         if est.cpu_autoencoder_s:
             t.add_row("this machine: autoencoder (training, encoding, decoding)", fmt_seconds(est.cpu_autoencoder_s))
-        t.add_row("[bold]this machine: total[/]", f"[bold]{fmt_seconds(est.cpu_total_s)}[/]")
+        t.add_row("[bold]this machine: total (a core per thread)[/]", f"[bold]{fmt_seconds(est.cpu_total_s)}[/]")
+        if est.cpu_total_loaded_s > 1.1 * est.cpu_total_s:
+            t.add_row(f"  the same at the load measured now ({est.cpu_load:.1f})", fmt_seconds(est.cpu_total_loaded_s))
     a = Table(title=f"projected on one accelerator (assumed MFU {100 * est.assumed_mfu:.0f} % of the peak dense "
                     f"{'bf16' if est.precision_gpu != 'fp32' else 'TF32'} rate)")
     for col in ("accelerator", "peak bf16 TFLOP/s", "memory", "batch fits", "training", "total"):
