@@ -21,8 +21,12 @@ def test_generate_and_preview(tmp_path, write_spec):
     r = runner.invoke(app, ["generate", str(p), "--out", str(out), "--workers", "2", "--set", "splits.train=20"])
     assert r.exit_code == 0, r.output
     assert len(list((out / "train" / "images").glob("*.png"))) == 20
+    first = r.output
     r = runner.invoke(app, ["generate", str(p), "--out", str(out), "--set", "splits.train=20"])  # finished: no-op
     assert r.exit_code == 0
+    assert "already complete" in r.output and "nothing written" in r.output and "already complete" not in first
+    order = lambda txt: [w for w in txt.replace(",", " ").replace("(", " ").split() if w in ("train", "val", "test")]
+    assert order(r.output)[:3] == order(first)[:3] == ["train", "val", "test"]  # the spec's split order both times
     png = tmp_path / "grid.png"
     r = runner.invoke(app, ["preview", str(p), "--out", str(png), "--n", "6"])
     assert r.exit_code == 0, r.output
