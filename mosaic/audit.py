@@ -24,6 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from mosaic.errors import MosaicError
+from mosaic.evaluation.agreement import wilson_interval
+from mosaic.io import atomic_write
+from mosaic.locks import FolderLock
 
 AUDIT_DIR = "audit"
 AUDIT_VERSION = 1
@@ -141,15 +144,12 @@ def make_audit(root: str | Path, n: int = 100, seed: int = 0, out: str | Path | 
     items = collect_items(root, n=n, seed=seed)
     aid = audit_id(items, seed)
     out = Path(out) if out is not None else root / AUDIT_DIR
-    from mosaic.locks import FolderLock
 
     with FolderLock(out, MosaicError, "audit folder", wait=False):  # one writer of the audit folder at a time
         return _write_audit(root, out, items, aid, seed)
 
 
 def _write_audit(root: Path, out: Path, items: list[dict], aid: str, seed: int) -> Path:
-    from mosaic.io import atomic_write
-
     if out.is_symlink():
         raise MosaicError(f"{out} is a symbolic link: the audit is never written through a link; give a real folder (--out)")
     out.mkdir(parents=True, exist_ok=True)
@@ -237,8 +237,6 @@ def import_audit(root: str | Path, file: str | Path, out: str | Path | None = No
         MosaicError: no audit page under ``root`` (make it first), an unreadable file, or a file of
             another audit.
     """
-    from mosaic.io import atomic_write
-    from mosaic.locks import FolderLock
 
     out = Path(out) if out is not None else Path(root) / AUDIT_DIR
     items_file = out / "items.json"
@@ -261,7 +259,6 @@ def audit_summary(path: str | Path) -> dict:
     Raises:
         MosaicError: an invalid audit file.
     """
-    from mosaic.evaluation.agreement import wilson_interval
 
     p = Path(path)
     data = _read_json(p, "import the audit again with `mosaic audit RUN --import audit.json`")

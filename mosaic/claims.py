@@ -49,6 +49,9 @@ from typing import Any, Literal, Union
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from mosaic.schema import StrictModel
+from mosaic.plots import plot_claims
+from mosaic.spec import load_spec
+from mosaic.vocab import closest
 
 VERDICTS = ("holds", "does not hold", "inconclusive")
 
@@ -260,8 +263,6 @@ def parse_claim(raw: Any) -> Claim:
         raise ValueError(f"a claim is a sentence or a mapping with 'kind' (one of {', '.join(KINDS)}), got {raw!r}")
     cls = KINDS.get(raw["kind"])
     if cls is None:
-        from mosaic.vocab import closest
-
         close = closest(str(raw["kind"]), list(KINDS), cutoff=0.6)
         raise ValueError(f"claim kind {raw['kind']!r} is unknown: " + (f"did you mean {close!r}? " if close else "") + f"kinds: {', '.join(KINDS)}")
     return cls.model_validate(raw)
@@ -285,7 +286,6 @@ def resolve_axis(name: str, axes: list[str]) -> str:
         return hits[0]
     if len(hits) > 1:
         raise ValueError(f"axis {name!r} is ambiguous: it ends {', '.join(hits)}; write the full name")
-    from mosaic.vocab import closest
 
     close = closest(name, axes, cutoff=0.6)
     raise ValueError(f"axis {name!r} is not an axis of the sweep: " + (f"did you mean {close!r}? " if close else "") + f"axes: {', '.join(axes)}")
@@ -298,7 +298,6 @@ def claim_problems(claims: list[Claim], axes: list[str], columns: list[str] | No
     is not ``max`` / ``min`` nor one of the axis's values (a misspelt ``condition: baselin`` would
     otherwise select no trial); the message names the claim (``report.claims[i]``), the name and
     the closest valid one."""
-    from mosaic.vocab import closest
 
     out = []
     keys: dict[str, set] = {}  # axis -> the comparable keys of its values, computed once
@@ -674,8 +673,6 @@ def sweep_claim_problems(claims: list, trials: list[dict], kind: str) -> list[st
         if ds.spec is not None:
             spec = load_dataset_spec(ds)
         else:
-            from mosaic.spec import load_spec
-
             spec = load_spec(ds.path)
         cols |= set(expected_columns(kind, list(spec.concepts), getattr(t["cfg"], "objective", None),
                                      {c: [str(v) for v in spec.domain(c)] for c in spec.concepts}))
@@ -726,8 +723,6 @@ def write_claims(results: list[dict], out_dir, title: str = "claims") -> tuple[s
     """Write ``claims.json`` and ``claims.png`` (:func:`mosaic.plots.plot_claims`) into ``out_dir``;
     returns ``(figure file name or None, HTML section)``."""
     from pathlib import Path
-
-    from mosaic.plots import plot_claims
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

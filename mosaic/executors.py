@@ -14,6 +14,7 @@ A task is a pure function of its arguments, so the bytes written do not depend o
 from __future__ import annotations
 
 from mosaic.errors import DatasetError
+from mosaic.locks import die_with_parent
 
 BACKENDS = ("local", "ray")
 
@@ -37,8 +38,6 @@ class LocalExecutor:
         if workers > 1:
             from concurrent.futures import ProcessPoolExecutor
             from multiprocessing import get_context
-
-            from mosaic.locks import die_with_parent
 
             # workers end with this process, even when it is killed with SIGKILL (no orphans)
             self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=die_with_parent)

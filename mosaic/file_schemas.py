@@ -18,6 +18,8 @@ import json
 from typing import Any
 
 from pydantic.json_schema import GenerateJsonSchema
+from mosaic.spec import Distribution, Rule, Spec
+from mosaic.sweep import SweepSpec
 
 #: the file kinds ``mosaic schema`` writes, in the order its help lists them
 KINDS = ("spec", "config", "sweep")
@@ -34,8 +36,6 @@ def models(kind: str) -> list[type]:
 
     Raises ``KeyError`` naming the kinds for an unknown ``kind``."""
     if kind == "spec":
-        from mosaic.spec import Spec
-
         return [Spec]
     if kind == "config":
         from mosaic.lab.diffusion import DiffusionConfig
@@ -43,15 +43,12 @@ def models(kind: str) -> list[type]:
 
         return [DiffusionConfig, TransformerConfig]
     if kind == "sweep":
-        from mosaic.sweep import SweepSpec
-
         return [SweepSpec]
     raise KeyError(f"unknown file kind {kind!r}: one of {', '.join(KINDS)}")
 
 
 def _shorthands() -> dict[type, dict]:
     """Model -> the JSON Schema of the non-mapping form its before-validator expands."""
-    from mosaic.spec import Distribution, Rule
 
     kinds = Distribution.model_fields["kind"].annotation.__args__
     return {

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
+from mosaic.io import file_kind
+from mosaic.vocab import closest
 
 ErrorFactory = Callable[[str, str], Exception]
 
@@ -169,7 +171,6 @@ def read_yaml_file(path: str | Path, error: ErrorFactory, kind: str = "file") ->
     if path.is_dir():
         raise error(str(path), f"{path} is a directory, not a {kind}")
     if path.exists() and not path.is_file():  # /dev/zero, a FIFO, a socket: never read (it may not end)
-        from mosaic.io import file_kind
 
         raise error(str(path), f"{path} is {file_kind(path.stat().st_mode)}, not a regular file: give the {kind} itself")
     if not path.is_file():
@@ -320,7 +321,6 @@ def validation_problems(e, path_of: Callable[[tuple], str] | None = None,
     an error carries itself (e.g. a validator's own list), used instead of the generic wording.
     Duplicates (one per union branch) are dropped.
     """
-    from mosaic.vocab import closest
 
     def dotted(loc) -> str:
         return ".".join(str(p) for p in loc if not (isinstance(p, str) and ("[" in p or "function" in p)))

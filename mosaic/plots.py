@@ -21,6 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from mosaic.errors import MosaicError
+from mosaic.holdout import HELD_OUT, SEEN
+from mosaic.io import atomic_writer
+from mosaic.splits import split_cells
 
 
 def pyplot():
@@ -40,8 +43,6 @@ def save_figure(fig, path: str | Path) -> Path:
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    from mosaic.io import atomic_writer  # whole or not replaced
-
     with atomic_writer(path) as f:
         fig.savefig(f, format=Path(path).suffix.lstrip(".") or "png")
     plt.close(fig)
@@ -52,7 +53,6 @@ def object_type_grid(spec, grid):
     """For an object-level holdout rule (``kind: objects``): ``(slot concepts, their domains,
     held-out mask bool [len(domain) for each concept])`` — an object type is held out when a
     held-out cell of the combination grid has it in its first slot. None for other rules."""
-    from mosaic.holdout import HELD_OUT
 
     rule = spec.holdout.rule
     if rule.kind != "objects":
@@ -73,9 +73,6 @@ def plot_split_grid(spec, out: str | Path) -> Path:
     Raises MosaicError when the spec has no holdout.
     """
     from matplotlib.colors import ListedColormap
-
-    from mosaic.holdout import HELD_OUT, SEEN
-    from mosaic.splits import split_cells
 
     plt = pyplot()
     g = spec.grid

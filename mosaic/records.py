@@ -35,6 +35,7 @@ from mosaic.png import encode_png
 from mosaic.sampling import sample_scene
 from mosaic.spec import Spec, parse_spec
 from mosaic.vocab import SHAPES
+from mosaic.io import output_dir_problem
 
 FORMAT = "mosaic-dataset/2"
 MANIFEST = "manifest.json"
@@ -344,7 +345,6 @@ def check_out_dir(out: Path, spec: Spec, masks: bool, overwrite: bool, storage: 
     if not out.exists():
         return None
     if not out.is_dir():  # a file, /dev/null, a FIFO ... (the CLI checks this before anything else: mosaic.io.output_dir_problem)
-        from mosaic.io import output_dir_problem
 
         raise DatasetError([("--out", f"{out} {output_dir_problem(out)}: give a directory")])
     man_path = out / MANIFEST

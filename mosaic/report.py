@@ -11,11 +11,16 @@ import yaml
 
 from mosaic.errors import MosaicError
 from mosaic.plots import plot_curves
+from mosaic.audit import audit_summary, find_audit_files
+from mosaic.claims import check_sweep_claims, write_claims
+from mosaic.evaluation.agreement import wilson_interval
+from mosaic.io import atomic_write
+from mosaic.preview import sample_sheet
+from mosaic.vocab import closest
 
 
 def _sample_sheet(run: Path, out: Path, n: int = 16) -> Path | None:
     """A contact sheet of a run's first samples folder (held-out combinations first)."""
-    from mosaic.preview import sample_sheet
 
     for meta in sorted(run.glob("samples/*/metadata.jsonl")):
         return sample_sheet(meta.parent, out, n=n)
@@ -24,7 +29,6 @@ def _sample_sheet(run: Path, out: Path, n: int = 16) -> Path | None:
 
 def missing_columns(ys: list[str], columns) -> list[str]:
     """One warning per ``report.y`` name that is not a results column, with the closest column."""
-    from mosaic.vocab import closest
 
     cols = [str(c) for c in columns]
     out = []
@@ -39,8 +43,6 @@ def missing_columns(ys: list[str], columns) -> list[str]:
 def _audit_section(root: Path) -> str:
     """The human audits saved under ``root`` (``mosaic audit``): agreement rate and 95 % Wilson
     interval per audit and pooled; empty when there is none."""
-    from mosaic.audit import audit_summary, find_audit_files
-    from mosaic.evaluation.agreement import wilson_interval
 
     rows, k, n = [], 0, 0
     for p in find_audit_files(root):
@@ -116,7 +118,6 @@ def make_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None
         p = plot_curves(done, x, lines, concept_cols, out / "concepts_held_out.png", title="held-out accuracy per concept", x_label=rep.get("x_label"))
         if p:
             figures.append(("Held-out accuracy per concept", p.name))
-    from mosaic.claims import check_sweep_claims, write_claims
 
     claims = check_sweep_claims(sweep, df)
     claims_fig, claims_section = write_claims(claims, out, title=str(sweep.get("name", sweep_dir.name))) if claims else (None, "")
@@ -179,7 +180,6 @@ def make_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None
                 f"<img src='{html.escape(t['samples'])}' alt='samples'>" if t["samples"] else "") + "</div>")
     parts.append("</body></html>")
     page = out / "index.html"
-    from mosaic.io import atomic_write
 
     atomic_write(page, "\n".join(parts))
     return page

@@ -23,6 +23,10 @@ from typing import Callable
 import yaml
 
 from mosaic.errors import MosaicError
+from mosaic.claims import check_sweep_claims, claims_html, fmt_effect, write_claims
+from mosaic.overrides import safe_load
+from mosaic.report import make_report
+from mosaic.sweep import load_sweep, plan, read_status, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY_FILE = ROOT / "experiments" / "reproduce.yaml"
@@ -39,7 +43,6 @@ def load_registry(path: str | Path | None = None) -> dict:
     p = Path(path) if path is not None else REGISTRY_FILE
     if not p.is_file():
         raise MosaicError(f"the reproduce registry {p} is missing")
-    from mosaic.overrides import safe_load
 
     data = safe_load(p.read_text()) or {}
     for paper, entry in data.items():
@@ -103,7 +106,6 @@ def plan_reproduction(paper: str, scale: str, out: str | Path, workers: int = 1,
         SweepError / SpecError / ConfigError: an invalid sweep, config or spec (before anything runs).
     """
     from mosaic.lab.data import load_dataset_spec
-    from mosaic.sweep import load_sweep, plan, read_status
 
     paths, missing = sweeps_of(paper, scale, registry, sweeps_dir)
     out = Path(out)
@@ -148,9 +150,6 @@ def reproduce(paper: str, scale: str, out: str | Path, workers: int = 1, backend
         MosaicError: an unknown paper or scale, or no sweep file of it; SweepError & co.: an invalid
             sweep (before anything runs).
     """
-    from mosaic.claims import check_sweep_claims
-    from mosaic.report import make_report
-    from mosaic.sweep import load_sweep, plan, run_sweep
 
     reg = registry if registry is not None else load_registry()
     paths, missing = sweeps_of(paper, scale, reg, sweeps_dir)
@@ -188,7 +187,6 @@ def write_reproduction_report(res: dict, out: str | Path) -> Path:
     """``OUT/index.html``, ``OUT/claims.json`` and ``OUT/claims.png``: per statement of the paper,
     the claims that test it (effect, interval, verdict); claims without a statement; links to each
     sweep's report. Returns the page's path."""
-    from mosaic.claims import claims_html, fmt_effect, write_claims
 
     out = Path(out)
     fig, _ = write_claims(res["claims"], out, title=f"{res['paper']} ({res['scale']})")

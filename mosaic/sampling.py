@@ -17,6 +17,7 @@ from mosaic.scene import COORD_DECIMALS, Scene, SceneObject, angle_deg, relation
 from mosaic.scene3d import Scene3D, SolidObject, camera_relation, preset_view
 from mosaic.spec import Rule, Spec, interchangeable
 from mosaic.splits import SPLIT_IDS, combination_for, marginal_quotas, value_for  # noqa: F401  (marginal_quotas: re-exported)
+from renderers.shaded import annotate
 
 
 def rng_for(spec: Spec, split: str, index: int) -> np.random.Generator:
@@ -210,7 +211,6 @@ def solid_scene(spec: Spec, values: dict, rng: np.random.Generator, where: str =
         LayoutError: no layout passed the occlusion check (the message names the object most often
             hidden and the fields that would fix it), or :func:`place` failed.
     """
-    from renderers.shaded import annotate
 
     img, lay = spec.image, spec.layout
     view = preset_view(img.camera or "mosaic", rng, img.camera_jitter, img.light_jitter)

@@ -8,21 +8,20 @@ A split's counts are exact **quotas**: the split's total is apportioned over its
 (:func:`combination_for`, :func:`value_for`). The per-sample seeds use the stable split ids
 (:data:`SPLIT_IDS`).
 
-Layering: this module reads a spec's concepts, splits and :class:`mosaic.holdout.Grid`; it imports
-:mod:`mosaic.holdout` and never :mod:`mosaic.spec` (the spec validator calls it).
+Layering: this module reads a spec's fields (:class:`mosaic.grammar.SpecFields`: concepts, splits
+and the :class:`mosaic.cellsets.Grid`); it imports :mod:`mosaic.grammar` and :mod:`mosaic.cellsets`
+and never :mod:`mosaic.spec` or :mod:`mosaic.holdout` (the spec validator calls it). Every function
+takes a :class:`mosaic.spec.Spec`.
 """
 
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mosaic.holdout import HELD_OUT, SEEN, Value
-
-if TYPE_CHECKING:  # pragma: no cover
-    from mosaic.spec import Spec
+from mosaic.cellsets import HELD_OUT, SEEN, Value
+from mosaic.grammar import SpecFields
 
 #: Stable ids of the splits in the per-sample seed. Never renumber: it would change every dataset.
 SPLIT_IDS = {
@@ -85,7 +84,7 @@ def apportion(total: int, weights: np.ndarray, cells: np.ndarray | None = None) 
     return q
 
 
-def cell_weights(spec: "Spec", cells: np.ndarray, balanced: bool) -> np.ndarray:
+def cell_weights(spec: SpecFields, cells: np.ndarray, balanced: bool) -> np.ndarray:
     """Sampling weight of each cell (``[n, k]`` index array): the product of the grid concepts'
     marginal probabilities (concept imbalance), or uniform when ``balanced``."""
     if balanced:
@@ -96,7 +95,7 @@ def cell_weights(spec: "Spec", cells: np.ndarray, balanced: bool) -> np.ndarray:
     return w
 
 
-def split_cells(spec: "Spec", split: str) -> tuple[np.ndarray, np.ndarray]:
+def split_cells(spec: SpecFields, split: str) -> tuple[np.ndarray, np.ndarray]:
     """``(cells [n, k] int64 index tuples, quotas [n] int64)`` of a dataset split.
 
     ``train``/``val`` follow the concepts' distributions over seen cells; ``test_id`` (seen) and
@@ -126,7 +125,7 @@ def _shuffled_plan(counts: np.ndarray, seed: np.random.SeedSequence) -> np.ndarr
     return table
 
 
-def combination_for(spec: "Spec", split: str, index: int) -> tuple[Value, ...]:
+def combination_for(spec: SpecFields, split: str, index: int) -> tuple[Value, ...]:
     """The combination sample ``index`` of ``split`` shows: quotas are exact, and a seeded
     permutation spreads the cells over the indices."""
     key = (spec.fingerprint(), split)
@@ -139,7 +138,7 @@ def combination_for(spec: "Spec", split: str, index: int) -> tuple[Value, ...]:
     return spec.grid.values_of(cells[plan[index]])
 
 
-def marginal_quotas(spec: "Spec", split: str, concept: str) -> np.ndarray:
+def marginal_quotas(spec: SpecFields, split: str, concept: str) -> np.ndarray:
     """Per-value sample counts ``[len(domain)]`` int64 of a concept in a dataset split."""
     n = spec.split_sizes()[split]
     c = spec.concepts[concept]
@@ -151,7 +150,7 @@ def marginal_quotas(spec: "Spec", split: str, concept: str) -> np.ndarray:
 _VALUE_PLANS: dict[tuple[str, str, str], np.ndarray] = {}
 
 
-def value_for(spec: "Spec", split: str, concept: str, index: int):
+def value_for(spec: SpecFields, split: str, concept: str, index: int):
     """A concept's value at ``index`` of a split: its exact quotas, spread by a seeded permutation
     (independent per concept, so concepts are independent across samples)."""
     key = (spec.fingerprint(), split, concept)

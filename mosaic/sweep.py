@@ -40,9 +40,16 @@ import yaml
 from pydantic import Field, field_validator, model_validator
 
 from mosaic.errors import MosaicError, SweepError
-from mosaic.io import atomic_write
+from mosaic.io import atomic_write, atomic_writer
 from mosaic.schema import SafeName, Seed
 from mosaic.schema import StrictModel as _Base
+from mosaic.claims import _canon, claim_problems, parse_claim, sweep_claim_problems
+from mosaic.diagnostics.columns import analysis_columns
+from mosaic.evaluation.table import check_row, table_columns
+from mosaic.kinds import check_family, check_kind
+from mosaic.lab.config import _config_error, config_diff, read_config_yaml, set_path, validate_config
+from mosaic.overrides import apply_overrides, validation_problems
+from mosaic.vocab import closest
 
 #: keys of these sections hold dots themselves (``set.training.steps``: the key ``training.steps`` of ``set``)
 FLAT_SECTIONS = ("set.", "grid.", "zip.")
@@ -70,8 +77,6 @@ class ReportSection(_Base):
     @field_validator("claims")
     @classmethod
     def _claims(cls, v):
-        from mosaic.claims import parse_claim
-
         for i, c in enumerate(v):
             try:
                 parse_claim(c)
@@ -124,7 +129,6 @@ class SweepSpec(_Base):
                 if {"max", "min"} & set(vals):
                     raise ValueError(f"{key}: 'max' and 'min' are claim selectors (the largest / smallest value), not label values: "
                                      "choose other names")
-        from mosaic.claims import _canon
 
         # claims and reports tell conditions apart by this key: grid values and label values must differ by it (a zip
         # axis may repeat a value across conditions: its label axis, or another zip axis, tells them apart)
@@ -141,7 +145,6 @@ class SweepSpec(_Base):
             sizes = [f"{k} {len(v)}" for k, v in self.grid.items()] + ([f"zip {len(next(iter(self.zip.values())))}"] if self.zip else [])
             raise ValueError(f"grid x zip x seeds: {' x '.join(sizes + [f'seeds {len(self.seeds)}'])} = {n:,} trials: a sweep holds at most "
                              f"{MAX_TRIALS:,}; split it into several sweeps, or use fewer values per axis")
-        from mosaic.vocab import closest
 
         for field in ("x", "lines"):
             name = getattr(self.report, field)
@@ -149,7 +152,6 @@ class SweepSpec(_Base):
                 close = closest(name, self.axes(), cutoff=0.6)
                 hint = f"did you mean {close!r}? " if close else ""
                 raise ValueError(f"report.{field} {name!r} is not an axis of the sweep: {hint}axes: {', '.join(self.axes())}")
-        from mosaic.claims import claim_problems, parse_claim
 
         problems = claim_problems([parse_claim(c) for c in self.report.claims], self.axes(),
                                   values={**self.grid, **self.zip, "seed": list(self.seeds)})
@@ -189,10 +191,6 @@ def load_sweep(path: str | Path, sets: list[str] | None = None) -> SweepSpec:
     """Read and validate a sweep YAML. Raises SweepError naming the field."""
     from pydantic import ValidationError
 
-    from mosaic.kinds import check_kind
-    from mosaic.lab.config import _config_error, read_config_yaml
-    from mosaic.overrides import apply_overrides
-
     path = Path(path)
     try:
         data = read_config_yaml(path)
@@ -205,15 +203,12 @@ def load_sweep(path: str | Path, sets: list[str] | None = None) -> SweepSpec:
                                container="section")
         spec = SweepSpec.model_validate(data)
     except ValidationError as e:
-        from mosaic.overrides import validation_problems
-
         lines = [f"  {loc}: {msg}" if loc else f"  {msg}" for loc, msg in validation_problems(e, model=SweepSpec)]
         raise SweepError(f"invalid sweep {path}\n" + "\n".join(lines)) from None
     except MosaicError as e:
         raise SweepError(f"invalid sweep {path}: {e}") from None
     if not spec.config.is_file():
         raise SweepError(f"invalid sweep {path}\n  config: no such training config {str(spec.config)!r}")
-    from mosaic.kinds import check_family
 
     try:
         raw = read_config_yaml(spec.config)
@@ -271,7 +266,6 @@ claims can select it (``where: {condition: baseline}``)."""
 def trial_config(sweep: SweepSpec, values: dict[str, Any]) -> dict:
     """The raw training config of a trial: the sweep's config with ``set`` and the trial's axis
     values applied (``spec.`` keys into ``dataset.overrides``) and the seed at ``seed_key``."""
-    from mosaic.lab.config import read_config_yaml, set_path
 
     raw = read_config_yaml(sweep.config)
     overrides = list(sweep.set.items()) + [(k, v) for k, v in values.items() if k != "seed"]
@@ -336,7 +330,6 @@ def plan(sweep: SweepSpec, out: Path) -> list[dict]:
     Raises: SweepError / SpecError / ConfigError for a trial whose config or spec is invalid
     (checked for every trial before anything runs).
     """
-    from mosaic.lab.config import validate_config
     from mosaic.lab.data import resolve_dataset
 
     cls = _trainer(sweep.kind)
@@ -350,7 +343,6 @@ def plan(sweep: SweepSpec, out: Path) -> list[dict]:
             datasets[key] = resolve_dataset(cfg.dataset, generate=False)
         trials.append({"id": tid, "values": values, "dir": out / "trials" / tid, "dataset": datasets[key], "raw": raw, "cfg": cfg})
     if sweep.report.claims:  # a claim naming a column the trials will not have is an error now, not after the run
-        from mosaic.claims import sweep_claim_problems
 
         problems = sweep_claim_problems(sweep.report.claims, trials, sweep.kind)
         if problems:
@@ -407,7 +399,6 @@ def _refuse_changed_trials(trials: list[dict]) -> None:
     Raises:
         SweepError: naming each such trial and the fields that differ.
     """
-    from mosaic.lab.config import config_diff
 
     changed = []
     for t in trials:
@@ -592,7 +583,6 @@ def result_row(tdir: Path) -> dict:
     mpath = tdir / "run" / "metrics.json"
     if mpath.is_file():
         m = _trial_file(mpath)
-        from mosaic.evaluation.table import check_row, table_columns
 
         row.update(table_columns(m.get("table")))
         # the parser's match quality and abstention (diffusion; mosaic.evaluation.quality.quality_summary):
@@ -611,7 +601,6 @@ def result_row(tdir: Path) -> dict:
         if "verdicts_changed" in q:
             row["abstention.abstained"] = q["abstained"]
             row["abstention.verdicts_changed"] = q["verdicts_changed"]
-        from mosaic.diagnostics.columns import analysis_columns
 
         row.update(analysis_columns(m.get("analysis")))  # the representation diagnostics (mosaic analyze)
         joint = check_row(m.get("evaluator_check")).get("joint")
@@ -639,8 +628,6 @@ def collect(out: Path) -> "pd.DataFrame":  # noqa: F821
     # an axis whose values mix strings and mappings (`distribution: [uniform, {kind: geometric}]`)
     # has no Arrow type: such columns go to Parquet as JSON text (the returned frame keeps the values)
     mixed = [c for c in df.columns if df[c].map(lambda v: isinstance(v, (dict, list, tuple))).any()]
-    from mosaic.io import atomic_writer
-
     with atomic_writer(out / "results.parquet") as f:
         df.assign(**{c: df[c].map(lambda v: json.dumps(v, sort_keys=True, default=str)) for c in mixed}).to_parquet(f, index=False)
     return df
@@ -653,8 +640,6 @@ def check_sweep_options(backend: str, workers: int = 1, address: str | None = No
     """Validate the run options before anything is written. Raises SweepError naming the option."""
     problems = []
     if backend not in ("local", "ray"):
-        from mosaic.vocab import closest
-
         close = closest(backend, ["local", "ray"], cutoff=0.6)
         problems.append(("--backend", f"{backend!r} is not one of local, ray" + (f": did you mean {close!r}?" if close else "")))
     if not isinstance(workers, int) or not 1 <= workers <= MAX_SWEEP_WORKERS:

@@ -11,6 +11,7 @@ needs every record in memory); ``tests/test_tally.py`` checks that the two agree
 from __future__ import annotations
 
 from mosaic.spec import Spec
+from mosaic.holdout import EXCLUDED, HELD_OUT, SEEN
 
 MAX_VIOLATIONS = 20  # per split, as in mosaic.holdout.leak_check
 
@@ -31,8 +32,6 @@ class Tally:
     """
 
     def __init__(self, spec: Spec):
-        from mosaic.holdout import HELD_OUT, SEEN
-
         self.spec = spec
         self.grid = spec.grid
         self._held, self._seen = HELD_OUT, SEEN
@@ -83,7 +82,6 @@ class Tally:
         ``splits_respect_holdout``, ``every_seen_combination_in_train``); with a holdout also
         ``concepts``, ``coverage``, ``connected``, ``seen``, ``held_out``, ``excluded_count`` and
         ``counts`` (per split, per cell)."""
-        from mosaic.holdout import EXCLUDED
 
         spec, g = self.spec, self.grid
         checks: dict[str, dict] = {}

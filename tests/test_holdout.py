@@ -8,7 +8,8 @@ from typer.testing import CliRunner
 from mosaic.cli import app
 from mosaic.dataset import generate, read_manifest, read_metadata
 from mosaic.errors import SpecError
-from mosaic.holdout import EXCLUDED, HELD_OUT, SEEN, _connected, held_out_cells, is_held_out
+from mosaic.cellsets import _connected
+from mosaic.holdout import EXCLUDED, HELD_OUT, SEEN, held_out_cells, is_held_out
 from mosaic.sampling import sample_scene
 from mosaic.spec import load_spec, parse_spec
 from tests.conftest import SPECS, tiny

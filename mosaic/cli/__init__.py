@@ -28,6 +28,7 @@ from typer.core import TyperGroup
 
 from mosaic.cli import analyze, audit, autoencoder, data, evaluate, export, reproduce, schema, splits, sweep, train, verify
 from mosaic.cli.common import fail
+from mosaic.errors import MosaicError
 
 
 class _MosaicGroup(TyperGroup):
@@ -60,8 +61,6 @@ class _MosaicGroup(TyperGroup):
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
                 raise
-            from mosaic.errors import MosaicError
-
             where = f" while writing {e.filename}" if e.filename else ""
             fail(MosaicError(f"the disk is full ({e.strerror}){where}: nothing half-written is kept (temporary files are removed); "
                              "free space (or raise the quota), then rerun the same command: it resumes where it stopped"))
@@ -78,7 +77,6 @@ class _MosaicGroup(TyperGroup):
                 what = f"{a!r}: a short option takes its value after a space ({a[:2]} VALUE), not after '='"
             else:
                 continue
-            from mosaic.errors import MosaicError
 
             fail(MosaicError(f"{what}: no mosaic option or argument takes such a value (an unset shell variable?); give the path or value"))
         return super().parse_args(ctx, args)

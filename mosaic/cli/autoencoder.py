@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from mosaic.cli.common import check_out, console, fail, set_option
-from mosaic.errors import MosaicError
+from mosaic.errors import ConfigError, MosaicError
 
 autoencoder_app = typer.Typer(no_args_is_help=True, add_completion=False,
                               help="Train and check the from-scratch autoencoder of latent diffusion (model.latent).")
@@ -27,7 +27,6 @@ OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="Train into 
 
 def _resolve(source: Path, set_: list[str] | None, ae: list[str] | None):
     """``(spec, LatentSection, dataset train images or None)`` of a spec or a diffusion config."""
-    from mosaic.errors import ConfigError
     from mosaic.kinds import guess_kind
     from mosaic.lab.config import apply_sets, read_config_yaml, validate_config
     from mosaic.lab.diffusion.config import LatentSection

@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
+from mosaic.errors import MosaicError
 
 #: Bounds of the CLI's numeric options (a worker is a process; a shard is written in memory first).
 MAX_WORKERS = 1024
@@ -105,7 +106,6 @@ def check_out(path: Path | None, option: str = "--out", kind: str = "folder") ->
     """
     if path is None:
         return
-    from mosaic.errors import MosaicError
     from mosaic.io import output_dir_problem, output_file_problem
 
     problem = (output_dir_problem if kind == "folder" else output_file_problem)(path)

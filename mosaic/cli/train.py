@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from mosaic.cli.common import finite_float, check_out, console, err_console, fail, set_option
-from mosaic.errors import MosaicError
+from mosaic.errors import ConfigError, MosaicError
+from mosaic.cli.evaluate import print_quality
 
 train_app = typer.Typer(no_args_is_help=True, add_completion=False,
                         help="Train a model on a mosaic dataset (Accelerate; resumable run folders).")
@@ -59,8 +60,6 @@ def _train(config_cls, run, config: Path, set_, out, unit: str, inside: str = ""
             return None
         metrics = run(cfg, say=lambda s: console.print(s, highlight=False))
     except MosaicError as e:
-        from mosaic.errors import ConfigError
-
         if isinstance(e, ConfigError) and e.source is None:  # found against the dataset: name the file
             e = ConfigError(e.problems, str(config) + (f" (with --set {' '.join(sets)})" if sets else ""))
         fail(e)
@@ -168,7 +167,6 @@ def sample(
     if res["metrics"] is not None:
         print_table(table_from_scores(res["metrics"]), console=console)
         _print_check(res["evaluator_check"])
-        from mosaic.cli.evaluate import print_quality
 
         print_quality(res["metrics"].get("quality"))
         console.print(f"metrics.json, metrics.csv and the per-cell heatmap are in {res['out']}")

@@ -39,9 +39,23 @@ from typing import Callable
 import numpy as np
 import torch
 
-from mosaic.diagnostics import DIAGNOSTICS
+from mosaic.diagnostics import DIAGNOSTICS, diffusion_classifier as dc
 from mosaic.diagnostics.config import AnalysisSection
-from mosaic.diagnostics.errors import NotApplicableError
+from mosaic.diagnostics.errors import DiagnosticError, NotApplicableError
+from mosaic import plots
+from mosaic.diagnostics.binding_complexity import ComplexityConfig, binding_complexity
+from mosaic.diagnostics.factorization import factorization, heldout_r2
+from mosaic.diagnostics.features import transformer_block_features, unet_block_features
+from mosaic.diagnostics.interventions import interventions
+from mosaic.diagnostics.probes import (
+    ProbeConfig, binding_probe_report, concept_probes, fit_linear_probes, layer_curve, slot_probe_report,
+)
+from mosaic.diagnostics.rank import ordinal_concepts, rank_axes, require_ordinal
+from mosaic.diagnostics.set_probes import fit_set_probes, set_probe_report
+from mosaic.errors import MosaicError
+from mosaic.lab.data import evaluation_splits, to_float
+from mosaic.torch_data import MosaicDataset
+from mosaic.vocab import closest
 
 SEEN, HELD = "test_id", "test_ood"
 
@@ -53,7 +67,6 @@ SEEN, HELD = "test_id", "test_ood"
 
 def not_applicable(family: str, spec, conditioning: str | None = None) -> dict[str, tuple[str, str]]:
     """Diagnostics that do not apply to a run: name -> (why, fix)."""
-    from mosaic.diagnostics.rank import ordinal_concepts
 
     out = {}
     if family == "transformer":
@@ -107,15 +120,12 @@ def resolve_what(what: list[str] | None, family: str, spec, conditioning: str | 
         NotApplicableError: a requested diagnostic that does not apply (named, with why).
         DiagnosticError: an unknown name.
     """
-    from mosaic.diagnostics.errors import DiagnosticError
 
     bad = not_applicable(family, spec, conditioning)
     if what is None:
         return [d for d in DIAGNOSTICS if d not in bad], {d: why for d, (why, _) in bad.items()}
     unknown = [d for d in what if d not in DIAGNOSTICS]
     if unknown:
-        from mosaic.vocab import closest
-
         hints = [f"{u!r} -> {m!r}" for u in unknown if (m := closest(u, list(DIAGNOSTICS), cutoff=0.6))]
         raise DiagnosticError(f"--what {','.join(unknown)}: not a diagnostic; choose from {', '.join(DIAGNOSTICS)}"
                               + (f" (did you mean {', '.join(hints)}?)" if hints else ""))
@@ -161,8 +171,6 @@ def _subset(n: int, cap: int | None, seed: int) -> np.ndarray:
 
 
 def _splits(root: Path) -> list[str]:
-    from mosaic.lab.data import evaluation_splits
-
     return ["train"] + [s for s in evaluation_splits(root) if s != "train"]
 
 
@@ -170,8 +178,7 @@ def transformer_features(task, opts: AnalysisSection, device) -> Features:
     """Features of a transformer task's model on train (subset) and the test splits."""
     import torch.nn.functional as F
 
-    from mosaic.diagnostics.features import transformer_block_features
-    from mosaic.lab.transformer.data import SplitData
+    from mosaic.lab.transformer.data import SplitData  # the package mosaic.lab.transformer imports this module
 
     cfg, spec = task.cfg, task.spec
     model = task.model.to(device).eval()
@@ -201,9 +208,6 @@ def transformer_features(task, opts: AnalysisSection, device) -> Features:
 
 def diffusion_features(task, opts: AnalysisSection, device) -> Features:
     """Pooled block features of a diffusion task's model (null condition, fixed timestep)."""
-    from mosaic.diagnostics.features import unet_block_features
-    from mosaic.lab.data import to_float
-    from mosaic.torch_data import MosaicDataset
 
     model = task.model.to(device).eval()
     layers: dict = {}
@@ -232,8 +236,6 @@ def diffusion_features(task, opts: AnalysisSection, device) -> Features:
 
 
 def _probe_config(opts: AnalysisSection, device):
-    from mosaic.diagnostics.probes import ProbeConfig
-
     p = opts.probes
     return ProbeConfig(epochs=p.epochs, batch_size=p.batch_size, lr=p.lr, val_fraction=p.val_fraction, seed=p.seed, device=str(device))
 
@@ -247,7 +249,6 @@ def run_probes(f: Features, opts: AnalysisSection, device) -> tuple[dict, list]:
     probes (colour given shape when both are attributes, else the second attribute given the
     first) and, with several objects per scene, the order-free set probes
     (:mod:`mosaic.diagnostics.set_probes`)."""
-    from mosaic.diagnostics.probes import binding_probe_report, concept_probes, slot_probe_report
 
     cfg = _probe_config(opts, device)
     x = f.layers[f.embedding]
@@ -266,15 +267,12 @@ def run_probes(f: Features, opts: AnalysisSection, device) -> tuple[dict, list]:
         out["binding"] = binding_probe_report(train, {s: v for s, v in evals.items() if s != HELD}, key, tgt, n_vals[key],
                                               n_vals[tgt], cfg, names=(a[key], a[tgt]))
         if f.objects["train"].shape[1] >= 2:  # order-free set probes (binding paper §2.1): multi-object scenes
-            from mosaic.diagnostics.set_probes import set_probe_report
 
             out["set"] = set_probe_report(train, evals, n_vals, a, cfg, max_train=opts.probes.max_train)
     return out, probes.weights
 
 
 def run_layers(f: Features, opts: AnalysisSection, device) -> dict:
-    from mosaic.diagnostics.probes import layer_curve
-
     labels = {s: f.labels[s] for s in f.labels}
     return layer_curve(f.layers, labels, f.concepts, held_out_train=f.held["train"], config=_probe_config(opts, device),
                        n_values=f.n_values, seen=SEEN if SEEN in labels else "test", held=HELD)
@@ -283,7 +281,6 @@ def run_layers(f: Features, opts: AnalysisSection, device) -> dict:
 def run_factorization(f: Features, weights: list | None) -> dict:
     """In-sample over the test splits (faithful to the reference; probe-span R² with the concept
     probes' weights) and out-of-sample: least-squares factors on train, R² on held-out cells."""
-    from mosaic.diagnostics.factorization import factorization, heldout_r2
 
     x = f.layers[f.embedding]
     tests = [s for s in (SEEN, HELD, "test") if s in x]
@@ -297,8 +294,6 @@ def run_factorization(f: Features, weights: list | None) -> dict:
 
 
 def run_rank(f: Features, spec) -> dict:
-    from mosaic.diagnostics.rank import rank_axes, require_ordinal
-
     x = f.layers[f.embedding]
     out = {}
     for c, ranks in require_ordinal(spec).items():
@@ -349,7 +344,6 @@ def binding_scenes(f: Features, spec) -> BindingScenes:
     Raises:
         NotApplicableError: the dataset is not a 2-object colour/shape dataset.
     """
-    from mosaic.diagnostics.errors import NotApplicableError
 
     slots, why = binding_slots(spec)
     if slots is None:
@@ -388,7 +382,6 @@ def run_binding_complexity(b: BindingScenes, opts: AnalysisSection, device) -> d
     """Fit the approximator families on train scenes (seen types; a seeded subset of
     ``max_train``), R² and the concept probes on the predicted embeddings of ``test_id`` (seen
     types) and ``test_ood`` (held-out types); the final epoch is reported."""
-    from mosaic.diagnostics.binding_complexity import ComplexityConfig, binding_complexity
 
     o = opts.binding_complexity
     idx = _subset(len(b.labels["train"]), o.max_train, o.seed)
@@ -396,8 +389,6 @@ def run_binding_complexity(b: BindingScenes, opts: AnalysisSection, device) -> d
     evals = {s: (b.labels[s], b.x[s]) for s in (SEEN, HELD, "test") if s in b.labels and len(b.labels[s])}
     score = None
     if o.probes:
-        from mosaic.diagnostics.set_probes import fit_set_probes
-
         pidx = idx[_subset(len(idx), opts.probes.max_train, opts.probes.seed)]
         probes = fit_set_probes(b.x["train"][pidx], b.objects["train"][pidx], [b.n_colors, b.n_shapes], ["color", "shape"],
                                 held_out=b.held["train"][pidx], config=_probe_config(opts, device))
@@ -419,7 +410,6 @@ def run_binding_complexity(b: BindingScenes, opts: AnalysisSection, device) -> d
 def run_interventions(b: BindingScenes, opts: AnalysisSection, device) -> dict:
     """Bank from the train scenes, edits of ``test_id`` (seen) and ``test_ood`` (held-out) bases,
     retrieval over the gallery (train + test splits, or the test splits)."""
-    from mosaic.diagnostics.interventions import interventions
 
     o = opts.interventions
     idx = _subset(len(b.labels["train"]), o.max_train, o.seed)
@@ -442,9 +432,6 @@ def run_interventions(b: BindingScenes, opts: AnalysisSection, device) -> dict:
 def run_diffusion_classifier(task, opts: AnalysisSection, device, generation: dict | None = None, say=print) -> dict:
     """Classify real test images (``images_per_split`` per split) over every combination of the
     concepts' values; report seen vs held-out next to the run's generation accuracy."""
-    from mosaic.diagnostics import diffusion_classifier as dc
-    from mosaic.lab.data import to_float
-    from mosaic.torch_data import MosaicDataset
 
     o = opts.diffusion_classifier
     spec = task.spec
@@ -548,7 +535,6 @@ def analyze_task(family: str, task, opts: AnalysisSection, *, what: list[str] | 
             out["layers"] = run_layers(feats, opts, device)
         elif d == "factorization":
             if weights is None:  # probe-span R² needs concept probes: train them (counted in this diagnostic's seconds)
-                from mosaic.diagnostics.probes import fit_linear_probes
 
                 x = feats.layers[feats.embedding]
                 weights = fit_linear_probes(x["train"], feats.labels["train"], feats.n_values, held_out=feats.held["train"],
@@ -572,7 +558,6 @@ def analyze_task(family: str, task, opts: AnalysisSection, *, what: list[str] | 
 def draw(analysis: dict, metrics: dict, out_dir: Path) -> list[Path]:
     """The analysis figures (:mod:`mosaic.plots`): per-layer curve, rank-axis scatter per ordinal
     concept, probe vs task accuracy, generative vs discriminative accuracy."""
-    from mosaic import plots
 
     paths = []
     if "layers" in analysis:
@@ -604,7 +589,6 @@ def analyze_after_training(family: str, cfg, task, run_root: Path, device, metri
     """The end-of-training analysis of a config with an ``analysis:`` section (main process, the
     task's model holding the evaluated weights). A diagnostic that fails records ``error`` in the
     result instead of losing the trained run's metrics."""
-    from mosaic.errors import MosaicError
 
     try:
         out = analyze_task(family, task, cfg.analysis, device=device, metrics=metrics, out_dir=Path(run_root) / "analysis", say=say)

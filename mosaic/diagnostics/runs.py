@@ -11,6 +11,18 @@ from typing import Callable
 from mosaic.diagnostics.analyze import _jsonable, analyze_task, resolve_what
 from mosaic.diagnostics.config import AnalysisSection
 from mosaic.errors import DatasetError, TrainingError
+from mosaic.dataset import spec_of
+from mosaic.lab.config import validate_config
+from mosaic.lab.diffusion.config import DiffusionConfig
+from mosaic.lab.data import manifest_fingerprint
+from mosaic.lab.diffusion.task import DiffusionTask
+from mosaic.lab.loop import RunFolder
+from mosaic.lab.run import pick_checkpoint
+from mosaic.lab.transformer.binding_task import BindingTask
+from mosaic.lab.transformer.classifier import ClassifierTask
+from mosaic.lab.transformer.config import TransformerConfig
+from mosaic.lab.transformer.models import load_weights
+from mosaic.lab.transformer.tokens import SceneTokenizer
 
 
 def open_any_run(run_dir: str | Path):
@@ -20,10 +32,6 @@ def open_any_run(run_dir: str | Path):
         TrainingError: not a run folder, or a run that has not finished (no metrics.json);
         DatasetError: the dataset is gone or changed; ConfigError: an invalid stored config.
     """
-    from mosaic.lab.config import validate_config
-    from mosaic.lab.data import manifest_fingerprint
-    from mosaic.lab.loop import RunFolder
-
     run = RunFolder(run_dir)
     if not run.config.is_file():
         raise TrainingError(f"{run_dir} is not a run folder (no {run.config.name}): give the folder `mosaic train` wrote")
@@ -31,15 +39,8 @@ def open_any_run(run_dir: str | Path):
     if not run.metrics.is_file():
         raise TrainingError(f"run {run_dir} has not finished (no metrics.json): finish training (rerun the same "
                             "`mosaic train` command) before analysing it")
-    if isinstance(raw, dict) and "objective" in raw:
-        from mosaic.lab.transformer.config import TransformerConfig as C
-
-        family = "transformer"
-    else:
-        from mosaic.lab.diffusion.config import DiffusionConfig as C
-
-        family = "diffusion"
-    cfg = validate_config(C, raw, source=str(run.config))
+    family = "transformer" if isinstance(raw, dict) and "objective" in raw else "diffusion"
+    cfg = validate_config(TransformerConfig if family == "transformer" else DiffusionConfig, raw, source=str(run.config))
     rec = run.read_dataset()
     root = Path(rec["path"])
     if not (root / "manifest.json").is_file():
@@ -56,7 +57,6 @@ def load_task(family: str, cfg, run, root: Path, checkpoint: str | None):
     Raises:
         TrainingError: the run lacks the weights (named: which checkpoint, which folder, the fix).
     """
-    from mosaic.lab.run import pick_checkpoint
 
     wanted = checkpoint or (cfg.evaluation.checkpoint if family == "transformer" else cfg.sampling.checkpoint)
     chosen = pick_checkpoint(run, wanted) if checkpoint is None else checkpoint
@@ -69,19 +69,12 @@ def load_task(family: str, cfg, run, root: Path, checkpoint: str | None):
     if family == "transformer":
         # the task built as mosaic.lab.transformer.family.build_task does (not imported: the
         # family imports this module for its analysis: section)
-        from mosaic.dataset import spec_of
-        from mosaic.lab.transformer.binding_task import BindingTask
-        from mosaic.lab.transformer.classifier import ClassifierTask
-        from mosaic.lab.transformer.models import load_weights
-        from mosaic.lab.transformer.tokens import SceneTokenizer
 
         spec = spec_of(root)
         tokenizer = SceneTokenizer.from_spec(spec) if cfg.objective == "binding" or cfg.input.kind == "tokens" else None
         task = (ClassifierTask if cfg.objective == "classifier" else BindingTask)(cfg, spec, root, tokenizer)
         load_weights(task.model, weights)
     else:
-        from mosaic.lab.diffusion.task import DiffusionTask
-
         task = DiffusionTask(cfg, root, run, train=False)
         task.load_weights(weights)
     return task, chosen
@@ -112,7 +105,6 @@ def analyze_run(run_dir: str | Path, *, what: list[str] | None = None, options: 
         raise TrainingError(f"{run.metrics} is damaged ({why}): it holds the run's results; restore it from a copy, "
                             "or train the run again into a new --out")
     # the applicability check comes before the (slow) task is built
-    from mosaic.dataset import spec_of
 
     resolve_what(what if what is not None else opts.what, family, spec_of(root),
                  getattr(cfg.model, "conditioning", None) if family == "diffusion" else None)

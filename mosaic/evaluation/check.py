@@ -11,6 +11,11 @@ import numpy as np
 
 from mosaic.errors import MosaicError
 from mosaic.spec import Spec
+from mosaic.evaluation.metrics import score
+from mosaic.holdout import is_held_out
+from mosaic.labels import labels
+from mosaic.sampling import sample_scene
+from renderers import backend_of, get_renderer
 
 #: Minimum per-concept accuracy on clean ground-truth renders for an evaluator to be trusted.
 THRESHOLDS = {"parser": 0.995, "learned": 0.99}
@@ -38,10 +43,6 @@ def ground_truth(spec: Spec, start: int, stop: int, split: str = CHECK_SPLIT) ->
     Returns:
         images uint8 ``[n, H, W, 3]``; records ``[{"index", "concepts", "held_out"}]``.
     """
-    from mosaic.holdout import is_held_out
-    from mosaic.labels import labels
-    from mosaic.sampling import sample_scene
-    from renderers import get_renderer
 
     scenes, records = [], []
     for i in range(start, stop):
@@ -49,7 +50,6 @@ def ground_truth(spec: Spec, start: int, stop: int, split: str = CHECK_SPLIT) ->
         vals = labels(scene, spec)
         scenes.append(scene)
         records.append({"index": i, "concepts": vals, "held_out": bool(is_held_out(spec, vals))})
-    from renderers import backend_of
 
     images, _ = get_renderer(backend_of(spec), supersample=spec.image.supersample).render(scenes)
     return images, records
@@ -98,7 +98,6 @@ def check_evaluator(spec: Spec, evaluator: Evaluator, n: int = 2000, degrade: st
     """
     from mosaic.evaluation.degrade import degrade as apply_degrade
     from mosaic.evaluation.degrade import get_degradation
-    from mosaic.evaluation.metrics import score
 
     if n < 1:
         raise MosaicError(f"--n {n}: the check needs at least 1 image (2000 is the default)")

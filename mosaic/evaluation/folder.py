@@ -12,6 +12,12 @@ import numpy as np
 from mosaic.errors import MosaicError
 from mosaic.evaluation.check import Evaluator, evaluator_accuracy, explanations, threshold_of
 from mosaic.spec import Spec
+from mosaic.evaluation.agreement import compare_evaluators
+from mosaic.evaluation.metrics import score, write_metrics
+from mosaic.evaluation.provenance import check_spec_reads
+from mosaic.evaluation.quality import quality_summary, read_images
+from mosaic.holdout import is_held_out
+from mosaic.png import decode_image, eval_pixel_bound
 
 
 #: most bytes a metadata.jsonl to evaluate may hold (a record is about 1 KB: 1 GiB is a million images)
@@ -96,7 +102,6 @@ def check_held_out(records: list[dict], spec: Spec, where: Path) -> None:
             raise MosaicError([(f"{where / 'metadata.jsonl'} line {bad[0][0] + 1}", f"held_out is true, but spec {spec.name!r} holds "
                                 "nothing out: drop the held_out flags, or give the spec the images were made for (--spec)")])
         return
-    from mosaic.holdout import is_held_out
 
     bad = []
     for k, r in enumerate(records):
@@ -120,7 +125,6 @@ def _load_images(d: Path, records: list[dict], spec: Spec | None = None) -> list
     """Decode each record's image, its pixel count checked from the header first against
     :func:`mosaic.png.eval_pixel_bound` of the spec's image size (a decompression bomb is refused
     unread)."""
-    from mosaic.png import decode_image, eval_pixel_bound
 
     bound = eval_pixel_bound(spec.image.size) if spec is not None else None
     out = []
@@ -135,7 +139,6 @@ def _load_images(d: Path, records: list[dict], spec: Spec | None = None) -> list
 def _predict_any_size(evaluator: Evaluator, images: list[np.ndarray], batch_size: int) -> tuple[list[dict], list | None]:
     """Predict in batches of consecutive images of one shape; also the parser's full reads
     (:func:`mosaic.evaluation.quality.read_images`; None for other evaluators)."""
-    from mosaic.evaluation.quality import read_images
 
     preds: list[dict] = []
     reads: list | None = [] if hasattr(evaluator, "read") else None
@@ -172,9 +175,6 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
         MosaicError: a missing or malformed metadata.jsonl, a missing image, or intended values
             that do not belong to the spec.
     """
-    from mosaic.evaluation.metrics import score, write_metrics
-
-    from mosaic.evaluation.provenance import check_spec_reads
 
     d = Path(images_dir)
     records = read_folder(d)
@@ -186,12 +186,8 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
     seconds = time.perf_counter() - t
     metrics = score(records, preds, spec)
     if reads is not None:
-        from mosaic.evaluation.quality import quality_summary
-
         metrics["quality"] = quality_summary(records, reads, spec, evaluator)
     if compare is not None:
-        from mosaic.evaluation.agreement import compare_evaluators
-
         other, _ = _predict_any_size(compare, images, batch_size)
         metrics["agreement"] = compare_evaluators(records, preds, other, list(spec.concepts),
                                                   names=(evaluator.name, getattr(compare, "name", "other")))

@@ -37,8 +37,13 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from mosaic.errors import MosaicError
+from mosaic.io import atomic_write
 from mosaic.schema import StrictModel
 from mosaic.spec import Spec
+from mosaic.evaluation.check import check_evaluator
+from mosaic.labels import labels
+from mosaic.sampling import sample_scene
+from renderers import backend_of, get_renderer
 
 FORMAT = "mosaic-evaluator/1"
 CONFIG_FILE, WEIGHTS_FILE, REPORT_FILE, LOG_FILE = "config.json", "model.safetensors", "report.json", "train_log.jsonl"
@@ -179,11 +184,6 @@ def render_pool(spec: Spec, split: str, n: int, size: int, start: int = 0,
         images uint8 ``[n, 3, size, size]``; targets int64 ``[n, C]`` (index of each concept's value
         in its domain, concept order of ``spec.concepts``).
     """
-    from mosaic.labels import labels
-    from mosaic.sampling import sample_scene
-    from renderers import get_renderer
-
-    from renderers import backend_of
 
     rend = get_renderer(backend_of(spec), supersample=spec.image.supersample)
     concepts = list(spec.concepts)
@@ -324,8 +324,6 @@ class LearnedEvaluator:
             "format": FORMAT, "kind": "learned", "spec_name": spec.name, "spec_fingerprint": spec.fingerprint(),
             "spec": spec.to_dict(), "concepts": self.domains, "config": self.config.model_dump(mode="json"),
         }
-        from mosaic.io import atomic_write  # each file whole or not replaced
-
         atomic_write(d / CONFIG_FILE, json.dumps(meta, indent=2) + "\n")
         save_file({k: v.detach().cpu().contiguous() for k, v in self.net.state_dict().items()}, str(d / WEIGHTS_FILE))
         if self.report:
@@ -382,8 +380,6 @@ def _auto_threads(threads: int | None) -> int:
 
 def _train(spec, out, cfg, on_log, on_progress) -> LearnedEvaluator:
     from accelerate import Accelerator
-
-    from mosaic.evaluation.check import check_evaluator
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

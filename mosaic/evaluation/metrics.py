@@ -27,6 +27,7 @@ import numpy as np
 
 from mosaic.errors import MosaicError
 from mosaic.holdout import STATUS_NAMES
+from mosaic.io import atomic_text_writer, atomic_write
 from mosaic.plots import plot_cell_heatmap
 from mosaic.spec import Spec
 
@@ -193,8 +194,6 @@ def write_metrics(metrics: dict, out_dir: str | Path, spec: Spec, title: str | N
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "metrics.json", "csv": out / "metrics.csv", "heatmap": out / "heatmap.png"}
-    from mosaic.io import atomic_text_writer, atomic_write  # each file whole or not replaced (ENOSPC, a kill)
-
     atomic_write(paths["json"], json.dumps(metrics, indent=2, default=_json_default) + "\n")
     with atomic_text_writer(paths["csv"], newline="") as f:
         w = csv.writer(f)

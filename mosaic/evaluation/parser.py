@@ -50,6 +50,7 @@ from mosaic.labels import assign_templates, read_labels
 from mosaic.scene import Scene, SceneObject
 from mosaic.spec import Spec, allowed_values, template_sets
 from mosaic.vocab import SHAPES, plural, srgb_to_lab
+from mosaic.errors import MosaicError
 
 #: Rotational symmetry period of each shape, degrees (None: rotation does not show).
 SYMMETRY_DEG: dict[str, float | None] = {
@@ -70,7 +71,7 @@ _SPECK_MIN_PX = 4.0  # dropped specks of at least this area (px² of a 64 px ima
 #: Abstention thresholds on the match-quality measures (:meth:`SceneParser._quality`): a read with
 #: any measure below its threshold is ``unreadable``. Calibrated with
 #: :func:`mosaic.evaluation.quality.calibrate_abstention` on mild and strong degraded renders of
-#: the shipped specs (see the README, "Abstention"); a clean render scores about 1 on each.
+#: the shipped specs (docs/evaluation.md, "Abstention and match quality"); a clean render scores about 1 on each.
 ABSTAIN_THRESHOLDS: dict[str, float] = {"iou": 0.81, "fragments": 0.85, "area": 0.45}
 _MEASURE_TEXT = {"iou": "shape match (soft IoU)", "fragments": "share of the object in one region", "area": "area against the spec's size"}
 
@@ -141,8 +142,6 @@ class SceneParser:
 
     def __init__(self, spec: Spec, abstain: bool = True, thresholds: dict[str, float] | None = None):
         if getattr(spec.image, "renderer", None) == "shaded":
-            from mosaic.errors import MosaicError
-
             raise MosaicError(f"the scene parser reads flat renders; spec {spec.name!r} uses image.renderer: shaded: "
                               "score it with a learned evaluator (`mosaic evaluator train SPEC`, then --evaluator DIR)")
         self.abstain = bool(abstain)

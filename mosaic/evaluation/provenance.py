@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from mosaic.errors import MosaicError
+from mosaic.spec import parse_spec
 
 
 def source_spec(images_dir: str | Path) -> tuple[dict, str] | None:
@@ -36,8 +37,6 @@ def source_spec(images_dir: str | Path) -> tuple[dict, str] | None:
 
 
 def _domains(spec_data: dict) -> dict[str, list] | None:
-    from mosaic.spec import parse_spec
-
     try:
         s = parse_spec(spec_data)
     except MosaicError:

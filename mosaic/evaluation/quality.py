@@ -18,6 +18,9 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from mosaic.scene import Scene, SceneObject
+from mosaic.evaluation.check import ground_truth
+from mosaic.labels import labels
+from mosaic.sampling import sample_scene
 
 #: Synthetic failure modes of generated images (what an undertrained model draws instead of a shape):
 #: ``ellipse`` (an ellipse of the object's area, axes 1.8 : 1), ``peanut`` (two overlapping disks),
@@ -221,10 +224,8 @@ def calibrate_abstention(spec, n: int = 1000, degradations: tuple[str, ...] = ("
         "bad": {kind: {"n", "rejected_fraction", "credited_without_abstention" (raw joint read
         right), "credited_with_abstention"}}}``.
     """
-    from mosaic.evaluation.check import ground_truth
     from mosaic.evaluation.degrade import degrade
     from mosaic.evaluation.parser import ABSTAIN_THRESHOLDS, SceneParser
-    from mosaic.sampling import sample_scene
 
     thr = {**ABSTAIN_THRESHOLDS, **(thresholds or {})}
     parser = SceneParser(spec, abstain=False)
@@ -280,6 +281,4 @@ def calibrate_abstention(spec, n: int = 1000, degradations: tuple[str, ...] = ("
 
 
 def _intended(scene: Scene, spec) -> dict:
-    from mosaic.labels import labels
-
     return labels(scene, spec)

@@ -48,6 +48,11 @@ from pydantic import Field, model_validator
 from mosaic.errors import ConfigError, TrainingError
 from mosaic.lab.config import EMASection
 from mosaic.schema import Seed, StrictModel
+from mosaic.evaluation import check_evaluator, load_evaluator
+from mosaic.io import atomic_write
+from mosaic.locks import FolderLock
+from mosaic.sampling import sample_scene
+from renderers import get_renderer
 
 #: the per-concept accuracy reconstructions must reach (the evaluator reading decoded fresh renders)
 DEFAULT_THRESHOLD = 0.99
@@ -226,8 +231,6 @@ def training_pool(spec, n: int, images=None, say: Callable[[str], None] = print)
     n = min(n, total)
     if images is not None:
         return images[:n]
-    from mosaic.sampling import sample_scene
-    from renderers import get_renderer
 
     say(f"rendering {n} training images of {spec.name} for the autoencoder")
     r = get_renderer("pillow", supersample=spec.image.supersample)
@@ -322,8 +325,6 @@ def train_autoencoder(sec: AutoencoderSection, spec, out: str | Path, images=Non
     """
     import torch
 
-    from mosaic.locks import FolderLock
-
     out = Path(out)
     check_fits(sec, spec.image.size)
     with FolderLock(out, TrainingError, "autoencoder folder", wait=True):
@@ -338,7 +339,6 @@ def _train(sec, spec, out: Path, images, say, progress: bool) -> dict:
     import torch
     from diffusers.training_utils import EMAModel
 
-    from mosaic.io import atomic_write
     from mosaic.lab.data import step_seed, to_float
 
     dev = _device(sec)
@@ -491,8 +491,6 @@ def check_autoencoder(space: LatentSpace, spec, n: int = 500, evaluator: str = "
     """
     import numpy as np
 
-    from mosaic.evaluation import check_evaluator, load_evaluator
-
     t0 = time.perf_counter()
     ev = load_evaluator(spec, evaluator, device=device)
     raw = check_evaluator(spec, ev, n=n)
@@ -517,7 +515,6 @@ def check_key(sec: AutoencoderSection, spec) -> str:
 
 def checked(folder: Path, sec: AutoencoderSection, spec, space: LatentSpace | None = None, say=print) -> dict:
     """The quality check of the autoencoder in ``folder`` on ``spec`` (``check-<key>.json``, computed once)."""
-    from mosaic.io import atomic_write
 
     path = Path(folder) / f"check-{check_key(sec, spec)}.json"
     if path.is_file():

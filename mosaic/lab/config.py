@@ -17,8 +17,9 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from mosaic.errors import ConfigError, TrainingError  # noqa: F401  (re-exported: tests and lab modules import them here)
 from mosaic.overrides import apply_overrides, read_yaml_file, set_in_place, validation_problems
 from mosaic.schema import SafeName, Seed, StrictModel
+from mosaic.kinds import check_family, check_kind, family_of
 
-#: bounds on user numbers that size loops and tensors (README "What is rejected")
+#: bounds on user numbers that size loops and tensors (docs/faults.md, "What is rejected")
 MAX_STEPS = 10**9
 MAX_BATCH = 2**20
 
@@ -160,7 +161,6 @@ def load_config(cls: type[C], path: str | Path, sets: list[str] | None = None) -
     Raises:
         ConfigError: missing file, YAML syntax error, malformed override, or invalid fields.
     """
-    from mosaic.kinds import check_family, check_kind, family_of
 
     data = read_config_yaml(path)
     check_kind(data, "training config", str(path), lambda m: ConfigError(m, str(path)))

@@ -44,6 +44,7 @@ from mosaic.errors import ConfigError, DatasetError, TrainingError
 from mosaic.io import atomic_write
 from mosaic.lab.config import TrainingSection, config_diff
 from mosaic.lab.data import BatchPlan, manifest_fingerprint, step_seed
+from mosaic.lab.checkpoint import CheckpointError, load_checkpoint, save_checkpoint as write_checkpoint
 
 LOG_FIELDS = ("step", "loss", "lr", "grad_norm", "images_per_s", "time_s")
 
@@ -394,7 +395,6 @@ def load_latest_good_checkpoint(run: RunFolder, accelerator, state: dict, say: C
     Raises:
         TrainingError: every checkpoint is damaged or foreign (each named, with what to do).
     """
-    from mosaic.lab.checkpoint import CheckpointError, load_checkpoint
 
     model, optimizer, scheduler, ema = objects if objects is not None else (None, None, None, None)
     damaged = []
@@ -531,8 +531,6 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
             swap_out_ema()
 
     def save_checkpoint(step: int):
-        from mosaic.lab.checkpoint import save_checkpoint as write_checkpoint
-
         accelerator.wait_for_everyone()
         tmp = run.checkpoints / f"checkpoint-{step:07d}.tmp"
         failed = None

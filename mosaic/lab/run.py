@@ -25,10 +25,13 @@ from typing import Callable
 
 import torch
 
-from mosaic.errors import TrainingError
-from mosaic.lab.config import RunConfig
-from mosaic.lab.loop import RunFolder, Task
+from mosaic.errors import ConfigError, TrainingError
+from mosaic.lab.config import RunConfig, config_diff
+from mosaic.lab.loop import RunFolder, Task, make_accelerator, torch_threads_restored, train
 from mosaic.locks import FolderLock
+from mosaic.dataset import spec_of
+from mosaic.io import output_dir_problem
+from mosaic.lab.data import load_dataset_spec, manifest_fingerprint, resolve_dataset
 
 
 @dataclass
@@ -78,8 +81,6 @@ def finished_metrics(run: RunFolder, config: dict | None = None) -> dict | None:
     if not (run.is_done() and run.metrics.is_file()):
         return None
     if config is not None:
-        from mosaic.lab.config import config_diff
-
         if [d for d in config_diff(run.read_config(), config) if d not in ("out", "dataset.path")]:
             return None
     return {**run._read(run.metrics, json.loads), "already_done": True}
@@ -92,11 +93,9 @@ def dataset_spec(cfg: RunConfig):
     Raises:
         SpecError: the spec is invalid. DatasetError: ``dataset.path`` is no complete dataset.
     """
-    from mosaic.lab.data import load_dataset_spec, resolve_dataset
 
     if cfg.dataset.spec is not None:
         return load_dataset_spec(cfg.dataset)
-    from mosaic.dataset import spec_of
 
     return spec_of(resolve_dataset(cfg.dataset, generate=False))
 
@@ -113,8 +112,6 @@ def check_memory(cfg: RunConfig, spec) -> None:
         ConfigError: naming the split size, the image size and the memory it needs.
     """
     import os
-
-    from mosaic.errors import ConfigError
 
     n = spec.split_sizes().get("train", 0)
     need = n * spec.image.size ** 2 * 3
@@ -138,8 +135,6 @@ def check_outputs(cfg: RunConfig) -> None:
     Raises:
         ConfigError: naming the field and the path (under a file, ``/dev/null``, unwritable).
     """
-    from mosaic.errors import ConfigError
-    from mosaic.io import output_dir_problem
 
     problems = []
     out = cfg.run_dir()
@@ -160,7 +155,6 @@ def check_batch(cfg: RunConfig, spec, processes: int = 1) -> None:
     Raises:
         ConfigError: naming training.batch_size, the split size and the fix.
     """
-    from mosaic.errors import ConfigError
 
     n = spec.split_sizes().get("train", 0)
     need = cfg.training.batch_size * processes
@@ -189,16 +183,12 @@ def run(cfg: RunConfig, family: Family, say: Callable[[str], None] = print, on_g
     Raises:
         ConfigError, DatasetError, SpecError, TrainingError (all MosaicError).
     """
-    from mosaic.lab.loop import torch_threads_restored
 
     with torch_threads_restored():
         return _run(cfg, family, say, on_generate)
 
 
 def _run(cfg: RunConfig, family: Family, say, on_generate) -> dict:
-    from mosaic.lab.data import resolve_dataset
-    from mosaic.lab.loop import make_accelerator
-
     t_start = time.perf_counter()
     run_folder = RunFolder(cfg.run_dir())
     config = cfg.model_dump(mode="json")
@@ -226,9 +216,6 @@ def _run(cfg: RunConfig, family: Family, say, on_generate) -> dict:
 
 
 def _train_locked(cfg, family, say, run_folder, config, root, accelerator, task, ctx, t_start) -> dict:
-    from mosaic.lab.data import manifest_fingerprint
-    from mosaic.lab.loop import train
-
     with accelerator.main_process_first():
         status = run_folder.open(config, root, accelerator.is_main_process)
     if status == "done" and run_folder.metrics.is_file():

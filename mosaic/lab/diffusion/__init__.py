@@ -31,8 +31,9 @@ from mosaic.lab.diffusion.config import (
 from mosaic.lab.diffusion.family import DiffusionFamily, run_diffusion
 from mosaic.lab.diffusion.model import DiffusionModel, build_backbone, check_model_fits, count_params
 from mosaic.lab.diffusion.sampling import (
-    choose_records, combination_key, generate, load_evaluator, make_sampler, open_run, sample_and_score, sample_seeds,
+    choose_records, combination_key, generate, load_evaluator, make_sampler, open_run, sample_seeds,
 )
+from mosaic.lab.diffusion.scoring import sample_and_score
 from mosaic.lab.diffusion.task import DiffusionTask
 
 __all__ = [

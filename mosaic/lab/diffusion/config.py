@@ -13,7 +13,7 @@ from mosaic.lab.autoencoder import AutoencoderSection
 from mosaic.lab.config import RunConfig, _Base
 from mosaic.schema import Seed
 
-#: bounds on model shape (README "What is rejected"): channel/token widths and depths
+#: bounds on model shape (docs/faults.md, "What is rejected"): channel/token widths and depths
 MAX_WIDTH = 16384
 MAX_DEPTH = 256
 

@@ -6,12 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from mosaic.lab.diffusion.config import DiffusionConfig
-from mosaic.lab.diffusion.model import count_params
-from mosaic.lab.diffusion.sampling import sample_and_score
+from mosaic.lab.diffusion.model import check_model_fits, count_params
+from mosaic.lab.diffusion.scoring import sample_and_score
 from mosaic.lab.diffusion.task import DiffusionTask
-from mosaic.lab.loop import RunFolder
+from mosaic.lab.loop import RunFolder, resolve_precision
 from mosaic.lab.run import Family, RunContext, pick_checkpoint
 from mosaic.lab.run import run as run_with
+from mosaic.diagnostics.analyze import analyze_after_training, check_analysis
+from mosaic.errors import ConfigError
+from mosaic.evaluation.table import table_from_scores
+from mosaic.lab.autoencoder import check_fits
+from mosaic.lab.data import evaluation_splits
 
 
 class DiffusionFamily(Family):
@@ -27,14 +32,10 @@ class DiffusionFamily(Family):
             ConfigError: see :func:`mosaic.lab.diffusion.model.check_model_fits`; an evaluator that is
                 neither ``parser`` nor a directory made by ``mosaic evaluator train``.
         """
-        from mosaic.errors import ConfigError
-        from mosaic.lab.diffusion.model import check_model_fits
 
         m = cfg.model
         size = spec.image.size
         if m.latent is not None:
-            from mosaic.lab.autoencoder import check_fits
-
             check_fits(m.latent.autoencoder, size)
             size //= m.latent.autoencoder.factor  # the backbone's input: the latent side
             if cfg.dataset.stream:
@@ -61,7 +62,6 @@ class DiffusionFamily(Family):
             raise ConfigError([("evaluation.val_evaluator", f"{str(vev)!r} is neither 'parser' nor a directory made by "
                                 "`mosaic evaluator train SPEC --out DIR` (no config.json there): train one, or drop "
                                 "val_evaluator to validate with evaluation.evaluator")])
-        from mosaic.diagnostics.analyze import check_analysis
 
         check_analysis(cfg, "diffusion", spec)  # analysis.what names only diagnostics that apply
 
@@ -82,9 +82,6 @@ class DiffusionFamily(Family):
         """``generate_s``, ``samples`` (path, images, seconds, checkpoint, splits) and, when scored,
         ``scores`` (the evaluator's score dict), ``table`` (:func:`mosaic.evaluation.table.table_from_scores`)
         and ``evaluator_check``."""
-        from mosaic.evaluation.table import table_from_scores
-        from mosaic.lab.data import evaluation_splits
-        from mosaic.lab.loop import resolve_precision
 
         run, accelerator, say = ctx.run, ctx.accelerator, ctx.say
         ev, s = cfg.evaluation, cfg.sampling
@@ -104,7 +101,6 @@ class DiffusionFamily(Family):
             if res["evaluator_check"] is not None:
                 out["evaluator_check"] = res["evaluator_check"]
         if cfg.analysis is not None:  # the representation diagnostics on the sampled weights
-            from mosaic.diagnostics.analyze import analyze_after_training
 
             out["analysis"] = analyze_after_training("diffusion", cfg, task, run.root, accelerator.device, out, say)
         return out

@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 
 from mosaic.lab.autoencoder import LatentSpace
-from mosaic.lab.data import to_float
+from mosaic.lab.data import manifest_fingerprint, to_float
+from mosaic.io import atomic_write
 
 
 def encode_images(space: LatentSpace, images: torch.Tensor, batch_size: int = 256, progress=None) -> torch.Tensor:
@@ -37,9 +38,6 @@ def cached_latents(space: LatentSpace, dataset_root: Path, split: str, images: t
     """The latents of ``images`` (the first ``len(images)`` of ``split`` of the dataset), from the
     cache or encoded and written to it (atomically; only one writer needs to win)."""
     from safetensors.torch import load_file, save_file
-
-    from mosaic.io import atomic_write
-    from mosaic.lab.data import manifest_fingerprint
 
     fp = manifest_fingerprint(dataset_root)
     folder = (space.folder or Path(".")) / "latents" / fp["manifest_sha256"][:16]

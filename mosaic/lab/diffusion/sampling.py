@@ -1,27 +1,22 @@
-"""Sampling and scoring: DDIM / DPM-Solver++ with classifier-free guidance, per-image seeds, the
-conditions to sample, and a run's test splits generated and scored with the evaluator."""
+"""Sampling: DDIM / DPM-Solver++ with classifier-free guidance, per-image seeds, the conditions to
+sample, the records to sample for, the evaluator and a trained run to score with
+(:mod:`mosaic.lab.diffusion.scoring` generates a run's test splits and scores them)."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import time
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from mosaic.errors import DatasetError, MosaicError, TrainingError
+from mosaic.errors import MosaicError, TrainingError
+from mosaic.evaluation import load_evaluator as _load_evaluator
 from mosaic.lab.data import step_seed, to_uint8
 from mosaic.lab.diffusion.config import DiffusionConfig
 from mosaic.lab.diffusion.model import DiffusionModel
 from mosaic.lab.loop import RunFolder
-
-if TYPE_CHECKING:
-    from mosaic.lab.diffusion.task import DiffusionTask
+from mosaic.lab.config import validate_config
 
 
 def make_sampler(kind: str, train_config):
@@ -125,13 +120,8 @@ def choose_records(records: list[dict], concepts: list[str], n_per_combination: 
 
 
 def load_evaluator(spec, which: str, device: str = "cpu", abstain: bool = True):
-    """``mosaic.evaluation.load_evaluator(spec, which, device, abstain)``; a clear error when it is unavailable."""
-    try:
-        from mosaic.evaluation import load_evaluator as _load
-    except ImportError as e:
-        raise MosaicError(f"the evaluator is not available ({e}); set evaluation.enabled: false and evaluation.select: loss "
-                          "to train without scoring") from None
-    return _load(spec, which, device=device, abstain=abstain)
+    """``mosaic.evaluation.load_evaluator(spec, which, device, abstain)``."""
+    return _load_evaluator(spec, which, device=device, abstain=abstain)
 
 
 def open_run(run_dir: str | Path) -> tuple[DiffusionConfig, RunFolder, Path]:
@@ -140,7 +130,6 @@ def open_run(run_dir: str | Path) -> tuple[DiffusionConfig, RunFolder, Path]:
     Raises:
         TrainingError: not a run folder; DatasetError: the dataset is gone or changed.
     """
-    from mosaic.lab.config import validate_config
 
     run = RunFolder(run_dir)
     raw = run.read_config()
@@ -149,155 +138,3 @@ def open_run(run_dir: str | Path) -> tuple[DiffusionConfig, RunFolder, Path]:
                             "diffusion runs only; a transformer run's results are in its metrics.json")
     cfg = validate_config(DiffusionConfig, raw, source=str(run.config))
     return cfg, run, run.dataset_root()
-
-
-def samples_folder_name(splits: list[str], checkpoint: str, guidance: float, sampler: str, steps: int,
-                        n_per_combination: int | None, seed: int) -> str:
-    """``<splits joined by +>_<checkpoint>_g<guidance>_<sampler><steps>_k<K or all>_s<seed>``: every
-    setting that changes the images is in the name."""
-    k = f"k{n_per_combination}" if n_per_combination else "kall"
-    return f"{'+'.join(splits)}_{checkpoint}_g{guidance:g}_{sampler}{steps}_{k}_s{seed}"
-
-
-def refuse_other_samples(out: Path, key: dict) -> None:
-    """Raise DatasetError when ``out`` holds samples made with other settings than ``key`` (or
-    anything that is not a samples folder): earlier samples are never silently replaced. A folder
-    made with the very same settings is made again (same images, same scores)."""
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise DatasetError(f"--out {out} is a file: give a folder")
-    if not any(out.iterdir()):
-        return
-    try:
-        old = json.loads((out / "sampling.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise DatasetError(f"{out} exists and holds no readable sampling.json (not samples of this command, or damaged): "
-                           "give another --out, or delete it") from None
-    diff = [f"{k} {old.get(k)!r} -> {v!r}" for k, v in key.items() if old.get(k) != v]
-    if diff:
-        raise DatasetError(f"{out} holds samples made with other settings ({'; '.join(diff)}): they are kept; give another --out, "
-                           "or delete that folder to replace them")
-
-
-def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, n_per_combination: int | None, guidance: float,
-                     steps: int, sampler: str, checkpoint: str, score: bool, out: Path | None = None, batch_size: int | None = None,
-                     device=None, autocast: str = "no", evaluator: str | None = None, check_n: int = 0, say=print,
-                     abstain: bool | None = None) -> dict:
-    """Generate images for the records of ``splits`` and score them.
-
-    Writes ``out`` (default ``RUN/samples/<splits joined by +>_<checkpoint>_g<guidance>_<sampler><steps>``):
-    ``images/NNNNNN.png``, ``metadata.jsonl`` (``file_name``, ``index``, ``split``,
-    ``source_index``, ``concepts``, ``combination``, ``held_out``, ``caption``, ``seed``),
-    ``sampling.json`` (settings) and, when ``score``, the evaluator's ``metrics.json`` /
-    ``metrics.csv`` / heatmap via ``mosaic.evaluation.metrics.write_metrics``, ``predictions.jsonl``
-    and, with ``check_n``, ``evaluator_check.json`` (the evaluator's accuracy on ``check_n`` fresh
-    ground-truth renders, ``mosaic.evaluation.check_evaluator``). ``abstain`` (default: the config's
-    ``evaluation.abstain``) lets the parser read poor matches as unreadable; the scores then hold
-    ``quality`` (:func:`mosaic.evaluation.quality.quality_summary`: mean match quality, verdicts
-    abstention changed).
-
-    Returns:
-        ``{"out": path, "n": images, "seconds": s, "metrics": score dict or None, "evaluator_check": dict or None}``.
-    Raises:
-        DatasetError: a split the dataset does not have; TrainingError: missing weights.
-    """
-    from mosaic.dataset import read_metadata
-
-    have = task.spec.split_sizes()
-    for s in splits:
-        if s not in have:
-            raise DatasetError(f"--split {s!r} is not a split of the run's dataset; splits: {', '.join(have)}")
-    weights = run.best if checkpoint == "best" else run.final
-    if not weights.is_dir():
-        alt = "final" if checkpoint == "best" else "best"
-        raise TrainingError(f"run {run.root} has no {checkpoint} weights ({weights} is missing): finish training, or use --checkpoint {alt}")
-    task.load_weights(weights)
-    model = task.model.to(device or "cpu").eval()
-    records = []
-    for s in splits:
-        recs = choose_records(read_metadata(task.root, s), task.concepts, n_per_combination)
-        records += [(s, i, r) for i, r in enumerate(recs)]
-    seed = task.cfg.sampling.seed
-    ev_name = str(evaluator or task.cfg.evaluation.evaluator) if score else None
-    ab = (task.cfg.evaluation.abstain if abstain is None else abstain) if score else None
-    # every setting that changes the images or their scores: two different samplings never share a folder
-    key = {"splits": list(splits), "n_per_combination": n_per_combination, "guidance": guidance, "steps": steps, "sampler": sampler,
-           "checkpoint": checkpoint, "seed": seed, "evaluator": ev_name, "abstain": ab}
-    out = Path(out) if out is not None else run.root / "samples" / samples_folder_name(splits, checkpoint, guidance, sampler, steps,
-                                                                                        n_per_combination, seed)
-    refuse_other_samples(out, key)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "images").mkdir(parents=True)
-    t0 = time.perf_counter()
-    from tqdm.auto import tqdm
-
-    from mosaic.dataset import png_bytes
-    from mosaic.lab.loop import progress_kwargs
-
-    meta, all_images = [], []
-    bar = tqdm(total=len(records), desc="sample", **progress_kwargs())
-    k = 0
-    for s in splits:
-        part = [(i, r) for (sp, i, r) in records if sp == s]
-        seeds = sample_seeds(task.cfg.sampling.seed, s, len(part))
-        done = [0]
-
-        def prog(n, done=done):
-            bar.update(n - done[0])
-            done[0] = n
-
-        images = generate(model, task.noise.config, task.encode([r for _, r in part]), seeds, image_size=task.image_size,
-                          guidance=guidance, steps=steps, sampler=sampler, batch_size=batch_size or task.cfg.sampling.batch_size,
-                          device=device, autocast=autocast, progress=prog, space=getattr(task, "space", None))
-        for (i, r), img, seed in zip(part, images, seeds):
-            name = f"images/{k:06d}.png"
-            (tmp / name).write_bytes(png_bytes(img))
-            meta.append({"file_name": name, "index": k, "split": s, "source_index": r.get("index"), "concepts": r["concepts"],
-                         "combination": r.get("combination"), "held_out": bool(r.get("held_out", False)),
-                         "caption": r.get("caption"), "seed": seed})
-            k += 1
-        all_images.append(images)
-    bar.close()
-    seconds = time.perf_counter() - t0
-    with (tmp / "metadata.jsonl").open("w") as f:
-        for m in meta:
-            f.write(json.dumps(m, sort_keys=True) + "\n")
-    settings = {**key, "images": len(meta), "seconds": seconds}
-    (tmp / "sampling.json").write_text(json.dumps(settings, indent=2) + "\n")
-    result = {"out": str(out), "n": len(meta), "seconds": seconds, "metrics": None, "evaluator_check": None}
-    preds = None
-    if score and meta:
-        from mosaic.evaluation import metrics as M
-
-        ev = load_evaluator(task.spec, evaluator or task.cfg.evaluation.evaluator, device=str(device or "cpu"),
-                            abstain=task.cfg.evaluation.abstain if abstain is None else abstain)
-        images = np.concatenate(all_images)
-        say(f"scoring {len(meta)} images with the {getattr(ev, 'name', 'evaluator')} evaluator")
-        from mosaic.evaluation.quality import quality_summary, read_images
-
-        preds, reads = read_images(ev, images)
-        scores = M.score(meta, preds, task.spec)
-        if reads is not None:
-            scores["quality"] = quality_summary(meta, reads, task.spec, ev)
-        from mosaic.evaluation import prediction_rows, write_prediction_rows
-
-        write_prediction_rows(prediction_rows(meta, preds, task.spec, ev, images, reads=reads), tmp / "predictions.jsonl")
-        M.write_metrics(scores, tmp, task.spec)
-        result["metrics"] = scores
-        if check_n:
-            from mosaic.evaluation import check_evaluator
-
-            say(f"measuring the evaluator on {check_n} fresh ground-truth renders")
-            chk = check_evaluator(task.spec, ev, n=check_n)
-            chk.pop("failures", None)
-            (tmp / "evaluator_check.json").write_text(json.dumps(chk, indent=2, sort_keys=True, default=str) + "\n")
-            result["evaluator_check"] = chk
-    if meta:
-        from mosaic.preview import sample_sheet
-
-        sample_sheet(tmp, tmp / "samples.png", predictions=preds)
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
-    return result

@@ -12,12 +12,22 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mosaic.errors import TrainingError
-from mosaic.lab.data import to_float
-from mosaic.lab.diffusion.config import DiffusionConfig
+from mosaic.errors import ConfigError, TrainingError
+from mosaic.lab.data import split_names, to_float
+from mosaic.lab.diffusion.config import DiffusionConfig, FlowSection
 from mosaic.lab.diffusion.model import DiffusionModel, build_backbone, check_model_fits
 from mosaic.lab.diffusion.sampling import generate, load_evaluator, sample_seeds
 from mosaic.lab.loop import RunFolder, Task
+from mosaic.dataset import read_metadata, spec_of
+from mosaic.io import atomic_write
+from mosaic.lab.autoencoder import resolve_autoencoder
+from mosaic.lab.diffusion.conditioning import (
+    CaptionConditioner, CombinationConditioner, FactorizedConditioner, OneHotConditioner, build_vocab,
+)
+from mosaic.lab.diffusion.latent import cached_latents
+from mosaic.records import sample_record
+from mosaic.stream import StreamSource
+from mosaic.torch_data import MosaicDataset
 
 
 class _CondOf:
@@ -46,8 +56,6 @@ def make_noise_scheduler(schedule, latent: bool = False):
 
 
 def _flow():
-    from mosaic.lab.diffusion.config import FlowSection
-
     return FlowSection()
 
 
@@ -96,8 +104,6 @@ class DiffusionTask(Task):
     """
 
     def __init__(self, cfg: DiffusionConfig, dataset_root: Path, run: RunFolder | None = None, train: bool = True):
-        from mosaic.dataset import read_metadata, spec_of
-
         self.cfg, self.root, self.run = cfg, Path(dataset_root), run
         self.spec = spec_of(self.root)
         self.image_size = self.spec.image.size
@@ -117,17 +123,11 @@ class DiffusionTask(Task):
         self.train_data = {}
         self.train_source = None
         if train and cfg.dataset.stream and self.space is not None:
-            from mosaic.errors import ConfigError
-
             raise ConfigError([("dataset.stream", "true, but latent diffusion (model.latent) trains on the cached latents of the "
                                 "dataset's train split: set dataset.stream: false")])
         if train and cfg.dataset.stream:
-            from mosaic.stream import StreamSource
-
             self.train_source = StreamSource(self.spec, "train", _CondOf(self.conditioner), workers=cfg.dataset.workers)
         elif train:
-            from mosaic.torch_data import MosaicDataset
-
             ds = MosaicDataset(self.root, "train")
             if self.space is not None:
                 self.train_data = {"latent": self._latents("train", ds.images), "cond": self.conditioner.encode(ds.records)}
@@ -144,13 +144,10 @@ class DiffusionTask(Task):
     def _latent_space(self, train: bool):
         """The run's autoencoder, resolved (trained on first use: the main process first) and
         checked; on the process's device. Torch's global RNG is left untouched."""
-        from mosaic.lab.autoencoder import resolve_autoencoder
 
         state, ctx = _process_state()
         images = None
         if train:
-            from mosaic.torch_data import MosaicDataset
-
             if "train" in self.spec.split_sizes() and (self.root / "train").exists():
                 images = MosaicDataset(self.root, "train").images
         with ctx:
@@ -161,7 +158,6 @@ class DiffusionTask(Task):
 
     def _latents(self, split: str, images: torch.Tensor) -> torch.Tensor:
         """Cached latents of the first ``len(images)`` images of ``split`` (main process first)."""
-        from mosaic.lab.diffusion.latent import cached_latents
 
         state, ctx = _process_state()
         with ctx:
@@ -173,10 +169,6 @@ class DiffusionTask(Task):
 
     # -- conditioning ------------------------------------------------------------------------------
     def _conditioner(self):
-        from mosaic.lab.diffusion.conditioning import (
-            CaptionConditioner, CombinationConditioner, FactorizedConditioner, OneHotConditioner, build_vocab,
-        )
-
         m = self.cfg.model
         domains = {c: self.spec.domain(c) for c in self.concepts}
         if m.conditioning == "factorized":
@@ -190,13 +182,8 @@ class DiffusionTask(Task):
         if vocab_file is not None and vocab_file.is_file():
             vocab = json.loads(vocab_file.read_text())
         else:
-            from mosaic.dataset import read_metadata
-
-            from mosaic.lab.data import split_names
-
             captions = [r["caption"] for s in split_names(self.root) for r in read_metadata(self.root, s)]
             if "train" not in split_names(self.root):  # streamed: the train split's captions, rendered nothing
-                from mosaic.records import sample_record
 
                 captions += [sample_record(self.spec, "train", i)[0]["caption"] for i in range(min(self.spec.split_sizes()["train"], 20_000))]
             vocab = build_vocab(captions)
@@ -209,7 +196,6 @@ class DiffusionTask(Task):
         run folder is open), so that sampling the run later reads the words it was trained with."""
         if self.cfg.model.conditioning != "caption" or not run.root.is_dir() or (run.root / "vocab.json").is_file():
             return
-        from mosaic.io import atomic_write
 
         atomic_write(run.root / "vocab.json", json.dumps(self.vocab) + "\n")
 
@@ -272,8 +258,6 @@ class DiffusionTask(Task):
         self._device = str(dev)
         out = {}
         if self._val_images is None:
-            from mosaic.torch_data import MosaicDataset
-
             ds = MosaicDataset(self.root, "val")
             n = min(256, len(ds))
             data = self._latents("val", ds.images[:n]) if self.space is not None else ds.images[:n]

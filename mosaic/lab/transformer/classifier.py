@@ -17,7 +17,10 @@ from mosaic.lab.transformer.config import TransformerConfig
 from mosaic.lab.transformer.data import SplitData, batches, split_names, test_splits
 from mosaic.lab.transformer.factorization import linear_factorization
 from mosaic.lab.transformer.models import ClassifierModel, make_encoder
-from mosaic.lab.transformer.tokens import SceneTokenizer
+from mosaic.lab.transformer.tokens import SceneTokenizer, fact_table, object_table, tokens_from_table
+from mosaic.evaluation.metrics import plot_cell_heatmap, score
+from mosaic.stream import StreamSource
+from mosaic.vocab import closest
 
 
 class _StreamInputs:
@@ -30,8 +33,6 @@ class _StreamInputs:
     def __call__(self, records):
         out = {"y": torch.tensor([list(r["labels"].values()) for r in records], dtype=torch.long)[:, self.head_idx]}
         if self.kind != "image":
-            from mosaic.lab.transformer.tokens import fact_table, object_table, tokens_from_table
-
             out["x"] = tokens_from_table(self.tokenizer, object_table(self.tokenizer, records), fact_table(self.tokenizer, records))
         return out
 
@@ -48,8 +49,6 @@ class ClassifierTask(Task):
         self.heads = cfg.classifier.concepts or list(spec.concepts)
         unknown = [c for c in self.heads if c not in spec.concepts]
         if unknown:
-            from mosaic.vocab import closest
-
             hints = [f"{u!r} -> {m!r}" for u in unknown if (m := closest(u, spec.concepts, cutoff=0.6))]
             raise ConfigError([("classifier.concepts", f"{unknown} are not concepts of the dataset's spec ({list(spec.concepts)})"
                                 + (f": did you mean {', '.join(hints)}?" if hints else ""))])
@@ -58,7 +57,6 @@ class ClassifierTask(Task):
         self._last = None  # (records, predictions) of the last evaluate, for write_pictures
         self.val = SplitData(root, "val", spec, kind, tokenizer) if "val" in split_names(root) else None
         if cfg.dataset.stream:  # train batches sampled and rendered on the fly (mosaic.stream)
-            from mosaic.stream import StreamSource
 
             self.train = StreamSource(spec, "train", _StreamInputs(kind, tokenizer, self.head_idx), workers=cfg.dataset.workers,
                                       image_key="x" if kind == "image" else None)
@@ -98,7 +96,6 @@ class ClassifierTask(Task):
         without a head count as read correctly. Returns the files written."""
         if self.spec.holdout is None or self._last is None:
             return []
-        from mosaic.evaluation.metrics import plot_cell_heatmap, score
 
         records, pred = self._last
         preds = []

@@ -8,6 +8,9 @@ from pathlib import Path
 import torch
 
 from mosaic.lab.transformer.tokens import SceneTokenizer, fact_table, object_table, tokens_from_table
+from mosaic.dataset import read_metadata
+from mosaic.lab.data import evaluation_splits, split_names as names
+from mosaic.torch_data import MosaicDataset
 
 
 class SplitData:
@@ -21,8 +24,6 @@ class SplitData:
     """
 
     def __init__(self, root: Path, split: str, spec, input_kind: str, tokenizer: SceneTokenizer | None):
-        from mosaic.dataset import read_metadata
-
         self.split = split
         self.records = read_metadata(root, split)
         self.concepts = list(spec.concepts)
@@ -32,8 +33,6 @@ class SplitData:
         ).reshape(len(self.records), len(self.concepts))
         self.objects = object_table(tokenizer, self.records) if tokenizer is not None else None
         if input_kind == "image":
-            from mosaic.torch_data import MosaicDataset
-
             self.inputs = MosaicDataset(root, split).images
         else:
             self.inputs = tokens_from_table(tokenizer, self.objects, fact_table(tokenizer, self.records))
@@ -48,12 +47,8 @@ def batches(n: int, size: int):
 
 
 def split_names(root: Path) -> list[str]:
-    from mosaic.lab.data import split_names as names
-
     return names(root)
 
 
 def test_splits(root: Path) -> list[str]:
-    from mosaic.lab.data import evaluation_splits
-
     return evaluation_splits(root)

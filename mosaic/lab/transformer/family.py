@@ -16,6 +16,12 @@ from mosaic.lab.run import run as run_with
 from mosaic.lab.transformer.config import TransformerConfig
 from mosaic.lab.transformer.models import load_weights
 from mosaic.lab.transformer.tokens import SceneTokenizer
+from mosaic.dataset import spec_of
+from mosaic.diagnostics.analyze import analyze_after_training, check_analysis
+from mosaic.errors import ConfigError
+from mosaic.evaluation.table import render_table
+from mosaic.lab.transformer.binding_task import BindingTask
+from mosaic.lab.transformer.classifier import ClassifierTask
 
 
 def build_task(cfg: TransformerConfig, root: Path) -> Task:
@@ -27,9 +33,6 @@ def build_task(cfg: TransformerConfig, root: Path) -> Task:
             positions/relations, a patch that does not divide the image side, ...).
         TokenizationError: the spec has no token form (binding and token input need one).
     """
-    from mosaic.dataset import spec_of
-    from mosaic.lab.transformer.binding_task import BindingTask
-    from mosaic.lab.transformer.classifier import ClassifierTask
 
     spec = spec_of(root)
     need_tokens = cfg.objective == "binding" or cfg.input.kind == "tokens"
@@ -48,7 +51,6 @@ class TransformerFamily(Family):
     def check(self, cfg: TransformerConfig, spec) -> None:
         """The model shape against the spec's image size, the token form and the classifier's
         concepts, before anything is written. Raises ConfigError (or TokenizationError) naming the field."""
-        from mosaic.errors import ConfigError
 
         m, problems = cfg.model, []
         if m.width % m.heads:
@@ -67,7 +69,6 @@ class TransformerFamily(Family):
             raise ConfigError(problems)
         if cfg.objective == "binding" or cfg.input.kind == "tokens":
             SceneTokenizer.from_spec(spec)
-        from mosaic.diagnostics.analyze import check_analysis
 
         check_analysis(cfg, "transformer", spec)  # analysis.what names only diagnostics that apply
 
@@ -91,7 +92,6 @@ class TransformerFamily(Family):
         if hasattr(task, "write_pictures"):
             out["pictures"] = [str(p) for p in task.write_pictures(ctx.run.root)]
         if cfg.analysis is not None:  # the representation diagnostics on the evaluated weights
-            from mosaic.diagnostics.analyze import analyze_after_training
 
             out["analysis"] = analyze_after_training("transformer", cfg, task, ctx.run.root, ctx.accelerator.device, out, ctx.say)
         return out
@@ -148,8 +148,6 @@ def report_tables(metrics: dict) -> list:
     accuracy per concept or of binding's object / concept / swap accuracy, and the linear
     factorization."""
     from rich.table import Table
-
-    from mosaic.evaluation.table import render_table
 
     tables = []
     table = metrics.get("table") or {}

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from mosaic.errors import TokenizationError  # noqa: F401  (re-exported: tests import it here)
+from mosaic.spec import allowed_values, repeat_bounds
 
 PAD, SOO, EOO, EOS = 0, 1, 2, 3
 SPECIAL_TOKENS = ("<pad>", "<soo>", "<eoo>", "<eos>")
@@ -78,7 +79,6 @@ class SceneTokenizer:
             TokenizationError: no object attribute is bound to a concept, or a numeric ``range``
                 colour/shape (cannot be enumerated).
         """
-        from mosaic.spec import allowed_values, repeat_bounds
 
         roles = spec.roles
         attrs = [a for a in OBJECT_ATTRIBUTES if a in roles.values()]
