@@ -46,7 +46,9 @@ class MosaicDataset(torch.utils.data.Dataset):
         from mosaic.parquet import iter_records, storage_of
 
         self.root = Path(root)
-        man = read_manifest(self.root)
+        from mosaic.verify import read_manifest_checked
+
+        man = read_manifest_checked(self.root)  # bounded, UTF-8, depth-safe: a damaged manifest is named, never a traceback
         if man.get("status") != "complete":
             from mosaic.records import unfinished_hint
 

@@ -307,3 +307,164 @@ def test_two_writers_of_one_file_never_share_a_temporary_file(tmp_path):
         f2.write(b'{"b": 2}\n')
     assert json.loads(target.read_text()) == {"a": 1}  # the last to finish wins, whole; never a mix
     _no_temp(tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------
+# hostile files on the read path (attack of this pass: each is refused by name, never read, never a traceback)
+# ------------------------------------------------------------------------------------------------
+
+def _swap(a: Path, b: Path) -> None:
+    t = a.with_name(".swap")
+    a.rename(t)
+    b.rename(a)
+    t.rename(b)
+
+
+def _link(target: Path, at: Path) -> None:
+    if at.is_dir() and not at.is_symlink():
+        shutil.rmtree(at)
+    else:
+        at.unlink()
+    os.symlink(target, at)
+
+
+def _rewrite(p: Path, fn) -> None:
+    p.write_bytes(fn(p.read_bytes()))
+
+
+IMAGEFOLDER_DAMAGE = {
+    # swapped within a split: every name, size and the split's byte total stay (the quick check compares digests)
+    "two images swapped": (lambda d, o: _swap(d / "train/images/000000.png", d / "train/images/000001.png"), "train/images/000000.png"),
+    "an image of another split": (lambda d, o: shutil.copyfile(d / "val/images/000000.png", d / "train/images/000000.png"), "altered"),
+    "an image of the same index of another dataset": (
+        lambda d, o: shutil.copyfile(o / "train/images/000000.png", d / "train/images/000000.png"), "train/images/000000.png"),
+    "two metadata lines swapped": (lambda d, o: _rewrite(d / "train/metadata.jsonl", lambda b: b"".join(
+        (lambda L: [L[1], L[0]] + L[2:])(b.splitlines(True)))), "train/metadata.jsonl"),
+    "metadata with CRLF line ends": (lambda d, o: _rewrite(d / "train/metadata.jsonl", lambda b: b.replace(b"\n", b"\r\n")),
+                                     "train/metadata.jsonl"),
+    "two splits' metadata swapped": (lambda d, o: _swap(d / "test_id/metadata.jsonl", d / "test_ood/metadata.jsonl"), "metadata.jsonl"),
+    "a FIFO where an image belongs": (lambda d, o: ((d / "train/images/000003.png").unlink(), os.mkfifo(d / "train/images/000003.png")),
+                                      "000003.png"),
+    "a folder where an image belongs": (lambda d, o: ((d / "train/images/000003.png").unlink(), (d / "train/images/000003.png").mkdir()),
+                                        "000003.png"),
+    "a non-UTF-8 file name in images/": (lambda d, o: open(os.path.join(bytes(d / "train/images"), b"\xff\xfe.png"), "wb").close(),
+                                         "stray"),
+    "a planted pickle in a split": (lambda d, o: (d / "train/custom_checkpoint_0.pkl").write_bytes(b"\x80\x04K\x01."), "custom_checkpoint_0.pkl"),
+    "manifest.json linked to another dataset's": (lambda d, o: _link(o / "manifest.json", d / "manifest.json"), "manifest.json"),
+    "checksums.sha256 linked": (lambda d, o: _link(o / "checksums.sha256", d / "checksums.sha256"), "checksums.sha256"),
+    "README.md linked": (lambda d, o: _link(o / "README.md", d / "README.md"), "README.md"),
+    "a split's images/ linked to another dataset's": (lambda d, o: _link(o / "train/images", d / "train/images"), "train/images"),
+    "checksums.sha256 truncated": (lambda d, o: _rewrite(d / "checksums.sha256", lambda b: b[:100]), "checksums.sha256"),
+    "checksums.sha256 not UTF-8": (lambda d, o: _rewrite(d / "checksums.sha256", lambda b: b"\xff" + b), "checksums.sha256"),
+    "manifest.json not UTF-8": (lambda d, o: _rewrite(d / "manifest.json", lambda b: b"\xff" + b), "manifest.json"),
+    "manifest.json nested 100k deep": (lambda d, o: (d / "manifest.json").write_text("[" * 100_000 + "]" * 100_000), "manifest.json"),
+    "manifest.json truncated": (lambda d, o: _rewrite(d / "manifest.json", lambda b: b[:50]), "manifest.json"),
+    "manifest.json of 65 MiB": (lambda d, o: (d / "manifest.json").open("ab").truncate(65 * 2**20), "manifest.json"),
+    "the card of a Parquet dataset": (lambda d, o: shutil.copyfile(o.parent / "pq" / "README.md", d / "README.md"), "README.md"),
+}
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory):
+    """An imagefolder dataset, another of the same shape (another seed), and a Parquet one."""
+    from mosaic.dataset import generate
+    from mosaic.parquet import generate_parquet
+
+    root = tmp_path_factory.mktemp("hostile")
+    generate(_spec(), root / "img")
+    generate(_spec(seed=11), root / "other")
+    generate_parquet(_spec(splits={"train": 40, "val": 3, "test_id": 3, "test_ood": 4}), root / "pq", shard_bytes=2048)
+    return root
+
+
+@pytest.mark.parametrize("case", sorted(IMAGEFOLDER_DAMAGE))
+def test_hostile_imagefolder_damage_is_refused_by_every_reader(two, tmp_path, case):
+    from mosaic.hf import load_dataset
+    from mosaic.stream import StreamingDataset
+    from mosaic.torch_data import MosaicDataset
+
+    d = tmp_path / "ds"
+    shutil.copytree(two / "img", d, symlinks=True)
+    damage, needle = IMAGEFOLDER_DAMAGE[case]
+    damage(d, two / "other")
+    for read in (lambda: MosaicDataset(d, "train"), lambda: StreamingDataset(d, "train"), lambda: load_dataset(d)):
+        with pytest.raises(DatasetError) as e:
+            read()
+        assert needle in str(e.value), str(e.value)
+
+
+PARQUET_DAMAGE = {
+    "two shards swapped": lambda d: _swap(*sorted((d / "data").glob("train-*.parquet"))[:2]),
+    "a shard truncated": lambda d: _rewrite(sorted((d / "data").glob("train-*.parquet"))[0], lambda b: b[:-30]),
+    "one byte flipped in a shard": lambda d: _rewrite(sorted((d / "data").glob("train-*.parquet"))[0],
+                                                      lambda b: b[: len(b) // 2] + bytes([b[len(b) // 2] ^ 1]) + b[len(b) // 2 + 1:]),
+    "data/ linked to another copy": lambda d: _link(d.parent / "pq-copy" / "data", d / "data"),
+    "a stray shard": lambda d: shutil.copyfile(sorted((d / "data").glob("test_ood-*"))[0], d / "data" / "train-00099-of-00099.parquet"),
+    "the card removed": lambda d: (d / "README.md").unlink(),
+    "the card linked": lambda d: _link(d.parent / "pq-copy" / "README.md", d / "README.md"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PARQUET_DAMAGE))
+def test_hostile_parquet_damage_is_refused(two, tmp_path, case):
+    from mosaic.hf import load_dataset
+    from mosaic.torch_data import MosaicDataset
+
+    d = tmp_path / "pq"
+    shutil.copytree(two / "pq", d, symlinks=True)
+    shutil.copytree(two / "pq", tmp_path / "pq-copy", symlinks=True)
+    PARQUET_DAMAGE[case](d)
+    for read in (lambda: MosaicDataset(d, "train"), lambda: load_dataset(d)):
+        with pytest.raises(DatasetError):
+            read()
+
+
+def test_a_forged_consistent_bomb_is_refused_before_decoding(two, tmp_path):
+    # digests, byte totals and the card all made to match an 8000 x 8000 PNG: only the size bound stands
+    import hashlib
+
+    from mosaic.hf import write_card
+    from mosaic.records import spec_from_data
+    from mosaic.torch_data import MosaicDataset
+    from tests.test_integrity_reads import _bomb_png
+
+    d = tmp_path / "ds"
+    shutil.copytree(two / "img", d)
+    bomb = _bomb_png(8000)
+    old = (d / "train/images/000000.png").stat().st_size
+    (d / "train/images/000000.png").write_bytes(bomb)
+    sums = d / "checksums.sha256"
+    sums.write_text("".join(
+        (f"{hashlib.sha256(bomb).hexdigest()}  {p}\n" if p == "train/images/000000.png" else f"{h}  {p}\n")
+        for h, p in (ln.split("  ", 1) for ln in sums.read_text().splitlines())))
+    man = json.loads((d / "manifest.json").read_text())
+    man["checksums"]["sha256"] = hashlib.sha256(sums.read_bytes()).hexdigest()
+    man["checksums"]["bytes"]["train"] += len(bomb) - old
+    (d / "manifest.json").write_text(json.dumps(man))
+    write_card(d, spec_from_data(man["spec"]), man, "imagefolder")
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(DatasetError, match="8000x8000"):
+        MosaicDataset(d, "train")
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KiB: 192 MB of pixels never made
+
+
+@pytest.mark.parametrize("how", ["moved", "copied", "copied with links kept"])
+def test_a_moved_or_copied_dataset_reads_as_itself(two, tmp_path, how):
+    from mosaic.torch_data import MosaicDataset
+
+    src = tmp_path / "a"
+    shutil.copytree(two / "img", src)
+    dst = tmp_path / "b" / "img"
+    dst.parent.mkdir()
+    if how == "moved":
+        shutil.move(str(src), str(dst))
+    else:
+        shutil.copytree(src, dst, symlinks=how.endswith("kept"))
+    a = MosaicDataset(dst, "train")
+    b = MosaicDataset(two / "img", "train")
+    assert len(a) == len(b) == 12
+    import torch
+
+    assert all(torch.equal(a[i]["image"], b[i]["image"]) for i in (0, 11))
