@@ -98,6 +98,62 @@ def atomic_write_json(path: str | Path, obj: Any, *, sort_keys: bool = True, def
     return atomic_write(path, json.dumps(obj, indent=2, sort_keys=sort_keys, default=default) + "\n")
 
 
+def read_own_file(path: str | Path) -> bytes:
+    """The bytes of ``path`` when it is a regular file with one name (opened ``O_NOFOLLOW``), for
+    copying a run's own file elsewhere: a symlink or hard link planted in a run folder never pulls
+    an outside file into a report or a run.
+
+    Raises:
+        OSError: missing, a symlink (ELOOP), a hard link or not a regular file (EPERM).
+    """
+    import errno
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            raise OSError(errno.EPERM, f"{path} is {'a hard link' if stat.S_ISREG(st.st_mode) else file_kind(st.st_mode)}, "
+                                       "not a file of mosaic's own", str(path))
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+def atomic_copy(src: str | Path, dst: str | Path) -> Path:
+    """Copy ``src`` (:func:`read_own_file`) to ``dst`` atomically (:func:`atomic_write`: a link at
+    ``dst`` is replaced, not written through). Returns ``dst``."""
+    return atomic_write(dst, read_own_file(src))
+
+
+def open_append(path: str | Path) -> BinaryIO:
+    """``path`` opened to append bytes (a log), created when missing, never through a link: a
+    symlink at the name is refused by ``O_NOFOLLOW`` and a hard-linked or non-regular file is
+    removed and started afresh, so the log of one run never grows another file.
+
+    Raises:
+        OSError: the folder does not exist or is not writable.
+    """
+    import errno
+    import stat
+
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    for _ in range(4):
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+        else:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                return os.fdopen(fd, "ab")
+            os.close(fd)
+        os.unlink(path)  # the link or foreign file itself, never what it points to
+    raise OSError(errno.ELOOP, f"{path} keeps being replaced by a link", str(path))
+
+
 def file_kind(mode: int) -> str:
     import stat
 

@@ -60,8 +60,13 @@ def eval_pixel_bound(image_size: int) -> int:
     return (EVAL_SCALE * int(image_size)) ** 2
 
 
+#: formats a foreign image to score may be in (``mosaic evaluate``): rasters Pillow decodes itself. Never
+#: EPS / PDF / other formats whose plugins hand the file to an outside program (Ghostscript).
+FOREIGN_FORMATS = ("PNG", "JPEG", "WEBP", "BMP", "GIF", "TIFF")
+
+
 def decode_image(src, *, where: str, error: type[Exception], mode: str | None = "RGB", max_pixels: int | None = None,
-                 exact_size: int | None = None) -> np.ndarray:
+                 exact_size: int | None = None, formats: tuple[str, ...] = ("PNG",)) -> np.ndarray:
     """Decode one image file (a path, or bytes) into a uint8 array after checking its size from the
     header alone (nothing is decompressed before).
 
@@ -71,6 +76,9 @@ def decode_image(src, *, where: str, error: type[Exception], mode: str | None = 
         mode: ``"RGB"`` (``[H, W, 3]``), None (as stored: a mask is ``[H, W]``).
         max_pixels: refuse more pixels than this (a decompression bomb).
         exact_size: refuse any size other than ``exact_size`` x ``exact_size`` (a dataset's images).
+        formats: the Pillow formats tried (default PNG, what mosaic writes; :data:`FOREIGN_FORMATS`
+            for images to score): a file of any other format, whatever its name, is refused
+            before a decoder runs.
     Raises:
         error: missing, empty, truncated or not an image; too many pixels; another size.
     """
@@ -79,7 +87,7 @@ def decode_image(src, *, where: str, error: type[Exception], mode: str | None = 
     from PIL import Image, UnidentifiedImageError
 
     try:
-        im = Image.open(io.BytesIO(src) if isinstance(src, (bytes, bytearray)) else src)
+        im = Image.open(io.BytesIO(src) if isinstance(src, (bytes, bytearray)) else src, formats=list(formats))
     except FileNotFoundError:
         raise error([(where, "the image file is missing")]) from None
     except Image.DecompressionBombError as e:  # a header claiming more pixels than Pillow's own limit

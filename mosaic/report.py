@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import shutil
 from pathlib import Path
 from typing import Callable
 
@@ -14,7 +13,7 @@ from mosaic.plots import plot_curves
 from mosaic.audit import audit_summary, find_audit_files
 from mosaic.claims import check_sweep_claims, write_claims
 from mosaic.evaluation.agreement import wilson_interval
-from mosaic.io import atomic_write
+from mosaic.io import atomic_copy, atomic_write
 from mosaic.preview import sample_sheet
 from mosaic.vocab import closest
 
@@ -131,11 +130,11 @@ def make_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None
         item = {"id": tdir.name, "heatmaps": [], "samples": None}
         for k, hm in enumerate(sorted(run.glob("**/*heatmap*.png"))[:2]):
             dst = out / f"{tdir.name}-heatmap{k}.png"
-            shutil.copyfile(hm, dst)
+            atomic_copy(hm, dst)
             item["heatmaps"].append(dst.name)
         for fig in sorted((run / "analysis").glob("*.png"))[:4]:  # the diagnostics' figures (mosaic analyze)
             dst = out / f"{tdir.name}-analysis-{fig.stem}.png"
-            shutil.copyfile(fig, dst)
+            atomic_copy(fig, dst)
             item["heatmaps"].append(dst.name)
         sheet = _sample_sheet(run, out / f"{tdir.name}-samples.png")
         if sheet:

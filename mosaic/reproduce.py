@@ -27,6 +27,7 @@ from mosaic.claims import check_sweep_claims, claims_html, fmt_effect, write_cla
 from mosaic.overrides import safe_load
 from mosaic.report import make_report
 from mosaic.sweep import load_sweep, plan, read_status, run_sweep
+from mosaic.io import atomic_write
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY_FILE = ROOT / "experiments" / "reproduce.yaml"
@@ -190,7 +191,7 @@ def write_reproduction_report(res: dict, out: str | Path) -> Path:
 
     out = Path(out)
     fig, _ = write_claims(res["claims"], out, title=f"{res['paper']} ({res['scale']})")
-    (out / "claims.json").write_text(json.dumps({k: res[k] for k in ("paper", "scale", "title", "source", "statements", "missing",
+    atomic_write(out / "claims.json", json.dumps({k: res[k] for k in ("paper", "scale", "title", "source", "statements", "missing",
                                                                      "sweeps", "claims", "seconds")}, indent=2, default=str) + "\n")
     e = html.escape
     parts = ["<!doctype html><html><head><meta charset='utf-8'>", f"<title>{e(res['title'])}: reproduction ({e(res['scale'])})</title>",
@@ -218,5 +219,5 @@ def write_reproduction_report(res: dict, out: str | Path) -> Path:
         f"<li><a href='{e(str(Path(s['report']).relative_to(out)))}'>{e(s['name'])}</a>: {s['done']} of {s['trials']} trials done, "
         f"{s['failed']} failed, {s['seconds'] / 60:.1f} min</li>" for s in res["sweeps"]) + "</ul></body></html>")
     page = out / "index.html"
-    page.write_text("\n".join(parts))
+    atomic_write(page, "\n".join(parts))
     return page

@@ -40,7 +40,7 @@ import yaml
 from pydantic import Field, field_validator, model_validator
 
 from mosaic.errors import MosaicError, SweepError
-from mosaic.io import atomic_write, atomic_writer
+from mosaic.io import atomic_write, atomic_writer, open_append
 from mosaic.schema import SafeName, Seed
 from mosaic.schema import StrictModel as _Base
 from mosaic.claims import _canon, claim_problems, parse_claim, sweep_claim_problems
@@ -461,7 +461,7 @@ def run_trial(kind: str, tdir: str, env: dict | None = None, timeout_s: float | 
     write_status(tdir, status)
     t0 = time.perf_counter()
     full_env = {**os.environ, **(env or {}), "MOSAIC_DIE_WITH_PARENT": "1"}  # the trial ends if this process dies
-    with open(tdir / "log.txt", "ab") as log:
+    with open_append(tdir / "log.txt") as log:  # never through a link planted in the trial folder
         try:
             proc = subprocess.run(trial_command(status.get("kind", kind), tdir), stdout=log, stderr=subprocess.STDOUT,
                                   env=full_env, timeout=timeout_s, cwd=os.getcwd())

@@ -17,7 +17,8 @@ from mosaic.evaluation.metrics import score, write_metrics
 from mosaic.evaluation.provenance import check_spec_reads
 from mosaic.evaluation.quality import quality_summary, read_images
 from mosaic.holdout import is_held_out
-from mosaic.png import decode_image, eval_pixel_bound
+from mosaic.png import FOREIGN_FORMATS, decode_image, eval_pixel_bound
+from mosaic.io import atomic_text_writer
 
 
 #: most bytes a metadata.jsonl to evaluate may hold (a record is about 1 KB: 1 GiB is a million images)
@@ -132,7 +133,7 @@ def _load_images(d: Path, records: list[dict], spec: Spec | None = None) -> list
         p = d / r["file_name"]
         if not p.is_file():
             raise MosaicError(f"image {p} listed in {d / 'metadata.jsonl'} is missing")
-        out.append(decode_image(p, where=str(p), error=MosaicError, max_pixels=bound))
+        out.append(decode_image(p, where=str(p), error=MosaicError, max_pixels=bound, formats=FOREIGN_FORMATS))
     return out
 
 
@@ -240,6 +241,6 @@ def prediction_rows(records: list[dict], preds: list[dict], spec: Spec, evaluato
 
 def write_prediction_rows(rows: list[dict], path: Path) -> None:
     """Write :func:`prediction_rows` as JSON lines."""
-    with Path(path).open("w") as f:
+    with atomic_text_writer(path) as f:  # a link at the name is replaced, never written through
         for row in rows:
             f.write(json.dumps(row, default=str) + "\n")

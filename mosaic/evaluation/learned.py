@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from mosaic.errors import MosaicError
-from mosaic.io import atomic_write
+from mosaic.io import atomic_text_writer, atomic_write
 from mosaic.schema import StrictModel
 from mosaic.spec import Spec
 from mosaic.evaluation.check import check_evaluator
@@ -439,7 +439,7 @@ def _train(spec, out, cfg, on_log, on_progress) -> LearnedEvaluator:
                 on_progress=(lambda a, b: on_progress("check", a, b)) if on_progress else None)
     ev.report = report
     ev.save(out, spec)
-    with (out / LOG_FILE).open("w") as f:
+    with atomic_text_writer(out / LOG_FILE) as f:
         for rec in log:
             f.write(json.dumps(rec) + "\n")
     return ev

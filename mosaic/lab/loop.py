@@ -41,7 +41,7 @@ import torch
 import yaml
 
 from mosaic.errors import ConfigError, DatasetError, TrainingError
-from mosaic.io import atomic_write
+from mosaic.io import atomic_copy, atomic_write
 from mosaic.lab.config import TrainingSection, config_diff
 from mosaic.lab.data import BatchPlan, manifest_fingerprint, step_seed
 from mosaic.lab.checkpoint import CheckpointError, load_checkpoint, save_checkpoint as write_checkpoint
@@ -52,6 +52,37 @@ LOG_FIELDS = ("step", "loss", "lr", "grad_norm", "images_per_s", "time_s")
 # ----------------------------------------------------------------------------------------------
 # the task interface
 # ----------------------------------------------------------------------------------------------
+
+def _read_jsonl_rows(path: Path) -> list[dict]:
+    """The rows of a run's JSON-lines log (``log.jsonl``, ``val.jsonl``): ``[{"step": int, ...}]``,
+    [] when there is none.
+
+    Raises:
+        TrainingError: a line that is not a JSON object with an integer ``step`` (a damaged or
+            foreign file), naming the file, the line and the fix; never a traceback.
+    """
+    if not path.is_file():
+        return []
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise TrainingError(f"{path} cannot be read ({type(e).__name__}: {str(e)[:80]}): the run's log is damaged; "
+                            "delete the run folder (or give another --out) to start the run afresh") from None
+    rows = []
+    for k, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):
+            row = None
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int) or isinstance(row.get("step"), bool):
+            raise TrainingError(f"{path} line {k} is not a log row (a JSON object with an integer step): {line[:60]!r}; "
+                                "the run's log is damaged: delete that line (resuming truncates the log to the checkpoint "
+                                "anyway), or delete the run folder to start afresh")
+        rows.append(row)
+    return rows
+
 
 class Task:
     """What a model family gives the loop.
@@ -250,7 +281,7 @@ class RunFolder:
             atomic_write(self.config, yaml.safe_dump(config, sort_keys=False))
             self._write_identity()
             atomic_write(self.dataset, json.dumps(current, indent=2) + "\n")
-            shutil.copyfile(Path(dataset_root) / "manifest.json", self.root / "dataset_manifest.json")
+            atomic_copy(Path(dataset_root) / "manifest.json", self.root / "dataset_manifest.json")
             link = self.root / "dataset"
             if not link.exists() and not link.is_symlink():
                 try:
@@ -275,14 +306,10 @@ class RunFolder:
             f.write(json.dumps(row) + "\n")
 
     def read_log(self) -> list[dict]:
-        if not self.log_jsonl.is_file():
-            return []
-        return [json.loads(line) for line in self.log_jsonl.read_text().splitlines() if line.strip()]
+        return _read_jsonl_rows(self.log_jsonl)
 
     def read_val(self) -> list[dict]:
-        if not self.val_jsonl.is_file():
-            return []
-        return [json.loads(line) for line in self.val_jsonl.read_text().splitlines() if line.strip()]
+        return _read_jsonl_rows(self.val_jsonl)
 
     def truncate_logs(self, step: int) -> None:
         """Drop log rows after ``step`` (written after the checkpoint a resumed run starts from)."""
