@@ -36,7 +36,7 @@ from typing import Callable, Iterator
 
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.hf import mosaic_split, write_card
-from mosaic.io import atomic_write, atomic_write_json
+from mosaic.io import atomic_write, atomic_write_json, own_folders
 from mosaic.png import encode_png
 from mosaic.records import (  # noqa: F401 - re-exported: the dataset API of mosaic.dataset
     FORMAT, MANIFEST, base_manifest, check_out_dir, package_versions, png_bytes, read_manifest, sample_line, sample_record, spec_from_data,
@@ -135,19 +135,6 @@ def _write_file(path: str, data: bytes) -> None:
             view = view[os.write(fd, view):]
     finally:
         os.close(fd)
-
-
-def own_folders(out: Path, rels) -> None:
-    """Make each folder ``out/rel`` a real folder of ``out``: a symbolic link standing at it or at
-    one of its parents inside ``out`` is removed (never followed: what a link points to belongs to
-    someone else), then the folder is created."""
-    for rel in rels:
-        node = out
-        for part in Path(rel).parts:
-            node = node / part
-            if node.is_symlink() or (node.exists() and not node.is_dir()):
-                node.unlink()
-        node.mkdir(parents=True, exist_ok=True)
 
 
 def render_shard(spec_data: dict, out: str, split: str, shard: int, start: int, stop: int, masks: bool, renderer: str = "pillow") -> int:

@@ -154,6 +154,19 @@ def open_append(path: str | Path) -> BinaryIO:
     raise OSError(errno.ELOOP, f"{path} keeps being replaced by a link", str(path))
 
 
+def own_folders(out: str | Path, rels) -> None:
+    """Make each folder ``out/rel`` a real folder of ``out``: a symbolic link standing at it or at
+    one of its parents inside ``out`` is removed (never followed: what a link points to belongs to
+    someone else), then the folder is created."""
+    for rel in rels:
+        node = Path(out)
+        for part in Path(rel).parts:
+            node = node / part
+            if node.is_symlink() or (node.exists() and not node.is_dir()):
+                node.unlink()
+        node.mkdir(parents=True, exist_ok=True)
+
+
 def file_kind(mode: int) -> str:
     import stat
 

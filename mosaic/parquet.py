@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.hf import arrow_schema, feature_tree, hf_record, present_splits, write_card
-from mosaic.io import TEMP_GLOB, atomic_text_writer, atomic_write_json, new_temp_file
+from mosaic.io import TEMP_GLOB, atomic_text_writer, atomic_write_json, new_temp_file, own_folders
 from mosaic.records import FORMAT, MANIFEST, base_manifest, check_out_dir, png_bytes, read_manifest, sample_record, spec_from_data, spec_of
 from mosaic.spec import Spec
 
@@ -284,8 +284,7 @@ def _clear_partial(out: Path) -> None:
 def _own_parquet_folders(out: Path) -> None:
     """Make ``out/data`` and ``out/.mosaic/shards`` real folders of ``out``: a symbolic link standing
     at either (or at ``.mosaic``) is removed, never written through (what it points to belongs to
-    someone else), as :func:`mosaic.dataset.own_folders` does for the imagefolder writers."""
-    from mosaic.dataset import own_folders
+    someone else), as :func:`mosaic.io.own_folders` does for the imagefolder writers."""
 
     own_folders(out, ["data", ".mosaic/shards"])
 

@@ -259,7 +259,6 @@ LAZY: dict[tuple[str, str], str] = {
     ("mosaic.lab.data", "mosaic.spec"): OWNED,
     ("mosaic.lab.data", "mosaic.verify"): OWNED,
     ("mosaic.parquet", "mosaic.checksums"): OWNED,
-    ("mosaic.parquet", "mosaic.dataset"): OWNED,
     ("mosaic.parquet", "mosaic.executors"): OWNED,
     ("mosaic.parquet", "mosaic.locks"): OWNED,
     ("mosaic.parquet", "mosaic.records"): OWNED,
