@@ -98,6 +98,48 @@ def atomic_write_json(path: str | Path, obj: Any, *, sort_keys: bool = True, def
     return atomic_write(path, json.dumps(obj, indent=2, sort_keys=sort_keys, default=default) + "\n")
 
 
+def _own(st: os.stat_result) -> bool:
+    """A regular file with one name: mosaic's own, not a link planted at its name."""
+    import stat
+
+    return stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+
+
+def open_own(path: str | Path, flags: int, mode: int = 0o644) -> int:
+    """A descriptor of ``path`` opened with ``flags`` (created when missing) that is a file of its
+    own: opened ``O_NOFOLLOW``; a symlink, a hard link or a non-regular file standing at the name is
+    removed (the link itself, never what it points to) and the file created afresh
+    (``O_EXCL | O_NOFOLLOW``). A regular, singly-linked file already there is opened as it is
+    (a lock file two processes share, a log appended to).
+
+    Raises:
+        OSError: the folder does not exist or is not writable; a folder stands at ``path``; the
+            name keeps being replaced by a link.
+    """
+    import errno
+
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    for _ in range(8):
+        try:
+            fd = os.open(path, flags | os.O_CREAT | nofollow, mode)
+        except OSError as e:
+            if e.errno != errno.ELOOP:  # ELOOP: a symlink at the name (O_NOFOLLOW)
+                raise
+        else:
+            if _own(os.fstat(fd)):
+                return fd
+            os.close(fd)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        try:
+            return os.open(path, flags | os.O_CREAT | os.O_EXCL | nofollow, mode)
+        except FileExistsError:
+            continue  # another process created it first: open that one
+    raise OSError(errno.ELOOP, f"{path} keeps being replaced by a link", str(path))
+
+
 def read_own_file(path: str | Path) -> bytes:
     """The bytes of ``path`` when it is a regular file with one name (opened ``O_NOFOLLOW``), for
     copying a run's own file elsewhere: a symlink or hard link planted in a run folder never pulls
@@ -107,13 +149,12 @@ def read_own_file(path: str | Path) -> bytes:
         OSError: missing, a symlink (ELOOP), a hard link or not a regular file (EPERM).
     """
     import errno
-    import stat
 
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            raise OSError(errno.EPERM, f"{path} is {'a hard link' if stat.S_ISREG(st.st_mode) else file_kind(st.st_mode)}, "
+        if not _own(st):
+            raise OSError(errno.EPERM, f"{path} is {'a hard link' if st.st_nlink > 1 else file_kind(st.st_mode)}, "
                                        "not a file of mosaic's own", str(path))
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read()
@@ -128,30 +169,13 @@ def atomic_copy(src: str | Path, dst: str | Path) -> Path:
 
 
 def open_append(path: str | Path) -> BinaryIO:
-    """``path`` opened to append bytes (a log), created when missing, never through a link: a
-    symlink at the name is refused by ``O_NOFOLLOW`` and a hard-linked or non-regular file is
-    removed and started afresh, so the log of one run never grows another file.
+    """``path`` opened to append bytes (a log), created when missing, never through a link
+    (:func:`open_own`), so the log of one run never grows another file.
 
     Raises:
         OSError: the folder does not exist or is not writable.
     """
-    import errno
-    import stat
-
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-    for _ in range(4):
-        try:
-            fd = os.open(path, flags, 0o644)
-        except OSError as e:
-            if e.errno != errno.ELOOP:
-                raise
-        else:
-            st = os.fstat(fd)
-            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-                return os.fdopen(fd, "ab")
-            os.close(fd)
-        os.unlink(path)  # the link or foreign file itself, never what it points to
-    raise OSError(errno.ELOOP, f"{path} keeps being replaced by a link", str(path))
+    return os.fdopen(open_own(path, os.O_WRONLY | os.O_APPEND), "ab")
 
 
 def own_folders(out: str | Path, rels) -> None:

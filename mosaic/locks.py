@@ -19,8 +19,6 @@ behind.
 from __future__ import annotations
 
 import json
-import errno
-import stat
 import os
 import socket
 import threading
@@ -33,6 +31,7 @@ except ImportError:  # pragma: no cover - Windows: locks are advisory files only
     fcntl = None
 
 from mosaic.errors import MosaicError
+from mosaic.io import open_own
 
 
 def lock_path(folder: str | Path) -> Path:
@@ -67,38 +66,6 @@ def _read_owner(p: Path) -> dict:
         return json.loads(p.read_text(encoding="utf-8") or "{}")
     except (OSError, ValueError):
         return {}
-
-
-def _open_lock_file(path: Path) -> int:
-    """A descriptor of the lock file at ``path`` that is mosaic's own: a regular file with one name.
-
-    A symlink or a hard link planted at the lock's name would make the owner record (pid, host,
-    since) overwrite the file it points to; such a name is removed (the link, never its target)
-    and the lock file created afresh (``O_EXCL | O_NOFOLLOW``). A regular, singly-linked lock
-    file left by an earlier owner is reused as it is, so two processes still lock the same file.
-    """
-    nofollow = getattr(os, "O_NOFOLLOW", 0)
-    for _ in range(8):
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | nofollow, 0o644)
-        except OSError as e:
-            if e.errno != errno.ELOOP:  # ELOOP: a symlink at the name (O_NOFOLLOW)
-                raise
-            fd = None
-        if fd is not None:
-            st = os.fstat(fd)
-            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-                return fd
-            os.close(fd)
-        try:
-            os.unlink(path)  # the link itself; its target is left as it is
-        except FileNotFoundError:
-            pass
-        try:
-            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | nofollow, 0o644)
-        except FileExistsError:
-            continue  # another process created it first: open that one
-    raise OSError(errno.ELOOP, "the lock file's name keeps being replaced by a link")
 
 
 class FolderLock:
@@ -139,7 +106,7 @@ class FolderLock:
                              "give a writable location") from None
         while True:
             try:
-                fd = _open_lock_file(self.path)
+                fd = open_own(self.path, os.O_RDWR)  # a link planted at the lock's name is replaced, never written through
             except OSError as e:
                 raise self.error(f"cannot write the lock file {self.path} of {self.what} {self.folder}: {e.strerror}; "
                                  "give a writable location") from None
