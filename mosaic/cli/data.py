@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 import time
 from pathlib import Path
@@ -68,9 +67,13 @@ def validate(spec: SpecArg, set_: SetOpt = None) -> None:
 def _status(out: Path) -> str | None:
     """The ``status`` of the manifest at ``out`` (``complete``, ``incomplete``, ...), or None when there is none
     or it cannot be read (generate itself then says what is wrong)."""
+    from mosaic.verify import read_manifest_checked  # bounded: size, depth, UTF-8
+
+    if not (out / "manifest.json").is_file():
+        return None
     try:
-        return json.loads((out / "manifest.json").read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
+        return read_manifest_checked(out).get("status")
+    except MosaicError:
         return None
 
 

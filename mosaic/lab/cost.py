@@ -940,7 +940,7 @@ def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool, cache: dict
         cpu_total_loaded_s=cpu_train + cpu_eval + cpu_gen + cpu_ae, assumed_mfu=assumed_mfu, accelerators=rows,
         warnings=warnings, notes=notes, autoencoder_params=ae["params"] if ae else 0, autoencoder_cached=bool(ae and ae["cached"]),
         autoencoder_train_flops=ae_train, autoencoder_encode_flops=ae_enc, autoencoder_decode_flops=ae_dec,
-        autoencoder_peak_bytes=ae_peak, cpu_autoencoder_s=cpu_ae * (idle_step / cpu_step if cpu_step > 0 else 1.0),
+        autoencoder_peak_bytes=ae_peak, cpu_autoencoder_s=cpu_ae * idle_factor,
     )
 
 
