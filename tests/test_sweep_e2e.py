@@ -118,7 +118,8 @@ def test_resume_after_a_killed_trial(tmp_path):
     deadline = time.time() + 120
     ckpt = None
     while time.time() < deadline:
-        found = list(sw_dir.glob("trials/*/run/checkpoints/*/trainer_state.json")) if sw_dir.exists() else []
+        # a finished checkpoint only: checkpoint-NNNNNNN.tmp is being written (killing then left nothing to resume)
+        found = list(sw_dir.glob("trials/*/run/checkpoints/checkpoint-[0-9][0-9][0-9][0-9][0-9][0-9][0-9]/checkpoint.json")) if sw_dir.exists() else []
         if found:
             ckpt = found
             break
