@@ -34,15 +34,22 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Iterator
 
+from mosaic.checksums import write_checksums
 from mosaic.errors import DatasetError, MosaicError
+from mosaic.executors import LocalExecutor, check_backend, make_executor
 from mosaic.hf import mosaic_split, write_card
 from mosaic.io import atomic_write, atomic_write_json, own_folders
+from mosaic.locks import FolderLock
 from mosaic.png import encode_png
 from mosaic.records import (  # noqa: F401 - re-exported: the dataset API of mosaic.dataset
     FORMAT, MANIFEST, base_manifest, check_out_dir, package_versions, png_bytes, read_manifest, sample_line, sample_record, spec_from_data,
     spec_of,
 )
+from mosaic.repair import check_and_repair, mark_shards_for_regeneration, repair
 from mosaic.spec import Spec
+from mosaic.tally import Tally
+from mosaic.verify import VerifyReport, read_manifest_checked, verify as verify_dataset
+from renderers import backend_of, get_renderer
 
 DEFAULT_SHARD_SIZE = 256
 
@@ -148,8 +155,6 @@ def render_shard(spec_data: dict, out: str, split: str, shard: int, start: int, 
 
     Without ``masks`` no instance mask is drawn (:meth:`renderers.base.Renderer.render_image`).
     """
-    from renderers import backend_of, get_renderer
-
     spec = spec_from_data(spec_data)
     rend = get_renderer(backend_of(spec, renderer), supersample=spec.image.supersample)
     img_dir = os.path.join(out, split, "images")
@@ -192,7 +197,7 @@ def generate(
 
     On a finished dataset it runs a quick check (counts, presence, PNG trailers, sizes; ``verify``:
     every file's sha256) and regenerates exactly the damaged samples, byte-identically
-    (:func:`mosaic.verify.check_and_repair`); the returned manifest then lists them under
+    (:func:`mosaic.repair.check_and_repair`); the returned manifest then lists them under
     ``repaired`` (not written to disk). The folder is locked while this runs
     (:class:`mosaic.locks.FolderLock`): a second generation of the same spec waits for this one (then
     finds the dataset complete); ``--overwrite`` of it from another process stops, naming this one;
@@ -221,7 +226,6 @@ def generate(
             files; the leak check failed.
         LayoutError: the layout search failed (checked on a few samples before anything is written).
     """
-    from mosaic.executors import check_backend
     from mosaic.parquet import DEFAULT_SHARD_BYTES, check_format, generate_parquet
 
     check_format(format)
@@ -243,8 +247,6 @@ def generate(
     for split, n in sizes.items():
         for i in range(min(n, 4)):
             sample_record(spec, split, i)
-    from mosaic.locks import FolderLock
-
     # one writer at a time: a second generation of this spec waits for the first (then finds it complete);
     # --overwrite never waits: it stops, naming the process that writes the folder
     with FolderLock(out, DatasetError, "dataset", wait=not overwrite):
@@ -253,14 +255,10 @@ def generate(
 
 
 def _generate_locked(spec, out, workers, overwrite, masks, shard_size, renderer, on_progress, verify, sizes, backend, address) -> dict:
-    from mosaic.executors import LocalExecutor, make_executor
-
     existing = check_out_dir(out, spec, masks, overwrite, "imagefolder")
     if existing is not None and set(existing["splits"]) != set(sizes):
         raise DatasetError(f"{out} holds the splits {', '.join(existing['splits'])}, not {', '.join(sizes)}: use another --out, or --overwrite")
     if existing is not None and existing.get("status") == "complete":
-        from mosaic.verify import check_and_repair
-
         report = check_and_repair(out, deep=verify, sample_fn=sample_record, png_fn=png_bytes)
         if on_progress:
             total = sum(sizes.values())
@@ -335,8 +333,6 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow", split
     Raises:
         DatasetError: a missing or inconsistent part file; the leak check failed.
     """
-    from mosaic.tally import Tally
-
     sizes = {k: n for k, n in spec.split_sizes().items() if splits is None or k in splits}
     parts = out / ".mosaic" / "parts"
     man = _imagefolder_manifest(spec, masks, renderer, "incomplete", sizes)
@@ -371,8 +367,6 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow", split
         atomic_write_json(out / MANIFEST, man)
         failed = [k for k, c in man["leak_check"]["checks"].items() if not c["passed"]]
         raise DatasetError(f"the generated dataset at {out} failed its leak check ({', '.join(failed)}); see manifest.json")
-    from mosaic.checksums import write_checksums
-
     # every file read back and digested (mosaic verify), one line written per file as it is hashed; the
     # records are file names only, made on the fly: nothing here grows with the dataset
     man["checksums"] = write_checksums(out, {k: _file_names(k, n, masks) for k, n in sizes.items()})
@@ -409,3 +403,34 @@ class _file_names:
             if self.masks:
                 r["mask_file_name"] = f"masks/{i:06d}.png"
             yield r
+
+
+# ----------------------------------------------------------------------------------------------
+# repair (either storage form)
+# ----------------------------------------------------------------------------------------------
+
+def repair_dataset(root: str | Path, report: VerifyReport) -> VerifyReport:
+    """Repair what ``report`` (:func:`mosaic.verify.verify`) found and return a new check of the
+    same depth (``mosaic verify --repair``), byte-identically: an imagefolder dataset gets its damaged
+    samples rendered again with the generator's own record and PNG functions
+    (:func:`mosaic.repair.repair`); a Parquet dataset gets its damaged shards written again by
+    :func:`mosaic.parquet.generate_parquet`, which resumes.
+
+    Raises:
+        DatasetError: see :func:`mosaic.repair.repair`; a Parquet shard that regenerates to other bytes.
+    """
+    root = Path(root)
+    with FolderLock(root, DatasetError, "dataset", wait=True):
+        man = read_manifest_checked(root)
+        if report.ok:
+            return report
+        if man.get("storage", "imagefolder") == "imagefolder":
+            return repair(root, report, sample_fn=sample_record, png_fn=png_bytes)
+        from mosaic.parquet import generate_parquet
+
+        if not report.repairable:
+            raise DatasetError(report.problems(), source=str(root))
+        mark_shards_for_regeneration(root, report)
+        generate_parquet(spec_from_data(man["spec"]), root, masks=bool(man.get("masks")), shard_bytes=man["parquet"]["shard_bytes"],
+                         renderer=man.get("renderer", {}).get("name", "pillow"))
+        return verify_dataset(root, deep=report.deep)

@@ -35,11 +35,21 @@ from typing import Callable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mosaic.checksums import write_checksums
 from mosaic.errors import DatasetError, MosaicError
+from mosaic.executors import LocalExecutor, check_backend, make_executor
 from mosaic.hf import arrow_schema, feature_tree, hf_record, present_splits, write_card
 from mosaic.io import TEMP_GLOB, atomic_text_writer, atomic_write_json, new_temp_file, own_folders
-from mosaic.records import FORMAT, MANIFEST, base_manifest, check_out_dir, png_bytes, read_manifest, sample_record, spec_from_data, spec_of
+from mosaic.locks import FolderLock
+from mosaic.records import (
+    FORMAT, MANIFEST, base_manifest, check_out_dir, png_bytes, read_manifest, replaceable_or_raise, sample_record, spec_from_data, spec_of,
+    unfinished_hint,
+)
+from mosaic.repair import check_repaired_shards, mark_shards_for_regeneration
 from mosaic.spec import Spec
+from mosaic.tally import Tally
+from mosaic.verify import check_shards, verify as verify_dataset
+from renderers import backend_of, get_renderer
 
 DEFAULT_SHARD_BYTES = 256 * 2**20
 ROW_GROUP_ROWS = 1024
@@ -87,8 +97,6 @@ def row_of(spec: Spec, rec: dict, image_png: bytes, mask_png: bytes | None) -> d
 def render_rows(spec_data: dict, split: str, start: int, stop: int, masks: bool, renderer: str = "pillow") -> pa.Table:
     """Samples ``start..stop-1`` of ``split`` as a Parquet-ready table (a pure function of its
     arguments; run in worker processes)."""
-    from renderers import backend_of, get_renderer
-
     spec = spec_from_data(spec_data)
     rend = get_renderer(backend_of(spec, renderer), supersample=spec.image.supersample)
     rows = []
@@ -318,7 +326,7 @@ def generate_parquet(
 
     On a finished dataset it runs a quick check (every shard present, of the recorded size, its
     footer and rows; ``verify``: also every shard's sha256) and rewrites the damaged shards,
-    byte-identically (:func:`mosaic.verify.check_and_repair`); the returned manifest then lists them
+    byte-identically (:func:`mosaic.repair.check_and_repair`); the returned manifest then lists them
     under ``repaired`` (not written to disk). The folder is locked while this runs
     (:class:`mosaic.locks.FolderLock`): a second generation of the same spec waits for this one (then
     finds the dataset complete); ``--overwrite`` of it from another process stops, naming this one.
@@ -339,8 +347,6 @@ def generate_parquet(
             the leak check failed.
         LayoutError: the layout search failed (checked on a few samples before anything is written).
     """
-    from mosaic.executors import check_backend
-
     out = Path(out)
     check_backend(backend)
     if shard_bytes < 1:
@@ -349,8 +355,6 @@ def generate_parquet(
     for split, n in sizes.items():
         for i in range(min(n, 4)):
             sample_record(spec, split, i)
-    from mosaic.locks import FolderLock
-
     with FolderLock(out, DatasetError, "dataset", wait=not overwrite):  # as mosaic.dataset.generate
         return _generate_parquet_locked(spec, out, workers, overwrite, masks, shard_bytes, renderer, on_progress, backend, address,
                                         verify, sizes)
@@ -358,11 +362,6 @@ def generate_parquet(
 
 def _generate_parquet_locked(spec, out, workers, overwrite, masks, shard_bytes, renderer, on_progress, backend, address, verify,
                              sizes) -> dict:
-    from mosaic.executors import make_executor
-
-    from mosaic.verify import check_repaired_shards, mark_shards_for_regeneration
-    from mosaic.verify import verify as verify_dataset
-
     existing = check_out_dir(out, spec, masks, overwrite, "parquet")
     repaired: list[str] = []
     if existing is not None and existing.get("status") == "complete":
@@ -405,8 +404,6 @@ def _generate_parquet_locked(spec, out, workers, overwrite, masks, shard_bytes, 
 
 def finalize_parquet(spec: Spec, out: Path, masks: bool, renderer: str, plan: dict, shard_bytes: int) -> dict:
     """Check every shard, run the leak check streaming over the shards, write manifest and card."""
-    from mosaic.tally import Tally
-
     man = _base_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes)
     shards: dict[str, list] = {}
     for split, n in spec.split_sizes().items():
@@ -461,8 +458,6 @@ def verify_parquet(out: str | Path, manifest: dict | None = None, deep: bool = F
     Raises:
         DatasetError: listing every missing or damaged shard by name (``data/<name>``).
     """
-    from mosaic.verify import check_shards
-
     out = Path(out)
     man = manifest or read_manifest(out)
     problems = check_shards(out, man, deep)  # the one shard check (mosaic.verify), shared with `mosaic verify`
@@ -513,8 +508,6 @@ def export(src: str | Path, format: str, dst: str | Path | None = None, shard_by
     the output folder's lock and the source's (:class:`mosaic.locks.FolderLock`, never waiting): a
     second export or generation into the same folder, or a ``generate --overwrite`` of the source,
     stops, naming the process that holds it."""
-    from mosaic.locks import FolderLock
-
     check_format(format)
     out = Path(dst) if dst is not None else Path(src).with_name(f"{Path(src).name}-{format}")
     # the source is locked too (never waiting): a `generate --overwrite` of it stops while it is read, and an export
@@ -538,13 +531,9 @@ def _export(src: str | Path, format: str, dst: Path, shard_bytes: int, overwrite
     Raises:
         DatasetError: unknown format, ``src`` incomplete or already in that form, ``dst`` not empty.
     """
-    from mosaic.executors import LocalExecutor
-
     src = Path(src)
     man = read_manifest(src)
     if man.get("status") != "complete":
-        from mosaic.records import unfinished_hint
-
         raise DatasetError(f"{src} is incomplete (status {man.get('status')!r}): {unfinished_hint(src, man)}, then export it")
     have = storage_of(man)
     if have == format:
@@ -556,13 +545,9 @@ def _export(src: str | Path, format: str, dst: Path, shard_bytes: int, overwrite
     if dst.exists() or dst.is_symlink():
         if not dst.is_dir() or dst.is_symlink() or (any(dst.iterdir()) and not overwrite):
             raise DatasetError(f"--out {dst} exists and is not empty: give a new directory (or --overwrite to replace a mosaic dataset)")
-        from mosaic.records import replaceable_or_raise
-
         replaceable_or_raise(dst)
     # the whole source is checked against its recorded digests first: damage is named here, never copied into
     # a new dataset whose fresh digests would then pass `mosaic verify`
-    from mosaic.verify import verify as verify_dataset
-
     report = verify_dataset(src, deep=True)
     if not report.ok:
         names = ", ".join(d.path for d in report.damage[:5]) + (f" and {len(report.damage) - 5} more" if len(report.damage) > 5 else "")
@@ -638,8 +623,6 @@ def _own_name(src: Path, split: str, row: dict, image: dict, sub: str) -> str:
 
 
 def _parquet_to_imagefolder(spec: Spec, src: Path, dst: Path, man: dict, masks: bool, renderer: str, on_progress) -> dict:
-    from mosaic.tally import Tally
-
     total = sum(v["count"] for v in man["splits"].values())
     done = 0
     dst.mkdir(parents=True)
@@ -671,8 +654,6 @@ def _parquet_to_imagefolder(spec: Spec, src: Path, dst: Path, man: dict, masks: 
     out_man["leak_check"] = tally.report()
     out_man["status"] = "complete" if out_man["leak_check"]["passed"] else "failed_leak_check"
     if out_man["status"] == "complete":  # every file read back and digested, as `mosaic generate` does (mosaic verify checks them)
-        from mosaic.checksums import write_checksums
-
         order = [s for s in spec.split_sizes() if s in man["splits"]] + [s for s in man["splits"] if s not in spec.split_sizes()]
         out_man["checksums"] = write_checksums(dst, {s: _records_of(dst / s / "metadata.jsonl") for s in order})  # generate's order
     write_card(dst, spec, out_man, "imagefolder")  # the card first: a failure here leaves the export unfinished

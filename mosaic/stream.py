@@ -21,26 +21,22 @@ import torch
 
 from mosaic.errors import DatasetError
 from mosaic.hf import labels_of, mosaic_split
-from mosaic.spec import Spec
+from mosaic.records import sample_record, spec_from_data, spec_of
+from mosaic.spec import Spec, load_spec, parse_spec
+from mosaic.verify import check_before_read
+from renderers import backend_of, get_renderer
 
 
 def _spec_of(spec) -> Spec:
     if isinstance(spec, Spec):
         return spec
     if isinstance(spec, dict):
-        from mosaic.spec import parse_spec
-
         return parse_spec(spec)
     p = Path(spec)
     if p.is_dir() or p.name == "manifest.json":
-        from mosaic.records import spec_of
-        from mosaic.verify import check_before_read
-
         root = p if p.is_dir() else p.parent
         check_before_read(root)  # a manifest whose spec no longer matches its fingerprint (or a damaged dataset) is refused
         return spec_of(root)
-    from mosaic.spec import load_spec
-
     return load_spec(p)
 
 
@@ -122,8 +118,6 @@ class StreamingDataset(torch.utils.data.IterableDataset):
     @property
     def spec(self) -> Spec:
         if self._spec is None:
-            from mosaic.records import spec_from_data
-
             self._spec = spec_from_data(self.spec_data)
         return self._spec
 
@@ -157,11 +151,7 @@ class StreamingDataset(torch.utils.data.IterableDataset):
 
     def __getitem__(self, index: int) -> dict:
         """Sample ``index`` of the split (any index, whatever this rank's shard)."""
-        from mosaic.records import sample_record
-
         if self._renderer is None:
-            from renderers import backend_of, get_renderer
-
             self._renderer = get_renderer(backend_of(self.spec, self.renderer_name), supersample=self.spec.image.supersample)
         rec, scene = sample_record(self.spec, self.split, index)
         if rec["held_out"] != (self.split == "test_ood") and self.spec.holdout is not None:
@@ -201,12 +191,8 @@ class _Items(torch.utils.data.Dataset):
         return self.stream.stop - self.stream.start
 
     def __getitem__(self, i: int):
-        from mosaic.records import sample_record
-
         s = self.stream
         if s._renderer is None:
-            from renderers import backend_of, get_renderer
-
             s._renderer = get_renderer(backend_of(s.spec, s.renderer_name), supersample=s.spec.image.supersample)
         rec, scene = sample_record(s.spec, s.split, int(i))
         if rec["held_out"] != (s.split == "test_ood") and s.spec.holdout is not None:

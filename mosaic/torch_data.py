@@ -9,6 +9,8 @@ import torch
 from mosaic.dataset import iter_metadata, read_manifest, resolve_split, spec_of
 from mosaic.errors import DatasetError
 from mosaic.png import decode_image
+from mosaic.records import unfinished_hint
+from mosaic.verify import check_before_read, read_manifest_checked
 
 
 class MosaicDataset(torch.utils.data.Dataset):
@@ -46,16 +48,10 @@ class MosaicDataset(torch.utils.data.Dataset):
         from mosaic.parquet import iter_records, storage_of
 
         self.root = Path(root)
-        from mosaic.verify import read_manifest_checked
-
         man = read_manifest_checked(self.root)  # bounded, UTF-8, depth-safe: a damaged manifest is named, never a traceback
         if man.get("status") != "complete":
-            from mosaic.records import unfinished_hint
-
             raise DatasetError(f"{root} is incomplete: {unfinished_hint(root, man)}")
         if verify:
-            from mosaic.verify import check_before_read
-
             man = check_before_read(self.root, man)  # damage, a foreign shard or file, an edited spec: named, never read
         if load_masks and not man.get("masks"):
             raise DatasetError(f"{root} has no masks: regenerate with `mosaic generate ... --masks`")

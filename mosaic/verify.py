@@ -1,4 +1,4 @@
-"""Checking a generated dataset against its manifest, and repairing it byte-identically.
+"""Checking a generated dataset against its manifest (the repair is :mod:`mosaic.repair`).
 
 Both storage forms are covered by one :func:`verify`:
 
@@ -16,7 +16,7 @@ the bytes per split; Parquet: every shard's presence, size, footer and row count
 check (``mosaic verify``, ``mosaic generate --verify``) adds every file's sha256 and, for
 metadata lines, a comparison with the record the spec produces.
 
-:func:`repair` regenerates exactly the damaged samples (imagefolder) or shards (Parquet): samples
+:func:`mosaic.repair.repair` regenerates exactly the damaged samples (imagefolder) or shards (Parquet): samples
 are pure functions of ``(spec, split, index)``, so the rewritten files are byte-identical to the
 originals, which the recorded digests confirm.
 """
@@ -29,13 +29,13 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from mosaic.checksums import (  # noqa: F401 - write_checksums re-exported: the one writer
     CHECKSUMS, RecordedDigests, digest_file, metadata_lines, parse_record, scan_metadata, standard_names, write_checksums,
 )
 from mosaic.errors import DatasetError, MosaicError
-from mosaic.io import atomic_write
+from mosaic.hf import CARD, card_yaml
+from mosaic.records import sample_record, spec_from_data, unfinished_hint
 
 MANIFEST = "manifest.json"
 _PNG_SIG = b"\x89PNG\r\n\x1a\n"
@@ -137,7 +137,7 @@ def read_manifest_checked(root: str | Path) -> dict:
 # checksums (imagefolder)
 # ------------------------------------------------------------------------------------------------
 
-def _read_checksums(root: Path, man: dict, report: VerifyReport) -> RecordedDigests | None:
+def read_checksums(root: Path, man: dict, report: VerifyReport) -> RecordedDigests | None:
     """The recorded digests (read one line at a time, :class:`mosaic.checksums.RecordedDigests`) once the
     file's own sha256 matches the manifest's; None (and the damage noted) otherwise."""
     rec = man.get("checksums")
@@ -183,8 +183,6 @@ def verify(root: str | Path, deep: bool = False, manifest: dict | None = None, s
                                     "the spec (or the fingerprint) in manifest.json was edited after generation"))
         report.repairable = False
     if man.get("status") != "complete":
-        from mosaic.records import unfinished_hint
-
         report.finish = unfinished_hint(root, man)
         report.damage.append(Damage(MANIFEST, "incomplete", f"status {man.get('status')!r}: {report.finish}"))
         report.repairable = False
@@ -213,8 +211,6 @@ def card_damage(root: str | Path, man: dict) -> list[Damage]:
     ``--repair`` (or a rerun of generate) writes the card again."""
     import yaml
 
-    from mosaic.hf import CARD, card_yaml
-
     root = Path(root)
     p = root / CARD
     if p.is_symlink():
@@ -233,8 +229,6 @@ def card_damage(root: str | Path, man: dict) -> list[Damage]:
         if not text.startswith("---\n") or "\n---\n" not in text[4:]:
             raise ValueError("no YAML front matter")
         head = yaml.safe_load(text[4:text.index("\n---\n", 4)])
-        from mosaic.records import spec_from_data
-
         want = card_yaml(spec_from_data(man["spec"]), man, man.get("storage", "imagefolder"))["configs"]
         if not isinstance(head, dict) or _configs_key(head.get("configs")) != _configs_key(want):
             why = ("its configs (the files datasets.load_dataset reads and the dataset's identity, which HF's cache key hashes) "
@@ -259,15 +253,6 @@ def _configs_key(configs) -> object:
             c = {**c, "data_files": sorted((json.dumps(d, sort_keys=True) for d in files))}
         out.append(c)
     return out
-
-
-def rewrite_card(root: str | Path, man: dict) -> None:
-    """Write the card of ``man`` again (what --repair does for a ``card`` damage; atomic, a link at
-    ``README.md`` is replaced, never written through)."""
-    from mosaic.hf import write_card
-    from mosaic.records import spec_from_data
-
-    write_card(root, spec_from_data(man["spec"]), man, man.get("storage", "imagefolder"))
 
 
 #: names a dataset root may hold besides its splits (dot-names too: ``.mosaic``, a desktop's ``.DS_Store``)
@@ -510,7 +495,7 @@ def _png_state(p: Path) -> tuple[str, str] | None:
 
 
 def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=None) -> None:
-    sums = _read_checksums(root, man, report)
+    sums = read_checksums(root, man, report)
     recorded_bytes = (man.get("checksums") or {}).get("bytes", {})
     spec = None
     for split, info in man["splits"].items():
@@ -535,8 +520,6 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
                 report.damage.append(Damage(f"{rel_meta}:{k + 1}", "metadata", f"line {k + 1} is not the record of sample {k}", split, k))
             if (altered or report.deep and sums is None) and not bad_lines:
                 if spec is None:
-                    from mosaic.records import spec_from_data
-
                     spec = spec_from_data(man["spec"])
                 for k in _mismatched_lines(spec, split, meta, masks, sample_fn):
                     report.damage.append(Damage(f"{rel_meta}:{k + 1}", "metadata", f"line {k + 1} differs from the record the spec "
@@ -584,8 +567,6 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
 def _mismatched_lines(spec, split: str, meta: Path, masks: bool, sample_fn=None) -> list[int]:
     """Numbers of the lines of ``meta`` (every line a record of its index) that differ from the record
     the spec gives; the file is read one line at a time."""
-    from mosaic.records import sample_record
-
     sample_fn = sample_fn or sample_record
     bad = []
     n = spec.split_sizes().get(split, 0)
@@ -599,178 +580,3 @@ def _mismatched_lines(spec, split: str, meta: Path, masks: bool, sample_fn=None)
         if json.loads(json.dumps(want, sort_keys=True)) != rec:
             bad.append(k)
     return bad
-
-
-# ------------------------------------------------------------------------------------------------
-# repair
-# ------------------------------------------------------------------------------------------------
-
-def expected_sample(spec, split: str, index: int, masks: bool, renderer: str = "pillow", sample_fn=None,
-                    png_fn=None) -> tuple[dict, bytes, bytes | None]:
-    """The record, image PNG bytes and mask PNG bytes (or None) the generator writes for one sample.
-
-    ``sample_fn`` / ``png_fn``: the record and PNG functions of the generator that wrote the
-    dataset (default :func:`mosaic.records.sample_record` / :func:`mosaic.records.png_bytes`), so
-    the bytes are identical."""
-    from mosaic.records import png_bytes, sample_record
-    from renderers import get_renderer
-
-    sample_fn, png_fn = sample_fn or sample_record, png_fn or png_bytes
-    rec, scene = sample_fn(spec, split, index)
-    from renderers import backend_of
-
-    image, mask = get_renderer(backend_of(spec, renderer), supersample=spec.image.supersample).render_one(scene)
-    if masks:
-        rec["mask_file_name"] = f"masks/{index:06d}.png"
-    return rec, png_fn(image), png_fn(mask) if masks else None
-
-
-def repair(root: str | Path, report: VerifyReport, sample_fn=None, png_fn=None,
-           on_progress: Callable[[int, int], None] | None = None) -> VerifyReport:
-    """Regenerate, byte-identically, what ``report`` found damaged in an imagefolder dataset, then
-    check again (same depth).
-
-    Each damaged image or mask is rendered again from ``(spec, split, index)``; a damaged
-    ``metadata.jsonl`` is rewritten from the records the spec produces. ``sample_fn`` / ``png_fn``:
-    as :func:`expected_sample`. (Parquet: :func:`mark_shards_for_regeneration`, then the generator
-    resumes.)
-
-    Raises:
-        DatasetError: the dataset cannot be repaired (incomplete, digests missing or altered, or the
-            rewritten bytes do not match the recorded digests: mosaic or a library that determines the
-            bytes changed since the dataset was made; the message says which).
-    """
-    root = Path(root)
-    man = read_manifest_checked(root)
-    if report.ok:
-        return report
-    if not report.repairable or man.get("storage", "imagefolder") != "imagefolder":
-        raise DatasetError(report.problems(), source=str(root))
-    from mosaic.records import sample_record, spec_from_data
-
-    spec = spec_from_data(man["spec"])
-    sample_fn = sample_fn or sample_record
-    if any(d.path == "README.md" for d in report.damage):  # the card is made from the manifest alone
-        rewrite_card(root, man)
-        report = verify(root, deep=report.deep, manifest=man, sample_fn=sample_fn)
-        if report.ok:
-            return report
-    links = [d.path for d in report.damage if d.problem == "link"]
-    if links:  # a link inside the dataset is removed (never written through), then what it hid is found missing
-        for rel in links:
-            p = root / rel
-            if p.is_symlink():
-                p.unlink()
-        for split in man["splits"]:
-            for sub in ("images", "masks") if man.get("masks") else ("images",):
-                if (root / split).is_dir() and not (root / split).is_symlink():
-                    (root / split / sub).mkdir(exist_ok=True)
-        report = verify(root, deep=report.deep, manifest=man, sample_fn=sample_fn)
-        if report.ok:
-            return report
-    if any(d.path == CHECKSUMS for d in report.damage):
-        raise DatasetError([(CHECKSUMS, "the recorded file digests are damaged, so damaged samples cannot be told apart: "
-                             f"regenerate with `mosaic generate SPEC --out {root} --overwrite`, or restore the file")], source=str(root))
-    sums = _read_checksums(root, man, VerifyReport(str(root), "imagefolder", True)) or {}
-    masks = bool(man.get("masks"))
-    renderer = man.get("renderer", {}).get("name", "pillow")
-    samples = sorted({(d.split, d.index) for d in report.damage if d.index is not None and d.problem != "metadata"})
-    meta_splits = sorted({d.split for d in report.damage if d.split and (d.problem == "metadata" or d.path.endswith("metadata.jsonl")
-                                                                            or d.index is None)})
-    total = len(samples) + len(meta_splits)
-    for k, (split, index) in enumerate(samples):
-        rec, img, mask = expected_sample(spec, split, index, masks, renderer, sample_fn, png_fn)
-        for rel, data in ((f"{split}/{rec['file_name']}", img), (f"{split}/{rec.get('mask_file_name')}", mask)):
-            if data is None:
-                continue
-            if sums and hashlib.sha256(data).hexdigest() != sums.get(rel):
-                raise DatasetError([(rel, "regenerating it gives other bytes than the recorded digest: this mosaic "
-                                     f"(versions {_versions()}) differs from the one that made the dataset "
-                                     f"({man.get('versions')}); regenerate the dataset with --overwrite")], source=str(root))
-            atomic_write(make_room(root, rel), data)
-        if on_progress:
-            on_progress(k + 1, total)
-    for split in meta_splits:  # streamed: one record at a time into a temporary file, checked, then moved in place
-        rel = f"{split}/metadata.jsonl"
-        import tempfile
-
-        fd, name = tempfile.mkstemp(dir=root, prefix=f".{split}.metadata.jsonl.tmp{os.getpid()}.")  # O_EXCL: unique, no link followed
-        tmp = Path(name)
-        h = hashlib.sha256()
-        try:
-            with os.fdopen(fd, "wb") as f:
-                for index in range(int(man["splits"][split]["count"])):
-                    rec, _ = sample_fn(spec, split, index)
-                    if masks:
-                        rec["mask_file_name"] = f"masks/{index:06d}.png"
-                    line = (json.dumps(rec, sort_keys=True) + "\n").encode()
-                    f.write(line)
-                    h.update(line)
-            if sums and h.hexdigest() != sums.get(rel):
-                raise DatasetError([(rel, "the records the spec gives differ from the recorded digest: this mosaic "
-                                     f"({_versions()}) differs from the one that made the dataset; regenerate it with --overwrite")],
-                                   source=str(root))
-            os.replace(tmp, make_room(root, rel))
-        finally:
-            tmp.unlink(missing_ok=True)
-    return verify(root, deep=report.deep, manifest=man, sample_fn=sample_fn)  # rewritten bytes were checked above
-
-
-def _versions() -> dict:
-    from mosaic.records import package_versions
-
-    return package_versions()
-
-
-def mark_shards_for_regeneration(root: str | Path, report: VerifyReport) -> list[str]:
-    """For a Parquet dataset: delete each damaged shard and its finished-shard record and mark the
-    manifest ``incomplete``, so that :func:`mosaic.parquet.generate_parquet` (which resumes) writes
-    exactly those shards again, byte-identically. Returns the shard names."""
-    from mosaic.io import atomic_write_json
-
-    root = Path(root)
-    man = read_manifest_checked(root)
-    names = {Path(d.path).name for d in report.damage}
-    hit = []
-    for split, lst in man.get("shards", {}).items():
-        for k, s in enumerate(lst):
-            if s["name"] in names:
-                for rel in (f".mosaic/shards/{split}-{k:05d}.json", f"data/{s['name']}"):
-                    target = make_room(root, rel)  # a folder or file in the way is cleared (or refused)
-                    target.unlink(missing_ok=True)
-                hit.append(s["name"])
-    atomic_write_json(root / MANIFEST, {**man, "status": "incomplete", "repairing": {"shards": hit, "was": man.get("shards")}})
-    return hit
-
-
-def check_repaired_shards(root: str | Path, man: dict) -> None:
-    """After a Parquet repair: every rewritten shard must have its recorded sha256.
-
-    Raises:
-        DatasetError: a regenerated shard differs (another mosaic or library made the dataset)."""
-    was = (man.get("repairing") or {}).get("was") or {}
-    names = set((man.get("repairing") or {}).get("shards") or [])
-    root = Path(root)
-    for split, lst in was.items():
-        for s in lst:
-            if s["name"] in names and sha256_file(root / "data" / s["name"]) != s["sha256"]:
-                raise DatasetError([(f"data/{s['name']}", "the regenerated shard differs from the recorded digest: this mosaic "
-                                     f"({_versions()}) differs from the one that made the dataset; regenerate it with --overwrite")],
-                                   source=str(root))
-
-
-def check_and_repair(root: str | Path, deep: bool = False, sample_fn=None, png_fn=None,
-                     on_progress: Callable[[int, int], None] | None = None) -> VerifyReport:
-    """What ``mosaic generate`` does on a finished imagefolder dataset: a quick check (``deep``: a
-    full one), then :func:`repair` of whatever is damaged. Returns the first check's report
-    (``damage`` lists what was repaired).
-
-    Raises:
-        DatasetError: the damage cannot be repaired (see :func:`repair`).
-    """
-    report = verify(root, deep=deep, sample_fn=sample_fn)
-    if not report.ok:
-        after = repair(root, report, sample_fn, png_fn, on_progress)
-        if not after.ok:
-            raise DatasetError(after.problems(), source=str(root))
-    return report

@@ -160,7 +160,7 @@ def test_train_on_a_damaged_dataset_path_names_the_file(ds):
 
 def test_repair_and_rerun_never_write_through_a_linked_images_folder(ds, tmp_path):
     from mosaic.dataset import generate
-    from mosaic.repair import repair_dataset
+    from mosaic.dataset import repair_dataset
     from mosaic.verify import verify
 
     victim = tmp_path / "victim"
@@ -184,7 +184,7 @@ def test_repair_and_rerun_never_write_through_a_linked_images_folder(ds, tmp_pat
 
 
 def test_a_linked_image_file_is_replaced_not_written_through(ds, tmp_path):
-    from mosaic.repair import repair_dataset
+    from mosaic.dataset import repair_dataset
     from mosaic.verify import verify
 
     victim = tmp_path / "victim.png"

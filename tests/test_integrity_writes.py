@@ -53,7 +53,7 @@ OTHER_HOLDOUT = {"concepts": ["color", "shape"], "rule": {"kind": "diagonal", "n
 def test_moved_and_regenerated_folders_give_their_own_rows(tmp_path, monkeypatch):
     datasets = _hf_env(tmp_path, monkeypatch)
     from mosaic.dataset import generate
-    from mosaic.hf import load_dataset
+    from mosaic.hf_load import load_dataset
 
     a, b = tmp_path / "p1" / "count", tmp_path / "p2" / "count"
     generate(_spec(), a)
@@ -74,7 +74,7 @@ def test_moved_and_regenerated_folders_give_their_own_rows(tmp_path, monkeypatch
 
 def test_a_card_copied_from_before_a_regeneration_is_refused_and_repaired(tmp_path):
     from mosaic.dataset import generate
-    from mosaic.repair import repair_dataset
+    from mosaic.dataset import repair_dataset
     from mosaic.torch_data import MosaicDataset
     from mosaic.verify import check_before_read, verify
 
@@ -115,7 +115,7 @@ def test_a_damaged_card_is_named_by_the_quick_check(tmp_path, damage):
             f.truncate(8 * 2**20)
     report = verify(a)
     assert any(d.path == "README.md" for d in report.damage), report.problems()
-    from mosaic.repair import repair_dataset
+    from mosaic.dataset import repair_dataset
 
     if damage != "a folder":  # a folder in the card's place is named; --repair does not delete folders
         assert repair_dataset(a, report).ok
@@ -379,7 +379,7 @@ def two(tmp_path_factory):
 
 @pytest.mark.parametrize("case", sorted(IMAGEFOLDER_DAMAGE))
 def test_hostile_imagefolder_damage_is_refused_by_every_reader(two, tmp_path, case):
-    from mosaic.hf import load_dataset
+    from mosaic.hf_load import load_dataset
     from mosaic.stream import StreamingDataset
     from mosaic.torch_data import MosaicDataset
 
@@ -407,7 +407,7 @@ PARQUET_DAMAGE = {
 
 @pytest.mark.parametrize("case", sorted(PARQUET_DAMAGE))
 def test_hostile_parquet_damage_is_refused(two, tmp_path, case):
-    from mosaic.hf import load_dataset
+    from mosaic.hf_load import load_dataset
     from mosaic.torch_data import MosaicDataset
 
     d = tmp_path / "pq"

@@ -21,8 +21,7 @@ def verify(
     """Check every file of a dataset against the digests its manifest records: reports each missing,
     truncated, undecodable or altered file and each metadata line that does not match. Exit status 0
     when whole, 1 when damaged (fix it with --repair or by rerunning `mosaic generate`), 2 for bad input."""
-    from mosaic.dataset import sample_record
-    from mosaic.repair import repair_dataset
+    from mosaic.dataset import repair_dataset, sample_record
     from mosaic.verify import verify as do_verify
 
     try:

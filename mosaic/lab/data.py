@@ -16,8 +16,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mosaic.dataset import generate as gen, read_manifest
 from mosaic.errors import DatasetError
 from mosaic.lab.config import DatasetSection
+from mosaic.spec import load_spec
+from mosaic.verify import check_before_read
 
 
 def dataset_dir_for(spec) -> str:
@@ -31,8 +34,6 @@ def load_dataset_spec(section: DatasetSection):
     Raises:
         SpecError: missing spec file or invalid spec (after overrides).
     """
-    from mosaic.spec import load_spec
-
     overrides = [f"{k}={json.dumps(v)}" for k, v in override_items(section.overrides)]
     return load_spec(section.spec, overrides)
 
@@ -73,13 +74,9 @@ def resolve_dataset(section: DatasetSection, generate: bool = True, on_progress=
                 f"dataset.path {str(root)!r}: no mosaic dataset there (manifest.json is missing). Generate it with "
                 f"`mosaic generate SPEC --out {root}`, or set dataset.spec to generate one on demand"
             )
-        from mosaic.dataset import read_manifest
-
         if read_manifest(root).get("status") != "complete":
             raise DatasetError(f"dataset.path {str(root)!r} is incomplete (generation was interrupted): rerun `mosaic generate` on it")
         if generate:  # the quick check before training on it: damage is named, never trained on
-            from mosaic.verify import check_before_read
-
             try:
                 check_before_read(root)
             except DatasetError as e:
@@ -89,14 +86,10 @@ def resolve_dataset(section: DatasetSection, generate: bool = True, on_progress=
     if section.stream:  # the train split is streamed (mosaic.stream): write the others only
         root = Path(section.root) / (dataset_dir_for(spec) + "-stream")
         if generate:
-            from mosaic.dataset import generate as gen
-
             gen(spec, root, workers=section.workers, on_progress=on_progress, splits=[s for s in spec.split_sizes() if s != "train"])
         return root
     root = Path(section.root) / dataset_dir_for(spec)
     if generate:
-        from mosaic.dataset import generate as gen
-
         gen(spec, root, workers=section.workers, on_progress=on_progress)
     return root
 
@@ -104,8 +97,6 @@ def resolve_dataset(section: DatasetSection, generate: bool = True, on_progress=
 def manifest_fingerprint(root: str | Path) -> dict:
     """What identifies a dataset for a run: spec fingerprint, name, per-split counts and a hash of
     the manifest file (so a regenerated or edited dataset is noticed)."""
-    from mosaic.dataset import read_manifest
-
     root = Path(root)
     man = read_manifest(root)
     return {
@@ -119,8 +110,6 @@ def manifest_fingerprint(root: str | Path) -> dict:
 
 def split_names(root: str | Path) -> list[str]:
     """Split names of a dataset, in manifest order."""
-    from mosaic.dataset import read_manifest
-
     return list(read_manifest(root).get("splits", {}))
 
 

@@ -1,0 +1,49 @@
+"""Loading a mosaic dataset folder with HuggingFace ``datasets``, checked first and cached by location.
+
+Sits above :mod:`mosaic.verify` (it runs the quick check before every read) and :mod:`mosaic.hf`
+(the card that makes the folder a HF dataset); ``datasets`` is imported only when a folder is loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from mosaic.verify import check_before_read
+
+
+def load_dataset(path: str | Path, **kwargs):
+    """``datasets.load_dataset(path, **kwargs)`` that always gives this folder's own data, wherever it
+    lies and whatever lay there before.
+
+    HF's cache key for a local folder (``datasets`` 4-5, ``load.LocalDatasetModuleFactory``) is the
+    folder's *name* plus a hash of its card (the ``configs`` patterns, features and description):
+    neither the folder's location nor its files. The card states the dataset's
+    :func:`mosaic.hf.identity`, so a regenerated or another dataset gets its own entry; but an
+    imagefolder entry holds the *absolute paths* of the images, so a plain ``datasets.load_dataset`` of a moved folder gets the entry made
+    at its old place: its images are read from there (FileNotFoundError, or, where another dataset
+    of that name has been generated at the old place since, that dataset's images under this one's
+    labels). This loader runs the quick check first (:func:`mosaic.verify.check_before_read`: the
+    data is the manifest's, the card is the manifest's) and keys the cache by the folder's resolved
+    location too: ``<cache_dir>/mosaic-by-location/<sha256(realpath)[:16]>`` under ``cache_dir``
+    (default ``datasets.config.HF_DATASETS_CACHE``), where HF's own key (name + card identity) then
+    tells the datasets that lie there apart.
+
+    Args:
+        path: a mosaic dataset folder (either storage form).
+        **kwargs: passed to ``datasets.load_dataset`` (``split``, ``cache_dir``, ``download_mode``, ...).
+    Returns:
+        What ``datasets.load_dataset`` returns (a ``DatasetDict``, or a ``Dataset`` with ``split``).
+    Raises:
+        DatasetError: the folder is not a complete, undamaged mosaic dataset (each problem named, with the fix).
+        ImportError: ``datasets`` is not installed.
+    """
+    import datasets
+
+    root = Path(path)
+    check_before_read(root)
+    where = os.path.realpath(root)
+    base = kwargs.pop("cache_dir", None) or datasets.config.HF_DATASETS_CACHE
+    cache = Path(base) / "mosaic-by-location" / hashlib.sha256(where.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return datasets.load_dataset(where, cache_dir=str(cache), **kwargs)
