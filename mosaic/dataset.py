@@ -10,7 +10,7 @@ Layout of a dataset directory ``OUT``::
     OUT/.mosaic/parts/               per-shard metadata while generating (resume state)
 
 That is the ``imagefolder`` form; ``format="parquet"`` writes sharded Parquet instead
-(:mod:`mosaic.parquet`), and :func:`mosaic.parquet.export` converts between the two. Both load with
+(:mod:`mosaic.parquet`), and :func:`mosaic.export.export` converts between the two. Both load with
 ``datasets.load_dataset(OUT)`` (through the card, :mod:`mosaic.hf`) and with
 :class:`mosaic.torch_data.MosaicDataset`; :func:`read_metadata` / :func:`iter_metadata` read the
 records of either form.

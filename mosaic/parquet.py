@@ -1,4 +1,4 @@
-"""Sharded Parquet datasets: writing, reading, verifying, and converting to and from imagefolder.
+"""Sharded Parquet datasets: writing, reading and verifying (converting to and from imagefolder: :mod:`mosaic.export`).
 
 Layout of a Parquet dataset directory ``OUT``::
 
@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from collections import deque
 from pathlib import Path
 from typing import Callable, Iterator
@@ -35,16 +34,12 @@ from typing import Callable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mosaic.checksums import write_checksums
 from mosaic.errors import DatasetError, MosaicError
-from mosaic.executors import LocalExecutor, check_backend, make_executor
+from mosaic.executors import check_backend, make_executor
 from mosaic.hf import arrow_schema, feature_tree, hf_record, present_splits, write_card
-from mosaic.io import TEMP_GLOB, atomic_text_writer, atomic_write_json, new_temp_file, own_folders
+from mosaic.io import TEMP_GLOB, atomic_write_json, new_temp_file, own_folders
 from mosaic.locks import FolderLock
-from mosaic.records import (
-    FORMAT, MANIFEST, base_manifest, check_out_dir, png_bytes, read_manifest, replaceable_or_raise, sample_record, spec_from_data, spec_of,
-    unfinished_hint,
-)
+from mosaic.records import FORMAT, MANIFEST, base_manifest, check_out_dir, png_bytes, read_manifest, sample_record, spec_from_data
 from mosaic.repair import check_repaired_shards, mark_shards_for_regeneration
 from mosaic.spec import Spec
 from mosaic.tally import Tally
@@ -79,7 +74,7 @@ def check_format(fmt: str) -> str:
 # rows
 # ----------------------------------------------------------------------------------------------
 
-def _schema(spec: Spec, masks: bool) -> pa.Schema:
+def row_schema(spec: Spec, masks: bool) -> pa.Schema:
     return arrow_schema(feature_tree(spec, masks))
 
 
@@ -104,7 +99,7 @@ def render_rows(spec_data: dict, split: str, start: int, stop: int, masks: bool,
         rec, scene = sample_record(spec, split, index)
         image, mask = rend.render_one(scene) if masks else (rend.render_image(scene), None)  # no mask drawn unless stored
         rows.append(row_of(spec, rec, png_bytes(image), png_bytes(mask) if masks else None))
-    return pa.Table.from_pylist(rows, schema=_schema(spec, masks))
+    return pa.Table.from_pylist(rows, schema=row_schema(spec, masks))
 
 
 def plan_rows_per_shard(table: pa.Table, shard_bytes: int) -> int:
@@ -205,7 +200,7 @@ def write_shards(
     """
 
     sizes = spec.split_sizes()
-    schema = _schema(spec, masks)
+    schema = row_schema(spec, masks)
     total = sum(sizes.values())
     done = 0
     jobs = []  # (split, k, n_shards, name, start, stop)
@@ -289,7 +284,7 @@ def _clear_partial(out: Path) -> None:
             p.unlink()
 
 
-def _own_parquet_folders(out: Path) -> None:
+def own_parquet_folders(out: Path) -> None:
     """Make ``out/data`` and ``out/.mosaic/shards`` real folders of ``out``: a symbolic link standing
     at either (or at ``.mosaic``) is removed, never written through (what it points to belongs to
     someone else), as :func:`mosaic.io.own_folders` does for the imagefolder writers."""
@@ -301,7 +296,7 @@ def _own_parquet_folders(out: Path) -> None:
 # generate
 # ----------------------------------------------------------------------------------------------
 
-def _base_manifest(spec: Spec, masks: bool, renderer: str, status: str, plan: dict, shard_bytes: int) -> dict:
+def parquet_manifest(spec: Spec, masks: bool, renderer: str, status: str, plan: dict, shard_bytes: int) -> dict:
     man = base_manifest(spec, masks, renderer, status, "parquet")
     man.update({
         "parquet": {"shard_bytes": int(shard_bytes), "rows_per_shard": plan, "row_group_rows": ROW_GROUP_ROWS},
@@ -383,9 +378,9 @@ def _generate_parquet_locked(spec, out, workers, overwrite, masks, shard_bytes, 
     else:
         plan = {s: _estimate(spec, s, n, masks, renderer, shard_bytes) for s, n in sizes.items() if n > 0}
     executor = make_executor(backend, workers, address)
-    _own_parquet_folders(out)
+    own_parquet_folders(out)
     _clear_partial(out)
-    atomic_write_json(out / MANIFEST, _base_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes))
+    atomic_write_json(out / MANIFEST, parquet_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes))
     spec_data = spec.to_dict()
     try:
         write_shards(spec, out, plan, masks, render_rows, lambda s, a, b: (spec_data, s, a, b, masks, renderer), executor, on_progress)
@@ -404,7 +399,7 @@ def _generate_parquet_locked(spec, out, workers, overwrite, masks, shard_bytes, 
 
 def finalize_parquet(spec: Spec, out: Path, masks: bool, renderer: str, plan: dict, shard_bytes: int) -> dict:
     """Check every shard, run the leak check streaming over the shards, write manifest and card."""
-    man = _base_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes)
+    man = parquet_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes)
     shards: dict[str, list] = {}
     for split, n in spec.split_sizes().items():
         shards[split] = []
@@ -484,186 +479,7 @@ def iter_records(out: str | Path, split: str, columns: list[str] | None = None, 
             raise DatasetError(f"shard data/{p.name} of {out} is damaged ({e}): regenerate the dataset or restore the shard") from None
 
 
-# ----------------------------------------------------------------------------------------------
-# export: imagefolder <-> parquet
-# ----------------------------------------------------------------------------------------------
-
-def _imagefolder_rows(spec: Spec, src: Path, split: str, masks: bool) -> Iterator[dict]:
-    path = src / split / "metadata.jsonl"
-    if not path.is_file():
-        raise DatasetError(f"no split {split!r} in {src}: {path} is missing")
-    with path.open() as f:
-        for line in f:
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            image = (src / split / rec["file_name"]).read_bytes()
-            mask = (src / split / rec["mask_file_name"]).read_bytes() if masks else None
-            yield row_of(spec, rec, image, mask)
-
-
-def export(src: str | Path, format: str, dst: str | Path | None = None, shard_bytes: int = DEFAULT_SHARD_BYTES,
-           overwrite: bool = False, on_progress: Callable[[int, int], None] | None = None) -> dict:
-    """Convert a complete dataset between imagefolder and Parquet (see :func:`_export`), holding
-    the output folder's lock and the source's (:class:`mosaic.locks.FolderLock`, never waiting): a
-    second export or generation into the same folder, or a ``generate --overwrite`` of the source,
-    stops, naming the process that holds it."""
-    check_format(format)
-    out = Path(dst) if dst is not None else Path(src).with_name(f"{Path(src).name}-{format}")
-    # the source is locked too (never waiting): a `generate --overwrite` of it stops while it is read, and an export
-    # never starts while one runs (it would copy a half-replaced source)
-    with FolderLock(src, DatasetError, "dataset (the export's source)", wait=False), FolderLock(out, DatasetError, "dataset", wait=False):
-        return _export(src, format, out, shard_bytes, overwrite, on_progress)
-
-
-def _export(src: str | Path, format: str, dst: Path, shard_bytes: int, overwrite: bool,
-            on_progress: Callable[[int, int], None] | None) -> dict:
-    """Convert a complete dataset between imagefolder and Parquet; images are copied as the same
-    PNG bytes and labels as the same values.
-
-    Args:
-        src: a complete mosaic dataset (either form).
-        format: ``parquet`` or ``imagefolder`` (the form to write).
-        dst: output directory (:func:`export` defaults it to ``<src>-<format>``); must be new or
-            empty unless ``overwrite``.
-    Returns:
-        The manifest of ``dst``.
-    Raises:
-        DatasetError: unknown format, ``src`` incomplete or already in that form, ``dst`` not empty.
-    """
-    src = Path(src)
-    man = read_manifest(src)
-    if man.get("status") != "complete":
-        raise DatasetError(f"{src} is incomplete (status {man.get('status')!r}): {unfinished_hint(src, man)}, then export it")
-    have = storage_of(man)
-    if have == format:
-        raise DatasetError([("--format", f"{src} is already {format}: choose the other form ({'imagefolder' if format == 'parquet' else 'parquet'})")])
-    rs, rd = src.resolve(), dst.resolve()
-    if rs == rd or rs in rd.parents or rd in rs.parents:  # checked before anything is deleted: the source is only read
-        raise DatasetError([("--out", f"{dst} is {'the source' if rs == rd else 'inside the source' if rs in rd.parents else 'a folder holding the source'} "
-                             f"{src}: give a folder outside it (default: {src.name}-{format} beside it)")])
-    if dst.exists() or dst.is_symlink():
-        if not dst.is_dir() or dst.is_symlink() or (any(dst.iterdir()) and not overwrite):
-            raise DatasetError(f"--out {dst} exists and is not empty: give a new directory (or --overwrite to replace a mosaic dataset)")
-        replaceable_or_raise(dst)
-    # the whole source is checked against its recorded digests first: damage is named here, never copied into
-    # a new dataset whose fresh digests would then pass `mosaic verify`
-    report = verify_dataset(src, deep=True)
-    if not report.ok:
-        names = ", ".join(d.path for d in report.damage[:5]) + (f" and {len(report.damage) - 5} more" if len(report.damage) > 5 else "")
-        raise DatasetError(f"{src} is damaged ({names}): export copies the source as it is, so repair it first with "
-                           f"`mosaic verify {src} --repair`, then export")
-    spec = spec_of(src)
-    if dst.exists():
-        shutil.rmtree(dst)
-    masks = bool(man.get("masks"))
-    renderer = man.get("renderer", {}).get("name", "pillow")
-    if format == "parquet":
-        plan = {}
-        for split, v in man["splits"].items():
-            if v["count"]:
-                from itertools import islice
-
-                rows = list(islice(_imagefolder_rows(spec, src, split, masks), ESTIMATE_SAMPLES))
-                plan[split] = plan_rows_per_shard(pa.Table.from_pylist(rows, schema=_schema(spec, masks)), shard_bytes)
-        dst.mkdir(parents=True, exist_ok=True)
-        _own_parquet_folders(dst)
-        atomic_write_json(dst / MANIFEST, {**_base_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes),
-                                           "export_source": str(src.resolve())})  # named by verify if this export is interrupted
-        spec_data = spec.to_dict()
-        write_shards(spec, dst, plan, masks, _table_of_imagefolder_cached(),
-                     lambda s, a, b: (spec_data, str(src), s, a, b, masks), LocalExecutor(1), on_progress)
-        return finalize_parquet(spec, dst, masks, renderer, plan, shard_bytes)
-    return _parquet_to_imagefolder(spec, src, dst, man, masks, renderer, on_progress)
-
-
-def _table_of_imagefolder_cached():
-    """A row-group maker over imagefolder splits that reads each split's metadata once, in order (export writes
-    row groups in order, so a running reader per split avoids re-reading the file per group)."""
-    state: dict = {}
-
-    def make(spec_data, src, split, start, stop, masks):
-
-        spec = spec_from_data(spec_data)
-        key = (src, split)
-        if key not in state or state[key][1] != start:
-            it = _imagefolder_rows(spec, Path(src), split, masks)
-            from itertools import islice
-
-            for _ in islice(it, start):
-                pass
-            state[key] = [it, start]
-        it = state[key][0]
-        rows = [next(it) for _ in range(stop - start)]
-        state[key][1] = stop
-        return pa.Table.from_pylist(rows, schema=_schema(spec, masks))
-
-    return make
-
-
-def _records_of(path: Path) -> Iterator[dict]:
-    """The records of a ``metadata.jsonl``, one line at a time."""
-    with open(path, "rb") as f:
-        for line in f:
-            yield json.loads(line)
-
-
-def _own_name(src: Path, split: str, row: dict, image: dict, sub: str) -> str:
-    """The file name a Parquet row's image (or mask) gets in an imagefolder export: always
-    ``<sub>/NNNNNN.png`` of the row's index. A row whose stored ``path`` names anything else (``../x``,
-    an absolute path, another index) is not mosaic's: refused (DatasetError), never written there."""
-    index = row.get("index")
-    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-        raise DatasetError(f"{src}: a row of split {split!r} has index {index!r}, not a sample index: the shard is not mosaic's; regenerate the dataset")
-    want = f"{sub}/{index:06d}.png"
-    if image.get("path") not in (None, want) or not isinstance(image.get("bytes"), bytes):
-        raise DatasetError(f"{src}: row {index} of split {split!r} stores its {sub[:-1]} as {image.get('path')!r}, not {want!r} "
-                           f"(or without PNG bytes): the shard is not mosaic's; regenerate the dataset")
-    return want
-
-
-def _parquet_to_imagefolder(spec: Spec, src: Path, dst: Path, man: dict, masks: bool, renderer: str, on_progress) -> dict:
-    total = sum(v["count"] for v in man["splits"].values())
-    done = 0
-    dst.mkdir(parents=True)
-    out_man = base_manifest(spec, masks, renderer, "incomplete", "imagefolder")
-    atomic_write_json(dst / MANIFEST, {**out_man, "export_source": str(src.resolve())})  # named by verify if this export is interrupted
-    tally = Tally(spec)
-    for split, v in man["splits"].items():
-        tally.begin(split)
-        (dst / split / "images").mkdir(parents=True)
-        if masks:
-            (dst / split / "masks").mkdir(parents=True)
-        with atomic_text_writer(dst / split / "metadata.jsonl") as f:
-            for row in iter_records(src, split, manifest=man):
-                image = row.pop("image")
-                mask = row.pop("mask", None)
-                fn = _own_name(src, split, row, image, "images")  # never a path out of the split folder
-                (dst / split / fn).write_bytes(image["bytes"])
-                rec = {"file_name": fn, **row}
-                if mask is not None:
-                    mfn = _own_name(src, split, row, mask, "masks")
-                    (dst / split / mfn).write_bytes(mask["bytes"])
-                    rec["mask_file_name"] = mfn
-                f.write(json.dumps(rec, sort_keys=True) + "\n")
-                tally.add(split, row["index"], row["concepts"])
-                done += 1
-                if on_progress and done % 1024 == 0:
-                    on_progress(done, total)
-    out_man["splits"] = {s: {"count": v["count"]} for s, v in man["splits"].items()}
-    out_man["leak_check"] = tally.report()
-    out_man["status"] = "complete" if out_man["leak_check"]["passed"] else "failed_leak_check"
-    if out_man["status"] == "complete":  # every file read back and digested, as `mosaic generate` does (mosaic verify checks them)
-        order = [s for s in spec.split_sizes() if s in man["splits"]] + [s for s in man["splits"] if s not in spec.split_sizes()]
-        out_man["checksums"] = write_checksums(dst, {s: _records_of(dst / s / "metadata.jsonl") for s in order})  # generate's order
-    write_card(dst, spec, out_man, "imagefolder")  # the card first: a failure here leaves the export unfinished
-    atomic_write_json(dst / MANIFEST, out_man)
-    if on_progress:
-        on_progress(total, total)
-    return out_man
-
-
 __all__ = [
-    "DEFAULT_SHARD_BYTES", "FORMAT", "STORAGES", "check_format", "export", "finalize_parquet", "generate_parquet",
+    "DEFAULT_SHARD_BYTES", "FORMAT", "STORAGES", "check_format", "finalize_parquet", "generate_parquet",
     "iter_records", "present_splits", "shard_name", "shard_paths", "storage_of", "verify_parquet",
 ]

@@ -201,6 +201,7 @@ LAZY: dict[tuple[str, str], str] = {
     ("mosaic.cli.evaluate", "mosaic.locks"): HELP,
     ("mosaic.cli.evaluate", "mosaic.spec"): HELP,
     ("mosaic.cli.evaluate", "mosaic.verify"): HELP,
+    ("mosaic.cli.export", "mosaic.export"): HELP,
     ("mosaic.cli.export", "mosaic.parquet"): HELP,
     ("mosaic.cli.reproduce", "mosaic.claims"): HELP,
     ("mosaic.cli.reproduce", "mosaic.reproduce"): HELP,

@@ -216,7 +216,7 @@ def test_export_locks_its_source(ds, tmp_path):
     import subprocess
     import sys
 
-    from mosaic.parquet import export
+    from mosaic.export import export
 
     p = subprocess.Popen([sys.executable, "-c", "import sys,time\nfrom mosaic.locks import FolderLock\n"
                           "with FolderLock(sys.argv[1]):\n print('locked', flush=True)\n time.sleep(60)", str(ds)],

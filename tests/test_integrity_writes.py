@@ -196,7 +196,7 @@ def test_an_interrupted_shard_leaves_no_temporary_file(tmp_path, monkeypatch):
 def test_parquet_to_imagefolder_export_never_writes_out_of_the_split(tmp_path):
     import pyarrow.parquet as pq
 
-    from mosaic.parquet import export
+    from mosaic.export import export
     from mosaic.verify import sha256_file
 
     src = tmp_path / "pq"

@@ -8,11 +8,13 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+import mosaic.export
 import mosaic.parquet as mp
 from mosaic.dataset import generate, read_manifest, read_metadata
 from mosaic.errors import DatasetError
 from mosaic.hf import hf_record
-from mosaic.parquet import export, generate_parquet, iter_records, verify_parquet
+from mosaic.export import export
+from mosaic.parquet import generate_parquet, iter_records, verify_parquet
 from mosaic.spec import parse_spec
 from tests.conftest import SPECS, tiny
 
@@ -236,7 +238,7 @@ def test_an_interrupted_export_is_named_as_an_export_by_verify(tmp_path, cc_spec
     def killed(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(mp, "write_shards" if to == "parquet" else "iter_records", killed)
+    monkeypatch.setattr(mosaic.export, "write_shards" if to == "parquet" else "iter_records", killed)
     with pytest.raises(KeyboardInterrupt):
         export(src, to, tmp_path / "out", shard_bytes=10_000)
     monkeypatch.undo()

@@ -23,7 +23,8 @@ def export_command(
     """Convert a dataset between imagefolder and Parquet: the same PNG bytes and labels, a new
     manifest, leak check and dataset card. The source is only read."""
     try:
-        from mosaic.parquet import check_format, export
+        from mosaic.export import export
+        from mosaic.parquet import check_format
 
         check_format(format)
         check_out(out)
