@@ -54,7 +54,9 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from mosaic.lab.config import load_config  # noqa: E402
-from mosaic.lab.cost import ACCELERATORS, estimate_run, fmt_seconds, make_probe  # noqa: E402
+from mosaic.lab.cost import ACCELERATORS, estimate_run  # noqa: E402
+from mosaic.lab.cost_table import fmt_seconds  # noqa: E402
+from mosaic.lab.probe import make_probe  # noqa: E402
 from mosaic.lab.diffusion import DiffusionConfig  # noqa: E402
 
 PRESETS = {"mosaic_count_unet": "experiments/train/mosaic_count_unet.yaml",
@@ -315,7 +317,7 @@ def markdown(summary: dict) -> str:
                      f"{p['achieved_tflops']:.2f} | {mfu} | {mem} | {p['final_loss']:.4f} | "
                      f"{fmt_seconds(p['projected_full_run_s'])} ({p['full_run_steps']} steps) |")
     lines += ["", f"Settings: {json.dumps(summary['settings'])}. MFU = achieved / peak dense bf16 TFLOP/s of the device "
-              f"({summary['peak_tflops']}); FLOPs per image from `mosaic.lab.cost` (FlopCounterMode). Goal for the DiT: "
+              f"({summary['peak_tflops']}); FLOPs per image from `mosaic.lab.flops` (FlopCounterMode). Goal for the DiT: "
               f"MFU >= {100 * DIT_MFU_GOAL:.0f} %.", ""]
     aes = summary.get("autoencoders") or []
     if aes:

@@ -13,7 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mosaic.lab.cost import ACCELERATORS, estimate_run, measure_step, render_estimate
+from mosaic.lab.cost import ACCELERATORS, estimate_run
+from mosaic.lab.cost_table import render_estimate
+from mosaic.lab.flops import measure_step
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -161,13 +163,13 @@ def test_estimate_does_not_depend_on_the_load_of_the_dry_run(tmp_path, monkeypat
     # time with a core of its own (half the loaded figure), every phase scaled alike; the loaded total is kept
     import mosaic.lab.cost as cost
 
-    real = cost._time_steps
+    real = cost.time_steps
 
     def loaded(*a, **k):
         fb, op, saved, cpu_s = real(*a, **k)
         return 2 * fb, 2 * op, saved, cpu_s * (fb + op) / max(cpu_s, 1e-12)  # wall doubled, CPU time = the unloaded wall
 
-    monkeypatch.setattr(cost, "_time_steps", loaded)
+    monkeypatch.setattr(cost, "time_steps", loaded)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     cfg = _cfg("experiments/train/quickstart_cpu.yaml", "training.steps=50", f"dataset.root={tmp_path}", "evaluation.check_n=0")
     est = estimate_run(cfg)

@@ -21,7 +21,8 @@ def _print_estimates(name: str, trials: list[dict], workers: int) -> None:
     """The cost of every trial (:func:`mosaic.lab.cost.estimate_run`, measured once per distinct model
     shape): FLOPs, peak memory per process, time on this machine (trials with ``training.device:
     cpu``) and on the first accelerators of the table, and the totals."""
-    from mosaic.lab.cost import estimate_run, fmt_bytes, fmt_flops, fmt_seconds
+    from mosaic.lab.cost import estimate_run
+    from mosaic.lab.cost_table import fmt_bytes, fmt_flops, fmt_seconds
 
     cache: dict = {}
     rows, warnings = [], {}

@@ -49,7 +49,8 @@ def _train(config_cls, run, config: Path, set_, out, unit: str, inside: str = ""
             sets.append(f"out={out}")
         cfg = load_config(config_cls, config, sets)
         if dry_run:  # validate everything and print the estimate (mosaic.lab.cost); nothing is written
-            from mosaic.lab.cost import estimate_run, print_estimate
+            from mosaic.lab.cost import estimate_run
+            from mosaic.lab.cost_table import print_estimate
             from mosaic.lab.run import check_batch, check_outputs, dataset_spec
 
             check_outputs(cfg)  # what a real run checks before generating: the run folder, the batch against the split

@@ -1,11 +1,13 @@
 """What a run costs, before it runs: parameters, FLOPs, memory and wall time (``--dry-run``).
 
 :func:`estimate_run` takes a validated diffusion or transformer config and returns an
-:class:`Estimate`; :func:`render_estimate` turns it into rich tables. Nothing is written to disk:
+:class:`Estimate`; :func:`mosaic.lab.cost_table.render_estimate` turns it into rich tables. Nothing is written to disk:
 the dataset is not generated (the spec, with its overrides, is validated and a few of its records
 are sampled in memory), no run folder is made.
 
-How each number is obtained (see README, "Cost estimate"):
+How each number is obtained (docs/gpu.md, "Cost estimate"); the counting is :mod:`mosaic.lab.flops`, the
+run's model and loss without a dataset :mod:`mosaic.lab.probe`, the timing :mod:`mosaic.lab.timing`
+and the tables :mod:`mosaic.lab.cost_table`:
 
 - **parameters**: the model the run would build (the same ``build_backbone`` / ``make_encoder`` /
   conditioner code), counted.
@@ -43,19 +45,18 @@ How each number is obtained (see README, "Cost estimate"):
 
 from __future__ import annotations
 
-import contextlib
+import json
 import math
 import os
-import time
-import types
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Callable
 
 import torch
 
-from mosaic.errors import ConfigError, MosaicError
-from mosaic.lab.loop import check_device  # noqa: F401  (re-exported: estimate_run checks the device as the run would)
+from mosaic.holdout import HELD_OUT, SEEN
+from mosaic.lab.flops import PROBE_BATCH, measure_autoencoder, measure_step
+from mosaic.lab.loop import check_device, torch_threads_restored
+from mosaic.lab.probe import Probe, make_probe, spec_and_records
+from mosaic.lab.timing import time_forward, time_sampling, time_scoring, time_steps
 
 GiB = 2**30
 
@@ -97,8 +98,6 @@ LAUNCH_S = 8e-6
 RESERVE_BYTES = 1 * GiB
 #: Training tensors up to this size are moved to the device by the loop (mosaic.lab.loop.train).
 DATA_ON_DEVICE_BYTES = 4 * GiB
-#: Images in the fake-tensor step that measures FLOPs and activations (a prime: weights' shapes are rarely its multiples).
-PROBE_BATCH = 13
 #: One CPU timing step may cost at most this many training FLOPs; larger batches are timed smaller and scaled.
 CPU_TIMING_FLOPS = 2e10
 
@@ -189,480 +188,6 @@ class Estimate:
 
 
 # ----------------------------------------------------------------------------------------------
-# measuring a model: FLOPs, saved activations, op count
-# ----------------------------------------------------------------------------------------------
-
-
-def _sdpa_mapping() -> dict:
-    """FLOP formulas for the CPU attention kernels the stock counter does not know."""
-    from torch.utils import flop_counter as fc
-
-    aten = torch.ops.aten
-    out = {}
-
-    def fwd(q, k, v, *args, out_shape=None, **kwargs):
-        return fc.sdpa_flop_count(q, k, v)
-
-    def bwd(grad_out, q, k, v, *args, out_shape=None, **kwargs):
-        return fc.sdpa_backward_flop_count(grad_out, q, k, v)
-
-    if hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu"):
-        out[aten._scaled_dot_product_flash_attention_for_cpu] = fwd
-        out[aten._scaled_dot_product_flash_attention_for_cpu_backward] = bwd
-    return out
-
-
-class _OpCounter(torch.utils._python_dispatch.TorchDispatchMode):
-    """Counts aten ops dispatched that compute (each is about one kernel launch on a GPU)."""
-
-    def __init__(self):
-        super().__init__()
-        self.n = 0
-
-    _FREE = {"detach", "alias", "lift_fresh", "_to_copy_meta", "empty", "empty_like", "zeros", "ones", "scalar_tensor",
-             "_local_scalar_dense", "clone_meta", "resolve_conj", "resolve_neg"}
-
-    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
-        if not func.is_view and func.__name__.split(".")[0] not in self._FREE:  # views and allocations launch no kernel
-            self.n += 1
-        return func(*args, **(kwargs or {}))
-
-
-@dataclass
-class StepMeasure:
-    """One measured forward + backward: FLOPs, saved-activation bytes, aten op count."""
-
-    forward_flops: float
-    backward_flops: float
-    saved_bytes: float
-    saved_bytes_batched: float  # of the saved tensors whose leading dimension is a multiple of the batch
-    ops: int
-
-    @property
-    def flops(self) -> float:
-        return self.forward_flops + self.backward_flops
-
-
-def measure_step(model: torch.nn.Module, loss_fn: Callable, batch: dict, *, dtype: torch.dtype | None = None,
-                 fake: bool = True, seed: int = 0) -> StepMeasure:
-    """FLOPs and saved-activation bytes of one training step ``loss_fn(model, batch, generator).backward()``.
-
-    Args:
-        model: the module (CPU); its gradients are cleared afterwards.
-        loss_fn: ``(model, batch, torch.Generator) -> scalar loss``.
-        batch: tensors with a leading batch dimension (CPU).
-        dtype: ``torch.bfloat16`` / ``torch.float16`` to run under CPU autocast, None for fp32.
-        fake: run on fake tensors (shapes only; no compute, no memory).
-    Returns:
-        :class:`StepMeasure`: forward and backward FLOPs (``FlopCounterMode``), bytes of the
-        distinct storages autograd saved for backward (parameters excluded) and of those among
-        them whose leading dimension is a multiple of the batch (activations; the rest, e.g.
-        autocast copies of weights, is per step), aten ops that compute.
-    """
-    from torch.utils.flop_counter import FlopCounterMode
-
-    param_keys = {p.untyped_storage()._cdata for p in model.parameters()}
-    b = len(next(iter(batch.values())))
-    saved: dict[int, tuple[int, bool]] = {}
-
-    def pack(t):
-        try:
-            st = t.untyped_storage()
-            key = st._cdata
-            if key not in param_keys:
-                batched = b > 1 and t.dim() > 0 and t.shape[0] % b == 0
-                saved[key] = (st.nbytes(), batched or saved.get(key, (0, False))[1])
-        except (RuntimeError, NotImplementedError):  # tensors without storage (nested, sparse)
-            pass
-        return t
-
-    fwd = FlopCounterMode(display=False, custom_mapping=_sdpa_mapping())
-    bwd = FlopCounterMode(display=False, custom_mapping=_sdpa_mapping())
-    ops = _OpCounter()
-    model.train()
-    ctx_fake = None
-    if fake:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        ctx_fake = FakeTensorMode(allow_non_fake_inputs=True)
-    try:
-        if ctx_fake is not None:
-            ctx_fake.__enter__()
-            batch = {k: ctx_fake.from_tensor(v) for k, v in batch.items()}
-        gen = torch.Generator().manual_seed(seed)
-        with ops:
-            with fwd, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-                    loss = loss_fn(model, batch, gen)
-            with bwd:
-                loss.backward()
-    finally:
-        if ctx_fake is not None:
-            ctx_fake.__exit__(None, None, None)
-        model.zero_grad(set_to_none=True)
-    return StepMeasure(float(fwd.get_total_flops()), float(bwd.get_total_flops()), float(sum(n for n, _ in saved.values())),
-                       float(sum(n for n, bt in saved.values() if bt)), ops.n)
-
-
-# ----------------------------------------------------------------------------------------------
-# probes: the run's model, loss and a batch maker, without a dataset on disk
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Probe:
-    """What estimating needs of a config: its model, its task's loss and batches like the run's."""
-
-    family: str
-    spec: Any
-    model: torch.nn.Module
-    loss: Callable                      # (model, batch, generator) -> loss (the task's own loss)
-    make_batch: Callable[[int], dict]   # batch of b examples, like the loop's batches
-    forward: Callable                   # (model, batch) -> output, no grad (sampling / evaluation)
-    train_images: int
-    example_bytes: float                # bytes of one training example's tensors (image or tokens, condition or labels)
-    fake_ok: bool = True                # the loss runs on fake tensors
-    ema: bool = True
-    sample: Callable | None = None      # (model, n, steps) -> images: the real sampler (diffusion)
-
-
-def _spec_and_records(section, k: int):
-    """``(spec, records of the train split (up to k), train size, dataset exists)`` without writing."""
-    from mosaic.lab.data import dataset_dir_for, load_dataset_spec
-
-    if section.path is not None:
-        from mosaic.dataset import read_metadata, spec_of
-        from mosaic.lab.data import resolve_dataset
-
-        root = resolve_dataset(section, generate=False)  # raises DatasetError for a missing/incomplete dataset
-        spec = spec_of(root)
-        split = "train" if spec.split_sizes().get("train") else next(iter(spec.split_sizes()))
-        return spec, read_metadata(root, split)[:k], spec.split_sizes().get("train", 0), True
-    spec = load_dataset_spec(section)
-    from mosaic.dataset import read_manifest, sample_record
-
-    sizes = spec.split_sizes()
-    split = "train" if sizes.get("train") else next((s for s, n in sizes.items() if n), "train")
-    recs = [sample_record(spec, split, i)[0] for i in range(min(k, max(sizes.get(split, 0), 1)))]
-    root = Path(section.root) / dataset_dir_for(spec)
-    exists = False
-    if (root / "manifest.json").is_file():
-        try:
-            exists = read_manifest(root).get("status") == "complete"
-        except (MosaicError, ValueError, OSError):
-            exists = False
-    return spec, recs, sizes.get("train", 0), exists
-
-
-def _cycle(records: list[dict], b: int) -> list[dict]:
-    return [records[i % len(records)] for i in range(b)]
-
-
-def diffusion_probe(cfg, spec, records: list[dict], n_train: int) -> Probe:
-    """The model, loss (``DiffusionTask.loss``) and batches of a diffusion config; for latent
-    diffusion the backbone on latents and an untrained autoencoder of the configured shape as the
-    space the sampler decodes through (its cost does not depend on its weights)."""
-    from mosaic.lab.diffusion import DiffusionModel, DiffusionTask, build_backbone, check_model_fits
-    from mosaic.lab.diffusion.conditioning import (
-        CaptionConditioner, CombinationConditioner, FactorizedConditioner, OneHotConditioner, build_vocab,
-    )
-    from mosaic.lab.diffusion.task import make_noise_scheduler
-
-    m = cfg.model
-    size = spec.image.size
-    space = None
-    if m.latent is not None:
-        from mosaic.lab.autoencoder import LatentSpace, build_autoencoder
-
-        space = LatentSpace(build_autoencoder(m.latent.autoencoder, size))
-    msize, mch = (space.size(size), space.channels) if space is not None else (size, 3)
-    check_model_fits(m, msize)
-    domains = {c: spec.domain(c) for c in spec.concepts}
-    if m.conditioning == "factorized":
-        cond = FactorizedConditioner(domains, m.cond_dim)
-    elif m.conditioning == "combination":
-        cond = CombinationConditioner(domains, m.cond_dim)
-    elif m.conditioning == "onehot":
-        o = m.onehot_
-        cond = OneHotConditioner(domains, m.cond_dim, hidden=o.hidden, tokens=o.tokens, dropout=o.dropout)
-    else:  # the run builds the vocabulary from every caption of the dataset; here from the sampled records
-        t = m.text
-        cond = CaptionConditioner(build_vocab(r["caption"] for r in records), m.cond_dim, layers=t.layers, heads=t.heads,
-                                  max_len=t.max_len, dropout=t.dropout)
-    model = DiffusionModel(build_backbone(m, msize, mch), cond, m.backbone, pooled=m.mmdit_.pooled)
-    s = m.schedule
-    noise = make_noise_scheduler(s, latent=space is not None)
-    task = types.SimpleNamespace(cfg=cfg, noise=noise)  # DiffusionTask.loss reads only cfg and noise
-
-    def loss(model_, batch, gen):
-        return DiffusionTask.loss(task, model_, batch, gen)
-
-    def make_batch(b: int) -> dict:
-        g = torch.Generator().manual_seed(b)
-        if space is not None:
-            return {"latent": torch.randn((b, mch, msize, msize), generator=g), "cond": cond.encode(_cycle(records, b))}
-        return {"image": torch.randint(0, 256, (b, 3, size, size), dtype=torch.uint8, generator=g),
-                "cond": cond.encode(_cycle(records, b))}
-
-    def forward(model_, batch):
-        x = batch["latent"] if "latent" in batch else batch["image"].float() / 127.5 - 1
-        t = torch.full((len(x),), s.num_train_timesteps // 2, dtype=torch.long)
-        return model_(x, t, batch["cond"])
-
-    def sample(model_, n: int, steps: int):
-        from mosaic.lab.diffusion import generate
-
-        sp = cfg.sampling
-        return generate(model_, noise.config, cond.encode(_cycle(records, n)), list(range(n)), image_size=size, guidance=sp.guidance,
-                        steps=steps, sampler=sp.sampler, batch_size=sp.batch_size, device="cpu", space=space)
-
-    cond_row = cond.encode(records[:1])
-    per_example = (4 * mch * msize * msize if space is not None else 3 * size * size) + cond_row[0].numel() * 8
-    family = f"diffusion ({m.backbone}, {m.conditioning}" + (", flow matching" if s.flow_matching else "") \
-        + (f", latent {mch}x{msize}x{msize}" if space is not None else "") + ")"
-    return Probe(family, spec, model, loss, make_batch, forward, n_train, per_example, ema=cfg.training.ema.enabled, sample=sample)
-
-
-def transformer_probe(cfg, spec, records: list[dict], n_train: int) -> Probe:
-    """The model, loss (``ClassifierTask.loss`` / ``BindingTask.loss``) and batches of a transformer config."""
-    from mosaic.lab.transformer import BindingTask, ClassifierModel, ClassifierTask, DualEncoder, make_encoder
-    from mosaic.lab.transformer.tokens import SceneTokenizer, fact_table, object_table, tokens_from_table
-
-    kind = cfg.input.kind
-    size = spec.image.size
-    need_tokens = cfg.objective == "binding" or kind == "tokens"
-    tok = SceneTokenizer.from_spec(spec) if need_tokens else None
-
-    def inputs(recs: list[dict], g: torch.Generator) -> torch.Tensor:
-        if kind == "image":
-            return torch.randint(0, 256, (len(recs), 3, size, size), dtype=torch.uint8, generator=g)
-        return tokens_from_table(tok, object_table(tok, recs), fact_table(tok, recs))
-
-    per_example = 3 * size * size if kind == "image" else inputs(records[:1], torch.Generator()).numel() * 8
-    if cfg.objective == "classifier":
-        heads = cfg.classifier.concepts or list(spec.concepts)
-        unknown = [c for c in heads if c not in spec.concepts]
-        if unknown:
-            raise ConfigError([("classifier.concepts", f"{unknown} are not concepts of the dataset's spec ({list(spec.concepts)})")])
-        model = ClassifierModel(make_encoder(cfg, kind, tok, size), [len(spec.domain(c)) for c in heads])
-        lookup = {c: {v: k for k, v in enumerate(spec.domain(c))} for c in heads}
-
-        def make_batch(b: int) -> dict:
-            recs = _cycle(records, b)
-            y = torch.tensor([[lookup[c].get(r["concepts"].get(c), -1) for c in heads] for r in recs], dtype=torch.long)
-            return {"x": inputs(recs, torch.Generator().manual_seed(b)), "y": y.reshape(b, len(heads))}
-
-        def loss(model_, batch, gen):
-            return ClassifierTask.loss(None, model_, batch, gen)
-
-        def forward(model_, batch):
-            return model_(batch["x"])
-
-        return Probe(f"transformer (classifier, {kind})", spec, model, loss, make_batch, forward, n_train,
-                     per_example + 8 * len(heads), ema=cfg.training.ema.enabled)
-
-    from mosaic.lab.transformer.binding import swap_negatives
-
-    scene = make_encoder(cfg, kind, tok, size)
-    query = make_encoder(cfg, "tokens", tok, None, max_len=tok.query_len)
-    model = DualEncoder(scene, query, cfg.model.embed_dim, cfg.binding.tau_init)
-    cq, _ = tok.concept_queries()
-    task = types.SimpleNamespace(cfg=cfg, tokenizer=tok, concept_query_tokens=cq,
-                                 allowed_neg=torch.ones(tok.n_object_types, dtype=torch.bool),
-                                 all_types=torch.from_numpy(tok.all_object_types()))
-    task.queries_for = types.MethodType(BindingTask.queries_for, task)
-
-    def make_batch(b: int) -> dict:
-        recs = _cycle(records, b)
-        objs = object_table(tok, recs)
-        swaps = [swap_negatives(o) for o in objs.tolist()]
-        table = torch.full((b, max(1, max(len(s) for s in swaps)), len(tok.attributes)), -1, dtype=torch.long)
-        for n, sw in enumerate(swaps):
-            if sw:
-                table[n, :len(sw)] = torch.tensor(sw, dtype=torch.long)
-        return {"x": inputs(recs, torch.Generator().manual_seed(b)), "objects": objs, "swaps": table}
-
-    def loss(model_, batch, gen):
-        return BindingTask.loss(task, model_, batch, gen)
-
-    def forward(model_, batch):
-        return model_.embed_scenes(batch["x"])
-
-    return Probe(f"transformer (binding, {kind})", spec, model, loss, make_batch, forward, n_train, per_example * 2,
-                 fake_ok=False, ema=cfg.training.ema.enabled)
-
-
-def make_probe(cfg, k: int = 64, resolved=None) -> tuple[Probe, bool]:
-    """The :class:`Probe` of a diffusion or transformer config and whether its dataset already exists.
-
-    Raises:
-        ConfigError, SpecError, DatasetError: the config, its spec or its dataset path is invalid.
-    """
-    spec, records, n_train, exists = resolved or _spec_and_records(cfg.dataset, k)
-    if not records:
-        raise ConfigError([("dataset", "the spec has no samples in any split: nothing to train on")])
-    if hasattr(cfg, "objective"):
-        return transformer_probe(cfg, spec, records, n_train), exists
-    return diffusion_probe(cfg, spec, records, n_train), exists
-
-
-def measure_autoencoder(cfg, spec) -> dict:
-    """The autoencoder of ``model.latent`` measured on fake tensors: ``params``, training FLOPs and
-    saved-activation bytes per image (its own loss: encode, sample, decode, L1 + MSE + edge + KL),
-    encoder and decoder forward FLOPs per image; ``cached`` when the run would find it trained."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from mosaic.lab.autoencoder import build_autoencoder, cache_dir, reconstruction_loss
-
-    lat = cfg.model.latent
-    sec = lat.autoencoder
-    size = spec.image.size
-    vae = build_autoencoder(sec, size)
-
-    def loss(model_, batch, gen):
-        x = batch["image"].float() / 127.5 - 1
-        post = model_.encode(x).latent_dist
-        rec = model_.decode(post.sample(generator=gen)).sample
-        return reconstruction_loss(sec, rec, x, post.kl())
-
-    b = PROBE_BATCH
-    step = measure_step(vae, loss, {"image": torch.zeros((b, 3, size, size), dtype=torch.uint8)}, fake=True)
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    enc, dec = FlopCounterMode(display=False, custom_mapping=_sdpa_mapping()), FlopCounterMode(display=False, custom_mapping=_sdpa_mapping())
-    with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
-        x = mode.from_tensor(torch.zeros((b, 3, size, size)))
-        with enc:
-            z = vae.encode(x).latent_dist.mean
-        with dec:
-            vae.decode(z)
-    folder = Path(lat.path) if lat.path is not None else cache_dir(lat.root, spec, sec)
-    return {"params": sum(p.numel() for p in vae.parameters()), "train_flops_img": step.flops / b, "saved_img": step.saved_bytes_batched / b,
-            "encode_flops_img": float(enc.get_total_flops()) / b, "decode_flops_img": float(dec.get_total_flops()) / b,
-            "cached": (folder / "vae" / "config.json").is_file() and (lat.path is not None or (folder / "autoencoder.json").is_file()),
-            "steps": sec.steps, "batch": sec.batch_size, "pool": min(sec.pool, spec.split_sizes().get("train", 0))}
-
-
-# ----------------------------------------------------------------------------------------------
-# timing on this machine
-# ----------------------------------------------------------------------------------------------
-
-
-def _time_steps(probe: Probe, cfg, b: int, min_s: float = 3.0, max_steps: int = 30) -> tuple[float, float, float, float]:
-    """``(seconds of forward + backward per micro-batch of b, seconds of clip + AdamW + EMA per step,
-    bytes autograd saved in the warm-up step, process CPU seconds of a whole step)``: medians of real
-    steps after one warm-up step (at least 2 timed steps, up to ``min_s`` seconds). The weights are
-    restored afterwards."""
-    tr = cfg.training
-    model = probe.model
-    model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=tr.lr, betas=tr.betas, weight_decay=tr.weight_decay)
-    ema = None
-    if tr.ema.enabled:
-        from diffusers.training_utils import EMAModel
-
-        ema = EMAModel(params, decay=tr.ema.decay, use_ema_warmup=tr.ema.warmup, power=tr.ema.power)
-    dtype = torch.bfloat16 if tr.mixed_precision == "bf16" else None
-    fb, op, cpu = [], [], []
-    param_keys = {p.untyped_storage()._cdata for p in model.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(t):
-        st = t.untyped_storage()
-        if st._cdata not in param_keys:
-            saved[st._cdata] = st.nbytes()
-        return t
-
-    t_start = time.perf_counter()
-    state = {k: v.clone() for k, v in model.state_dict().items()}
-    try:
-        for i in range(max_steps + 1):
-            batch = probe.make_batch(b)
-            gen = torch.Generator().manual_seed(i)
-            t0, c0 = time.perf_counter(), time.process_time()
-            hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if i == 0 else contextlib.nullcontext()
-            with hooks, torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-                loss = probe.loss(model, batch, gen)
-            loss.backward()
-            loss.detach().item()
-            t1 = time.perf_counter()
-            if tr.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(params, tr.grad_clip)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            if ema is not None:
-                ema.step(params)
-            t2, c2 = time.perf_counter(), time.process_time()
-            if i:  # the first step warms up (allocations, lazy inits)
-                fb.append(t1 - t0)
-                op.append(t2 - t1)
-                cpu.append(c2 - c0)
-            if i >= 2 and time.perf_counter() - t_start > min_s:
-                break
-    finally:
-        model.load_state_dict(state)
-    fb.sort()
-    op.sort()
-    cpu.sort()
-    return fb[len(fb) // 2], op[len(op) // 2], float(sum(saved.values())), cpu[len(cpu) // 2]
-
-
-def _time_sampling(probe: Probe, n: int, steps: int = 3, warm: bool = True) -> float:
-    """Seconds per image per sampler step of the real sampler (``generate``: guidance, scheduler) on
-    ``n`` images, after a one-step warm-up (``warm``)."""
-    model = probe.model.eval()
-    try:
-        if warm:
-            probe.sample(model, 2, 1)
-        t0 = time.perf_counter()
-        probe.sample(model, n, steps)
-        return (time.perf_counter() - t0) / (n * steps)
-    finally:
-        model.train()
-
-
-@torch.no_grad()
-def _time_forward(probe: Probe, b: int, reps: int = 3) -> float:
-    """Seconds of one no-grad forward pass over a batch of b (median of ``reps`` after a warm-up)."""
-    model = probe.model.eval()
-    batch = probe.make_batch(b)
-    ts = []
-    try:
-        for i in range(reps + 1):
-            t0 = time.perf_counter()
-            probe.forward(model, batch)
-            if i:
-                ts.append(time.perf_counter() - t0)
-    finally:
-        model.train()
-    ts.sort()
-    return ts[len(ts) // 2]
-
-
-def _time_scoring(spec, evaluator: str | None, n: int = 6) -> tuple[float, float]:
-    """``(seconds to render + PNG-encode one image, seconds for the evaluator to read one image)``."""
-    from mosaic.evaluation import ground_truth
-
-    t0 = time.perf_counter()
-    images, _ = ground_truth(spec, 0, n)
-    from mosaic.dataset import png_bytes
-
-    for im in images:
-        png_bytes(im)
-    render = (time.perf_counter() - t0) / n
-    if evaluator is None:
-        return render, 0.0
-    from mosaic.lab.diffusion import load_evaluator
-
-    ev = load_evaluator(spec, evaluator, device="cpu")
-    ev.predict(images[:1])
-    t0 = time.perf_counter()
-    ev.predict(images)
-    return render, (time.perf_counter() - t0) / n
-
-
-# ----------------------------------------------------------------------------------------------
 # what runs after / around training
 # ----------------------------------------------------------------------------------------------
 
@@ -679,8 +204,6 @@ def _combinations(spec, split: str) -> int:
     """Distinct combinations a split can hold (the holdout grid's seen or held-out cells; else every value tuple)."""
     grid = getattr(spec, "grid", None)
     if grid is not None and split in ("test_id", "test_ood", "val", "train"):
-        from mosaic.holdout import HELD_OUT, SEEN
-
         return grid.count(HELD_OUT if split == "test_ood" else SEEN)
     return math.prod(len(spec.domain(c)) for c in spec.concepts)
 
@@ -733,8 +256,6 @@ def estimate_run(cfg, *, assumed_mfu: float = ASSUMED_MFU, accelerators: tuple[A
         ConfigError: a device that is absent, a model that does not fit the image size, unknown concepts.
         SpecError, DatasetError, TokenizationError: the dataset section does not resolve.
     """
-    from mosaic.lab.loop import torch_threads_restored
-
     if check_device_present:
         check_device(cfg.training)
     with torch_threads_restored():
@@ -747,8 +268,6 @@ def shape_key(cfg, spec) -> str:
     """What the expensive measurements depend on: the model sections, the image size and concept
     domains, the batch, precision, threads, EMA and the objective's options (not steps, not
     dataset sizes, not sampling)."""
-    import json
-
     d = cfg.model_dump(mode="json")
     keep = {k: d.get(k) for k in ("model", "objective", "input", "classifier", "binding")}
     tr = d["training"]
@@ -760,8 +279,6 @@ def shape_key(cfg, spec) -> str:
 
 
 def _scoring_key(spec, evaluator) -> str:
-    import json
-
     d = spec.to_dict()
     d.pop("splits", None)
     d.pop("holdout", None)
@@ -791,17 +308,17 @@ def _measure(cfg, probe: Probe, time_cpu: bool) -> dict:
            "fwd_s": 0.0, "sample_s": 0.0, "step_cpu_s": 0.0, "threads": torch.get_num_threads()}
     if time_cpu:
         timed_b = max(1, min(B, int(CPU_TIMING_FLOPS // max(out["flops_img"], 1.0))))
-        fb, opt_s, saved_cpu, cpu_s = _time_steps(probe, cfg, timed_b)
+        fb, opt_s, saved_cpu, cpu_s = time_steps(probe, cfg, timed_b)
         # forward and sampler timings within the same FLOP budget (a 90 M-parameter model: one image, one step)
         fwd = max(out["fwd_img"], 1.0)
         fb_b = max(1, min(timed_b * 2, 64, int(CPU_TIMING_FLOPS // fwd)))
         reps = 3 if 4 * fb_b * fwd < CPU_TIMING_FLOPS else 1
-        out.update(timed_b=timed_b, fb=fb, opt_s=opt_s, step_cpu_s=cpu_s, a1_cpu=saved_cpu / timed_b, fwd_s=_time_forward(probe, fb_b, reps) / fb_b)
+        out.update(timed_b=timed_b, fb=fb, opt_s=opt_s, step_cpu_s=cpu_s, a1_cpu=saved_cpu / timed_b, fwd_s=time_forward(probe, fb_b, reps) / fb_b)
         if probe.sample is not None:  # at the batch sampling runs at (capped): per-image cost grows with the batch on a CPU
             mult = 1 if cfg.sampling.guidance in (0.0, 1.0) else 2
             n = max(1, min(cfg.sampling.batch_size, 48, int(CPU_TIMING_FLOPS // (3 * mult * fwd))))
             steps = 3 if 3 * n * mult * fwd <= CPU_TIMING_FLOPS else 1
-            out["sample_s"] = _time_sampling(probe, n, steps, warm=8 * mult * fwd < CPU_TIMING_FLOPS)
+            out["sample_s"] = time_sampling(probe, n, steps, warm=8 * mult * fwd < CPU_TIMING_FLOPS)
         if timed_b < B:
             notes.append(f"CPU time measured at batch {timed_b} and scaled linearly to {B}")
     return out
@@ -810,7 +327,7 @@ def _measure(cfg, probe: Probe, time_cpu: bool) -> dict:
 def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool, cache: dict) -> Estimate:
     tr = cfg.training
     torch.manual_seed(tr.seed)
-    resolved = _spec_and_records(cfg.dataset, 64)
+    resolved = spec_and_records(cfg.dataset, 64)
     spec, _, n_train, exists = resolved
     key = ("shape", shape_key(cfg, spec), time_cpu)
     if key not in cache:
@@ -868,7 +385,7 @@ def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool, cache: dict
         if parsed or checked or not exists:
             skey = ("scoring", _scoring_key(spec, evaluator))
             if skey not in cache:
-                cache[skey] = _time_scoring(spec, evaluator)
+                cache[skey] = time_scoring(spec, evaluator)
             render_s, parse_s = cache[skey]
         model_s = plain_fwd * me["fwd_s"] + sample_steps * me["sample_s"]
         cpu_eval = model_s + parsed * parse_s + checked * (render_s + parse_s)
@@ -944,93 +461,4 @@ def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool, cache: dict
     )
 
 
-# ----------------------------------------------------------------------------------------------
-# rendering
-# ----------------------------------------------------------------------------------------------
-
-
-def fmt_flops(x: float) -> str:
-    """``1.23 TFLOP``-style text of a FLOP count."""
-    for unit, scale in (("EFLOP", 1e18), ("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
-        if x >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x:.3g} FLOP"
-
-
-def fmt_bytes(x: float) -> str:
-    return f"{x / GiB:.2f} GiB" if x >= GiB / 10 else f"{x / 2**20:.1f} MiB"
-
-
-def fmt_seconds(s: float) -> str:
-    if s >= 86400 * 2:
-        return f"{s / 86400:.1f} d"
-    if s >= 3600:
-        return f"{s / 3600:.1f} h"
-    if s >= 90:
-        return f"{s / 60:.1f} min"
-    return f"{s:.1f} s" if s >= 1 else f"{1000 * s:.0f} ms"
-
-
-def render_estimate(est: Estimate) -> list:
-    """Rich renderables of an estimate: the run's cost table, the accelerator table, warnings and notes."""
-    from rich.table import Table
-    from rich.text import Text
-
-    t = Table(title=f"cost estimate: {est.name} — {est.family}", show_header=False)
-    t.add_column("what")
-    t.add_column("value", justify="right")
-    t.add_row("parameters", f"{est.params / 1e6:.2f} M")
-    t.add_row("batch per process x grad_accum, steps", f"{est.batch_size} x {est.grad_accum}, {est.steps}")
-    t.add_row("training FLOPs per image (forward + backward)", fmt_flops(est.train_flops_per_image))
-    t.add_row("training FLOPs per step", fmt_flops(est.train_flops_per_step))
-    t.add_row("training FLOPs, whole run", fmt_flops(est.train_flops_total))
-    t.add_row(f"validation + sampling/evaluation FLOPs ({est.eval_images} test images)", fmt_flops(est.eval_flops_total))
-    if est.autoencoder_params:
-        t.add_row("autoencoder: training" + (" (cached: 0)" if est.autoencoder_cached else ""), fmt_flops(est.autoencoder_train_flops))
-        t.add_row("autoencoder: encoding the dataset, decoding the samples",
-                  fmt_flops(est.autoencoder_encode_flops + est.autoencoder_decode_flops))
-    t.add_row("total FLOPs", fmt_flops(est.flops_total))
-    t.add_row(f"peak memory per process, accelerator ({est.precision_gpu})", fmt_bytes(est.peak_bytes_gpu))
-    t.add_row("  of which activations at the batch", fmt_bytes(est.activation_bytes_fixed + est.activation_bytes_per_image * est.batch_size))
-    t.add_row("  weights, gradients, AdamW, EMA", fmt_bytes(est.static_bytes))
-    t.add_row("  training data on the device", fmt_bytes(est.data_bytes))
-    t.add_row(f"peak memory, this machine's CPU ({est.precision_cpu})", fmt_bytes(est.peak_bytes_cpu))
-    if est.cpu_step_s:
-        t.add_row(f"this machine: one step ({est.cpu_threads} thread(s), load {est.cpu_load:.1f} now)", fmt_seconds(est.cpu_step_s))
-        t.add_row("  the same step on this machine idle (process CPU time)", fmt_seconds(est.cpu_step_idle_s))
-        t.add_row("this machine: training (a core per thread)", fmt_seconds(est.cpu_train_s))
-        t.add_row("this machine: validation, sampling, scoring", fmt_seconds(est.cpu_eval_s))
-        if est.cpu_generate_s:
-            t.add_row("this machine: dataset generation", fmt_seconds(est.cpu_generate_s))
-        if est.cpu_autoencoder_s:
-            t.add_row("this machine: autoencoder (training, encoding, decoding)", fmt_seconds(est.cpu_autoencoder_s))
-        t.add_row("[bold]this machine: total (a core per thread)[/]", f"[bold]{fmt_seconds(est.cpu_total_s)}[/]")
-        if est.cpu_total_loaded_s > 1.1 * est.cpu_total_s:
-            t.add_row(f"  the same at the load measured now ({est.cpu_load:.1f})", fmt_seconds(est.cpu_total_loaded_s))
-    a = Table(title=f"projected on one accelerator (assumed MFU {100 * est.assumed_mfu:.0f} % of the peak dense "
-                    f"{'bf16' if est.precision_gpu != 'fp32' else 'TF32'} rate)")
-    for col in ("accelerator", "peak bf16 TFLOP/s", "memory", "batch fits", "training", "total"):
-        a.add_column(col, justify="left" if col == "accelerator" else "right")
-    for r in est.accelerators:
-        fit = "yes" if r.fits else f"[red]no[/] (max {r.max_batch})"
-        a.add_row(r.name, f"{r.peak_tflops:g}", f"{r.memory_gb:g} GB", fit, fmt_seconds(r.train_s), fmt_seconds(r.total_s))
-    out: list = [t, a]
-    for w in est.warnings:
-        out.append(Text.from_markup(f"[yellow]warning[/] {w}"))
-    for n in est.notes:
-        out.append(Text(f"note: {n}", style="dim"))
-    return out
-
-
-def print_estimate(est: Estimate, console=None) -> None:
-    """Print :func:`render_estimate` to ``console`` (default: a new rich Console)."""
-    if console is None:
-        from rich.console import Console
-
-        console = Console(emoji=False)
-    for r in render_estimate(est):
-        console.print(r)
-
-
-__all__ = ["ACCELERATORS", "ASSUMED_MFU", "Accelerator", "AcceleratorRow", "Estimate", "check_device", "estimate_run",
-           "measure_autoencoder", "measure_step", "print_estimate", "render_estimate", "sampled_images", "shape_key"]
+__all__ = ["ACCELERATORS", "ASSUMED_MFU", "Accelerator", "AcceleratorRow", "Estimate", "estimate_run", "sampled_images", "shape_key"]
