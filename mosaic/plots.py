@@ -390,7 +390,7 @@ CLAIM_COLORS = {"holds": "#2a8a2a", "does not hold": "#c02020", "inconclusive": 
 
 
 def plot_claims(results: list[dict], path: str | Path, title: str = "claims: effect and 95 % interval over seeds") -> Path | None:
-    """Forest plot of checked claims (:func:`mosaic.claims.evaluate_claim` results): one row per
+    """Forest plot of checked claims (:func:`mosaic.verdicts.evaluate_claim` results): one row per
     claim, its mean effect (dot) and interval (bar), the ``min_effect`` line, coloured by verdict.
     Effects are in each claim's own units (positive = the claimed direction). Returns the path, or
     None when no claim has an effect."""

@@ -11,7 +11,7 @@ import yaml
 from mosaic.errors import MosaicError
 from mosaic.plots import plot_curves
 from mosaic.audit import audit_summary, find_audit_files
-from mosaic.claims import check_sweep_claims, write_claims
+from mosaic.verdicts import check_sweep_claims, write_claims
 from mosaic.evaluation.agreement import wilson_interval
 from mosaic.io import atomic_copy, atomic_write
 from mosaic.preview import sample_sheet

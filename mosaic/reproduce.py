@@ -23,7 +23,7 @@ from typing import Callable
 import yaml
 
 from mosaic.errors import MosaicError
-from mosaic.claims import check_sweep_claims, claims_html, fmt_effect, write_claims
+from mosaic.verdicts import check_sweep_claims, claims_html, fmt_effect, write_claims
 from mosaic.overrides import safe_load
 from mosaic.report import make_report
 from mosaic.sweep import load_sweep, plan, read_status, run_sweep

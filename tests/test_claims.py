@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mosaic.claims import (claim_problems, evaluate_claim, parse_claim, parse_sentence, resolve_axis, t_interval)
+from mosaic.claims import claim_problems, parse_claim, parse_sentence, resolve_axis
+from mosaic.verdicts import evaluate_claim, t_interval
 
 AXES = ["spec.holdout.rule.n", "spec.splits.train", "seed"]
 
@@ -121,7 +122,8 @@ def test_sentences_and_validation():
 def test_claims_checked_again_without_abstention():
     import pandas as pd
 
-    from mosaic.claims import check_sweep_claims, without_abstention
+    from mosaic.claims import without_abstention
+    from mosaic.verdicts import check_sweep_claims
 
     c = parse_claim({"kind": "drop_exceeds", "y": "seen.count", "than": "seen.color", "x": "train", "from": "max", "to": "min"})
     w = without_abstention(c)

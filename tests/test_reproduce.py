@@ -12,7 +12,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from mosaic.claims import VERDICTS, evaluate_claim, finished_rows
+from mosaic.claims import VERDICTS
+from mosaic.verdicts import evaluate_claim, finished_rows
 from mosaic.errors import MosaicError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -66,7 +66,7 @@ def reproduce_command(
     for col in ("sweep", "claim", "effect", "95% interval", "seeds", "verdict"):
         t.add_column(col, overflow="fold")
     colors = {"holds": "green", "does not hold": "red", "inconclusive": "yellow"}
-    from mosaic.claims import fmt_effect
+    from mosaic.verdicts import fmt_effect
 
     for c in res["claims"]:
         e, iv = fmt_effect(c)

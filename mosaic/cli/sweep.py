@@ -147,7 +147,7 @@ def print_claims(path: Path) -> None:
     """One line per checked claim of a report's ``claims.json`` (nothing when there is none)."""
     import json
 
-    from mosaic.claims import fmt_effect
+    from mosaic.verdicts import fmt_effect
 
     if not path.is_file():
         return
