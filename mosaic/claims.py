@@ -425,7 +425,7 @@ def expected_columns(kind: str, concepts: list[str], objective: str | None = Non
 def sweep_claim_problems(claims: list, trials: list[dict], kind: str) -> list[str]:
     """The problems of a sweep's claims against the columns its planned trials will have
     (:func:`expected_columns` of each distinct dataset spec; ``trials`` as from
-    :func:`mosaic.sweep.plan`, with ``cfg``); ``metrics.*`` columns are not checked."""
+    :func:`mosaic.trials.plan`, with ``cfg``); ``metrics.*`` columns are not checked."""
     if not claims:
         return []
     from mosaic.lab.data import load_dataset_spec

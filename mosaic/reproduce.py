@@ -4,7 +4,7 @@ report of its claims next to the paper's statements.
 The registry (:data:`REGISTRY_FILE`, ``experiments/reproduce.yaml``) names, per paper, its title,
 the statements it makes (quoted; keys that claims refer to with ``paper: <key>``) and, per scale
 (``cpu``, ``gpu``), the sweep files (``experiments/sweeps/<name>.yaml``) that test them. Each sweep
-runs into ``OUT/<sweep name>/`` with :func:`mosaic.sweep.run_sweep` (resumable: finished trials
+runs into ``OUT/<sweep name>/`` with :func:`mosaic.trials.run_sweep` (resumable: finished trials
 are skipped), gets its own report (:func:`mosaic.report.make_report`), and its claims
 (:mod:`mosaic.claims`) are gathered into ``OUT/index.html``, ``OUT/claims.json`` and
 ``OUT/claims.png``. ``dry_run`` plans every trial (configs and specs validated, nothing written)
@@ -26,7 +26,8 @@ from mosaic.errors import MosaicError
 from mosaic.verdicts import check_sweep_claims, claims_html, fmt_effect, write_claims
 from mosaic.overrides import safe_load
 from mosaic.report import make_report
-from mosaic.sweep import load_sweep, plan, read_status, run_sweep
+from mosaic.sweep import load_sweep
+from mosaic.trials import plan, read_status, run_sweep
 from mosaic.io import atomic_write
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -801,7 +801,7 @@ def test_cli_analyze_prints_tables_and_refuses_with_status_2(tiny_classifier_run
 def test_sweep_rows_carry_analysis_columns(tmp_path):
     import json
 
-    from mosaic.sweep import result_row
+    from mosaic.trials import result_row
 
     t = tmp_path / "t1"
     (t / "run").mkdir(parents=True)

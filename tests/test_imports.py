@@ -216,6 +216,7 @@ LAZY: dict[tuple[str, str], str] = {
     ("mosaic.cli.sweep", "mosaic.lab.data"): HELP,
     ("mosaic.cli.sweep", "mosaic.report"): HELP,
     ("mosaic.cli.sweep", "mosaic.sweep"): HELP,
+    ("mosaic.cli.sweep", "mosaic.trials"): HELP,
     ("mosaic.cli.train", "mosaic.evaluation.table"): HELP,
     ("mosaic.cli.train", "mosaic.lab.config"): HELP,
     ("mosaic.cli.train", "mosaic.lab.cost"): HELP,
@@ -239,10 +240,10 @@ LAZY: dict[tuple[str, str], str] = {
     ("mosaic.lab.autoencoder", "mosaic.lab.data"): HEAVY,
     ("mosaic.reproduce", "mosaic.lab.cost"): HEAVY,
     ("mosaic.reproduce", "mosaic.lab.data"): HEAVY,
-    ("mosaic.sweep", "mosaic.lab.data"): HEAVY,
-    ("mosaic.sweep", "mosaic.lab.diffusion"): HEAVY,
-    ("mosaic.sweep", "mosaic.lab.transformer"): HEAVY,
     ("mosaic.torch_data", "mosaic.parquet"): HEAVY,
+    ("mosaic.trials", "mosaic.lab.data"): HEAVY,
+    ("mosaic.trials", "mosaic.lab.diffusion"): HEAVY,
+    ("mosaic.trials", "mosaic.lab.transformer"): HEAVY,
 }
 
 #: edges left out of the cycle check: ``(importer, imported): reason`` (a function-level import

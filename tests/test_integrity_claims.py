@@ -222,7 +222,8 @@ def test_mosaic_report_names_an_edited_trial_file(tmp_path, name, content):
 def test_a_moved_sweep_folder_is_not_refused_as_another_config(tmp_path):
     import yaml
 
-    from mosaic.sweep import _refuse_changed_trials, _trial_raw, load_sweep, plan
+    from mosaic.sweep import load_sweep
+    from mosaic.trials import _refuse_changed_trials, _trial_raw, plan
     from tests.test_sweep import sweep_file
 
     CFG = {"name": "r", "dataset": {"spec": "experiments/specs/count_composition.yaml"}, "training": {"steps": 5}}

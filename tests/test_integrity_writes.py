@@ -285,7 +285,7 @@ def test_an_interrupted_metrics_write_keeps_the_old_files(tmp_path, monkeypatch)
     run = RunFolder(tmp_path / "run")
     run.root.mkdir()
     run.write_metrics({"step": 1})
-    from mosaic.sweep import write_status
+    from mosaic.trials import write_status
 
     write_status(run.root, {"status": "done"})
     before = (run.metrics.read_bytes(), (run.root / "trial.json").read_bytes())

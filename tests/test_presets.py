@@ -42,7 +42,8 @@ def test_training_preset_validates(path: Path, monkeypatch):
 
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.stem)
 def test_shipped_sweep_plans(path: Path, monkeypatch, tmp_path):
-    from mosaic.sweep import expand, load_sweep, plan
+    from mosaic.sweep import expand, load_sweep
+    from mosaic.trials import plan
 
     monkeypatch.chdir(ROOT)
     sweep = load_sweep(path)

@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from mosaic.sweep import SweepError, collect, expand, load_sweep, trial_config, trial_id, write_status
+from mosaic.sweep import SweepError, expand, load_sweep, trial_config, trial_id
+from mosaic.trials import collect, write_status
 
 
 def sweep_file(tmp_path, config: dict, **fields) -> Path:

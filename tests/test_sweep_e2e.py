@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mosaic.sweep import load_sweep, read_status, run_sweep
+from mosaic.sweep import load_sweep
+from mosaic.trials import read_status, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,7 +95,7 @@ def test_failed_trial_is_recorded_and_others_finish(tmp_path):
     d["set"] = {"training.steps": 2}
     p.write_text(yaml.safe_dump(d))
     s = load_sweep(p)
-    from mosaic.sweep import prepare, run_local
+    from mosaic.trials import prepare, run_local
 
     trials = prepare(s, tmp_path / "sw2")
     # sabotage one trial's config so its subprocess fails

@@ -75,7 +75,8 @@ def sweep_command(
 ) -> None:
     """Run a sweep: every trial (generate, train, sample, evaluate) in its own subprocess and run folder.
     Resumable: finished trials are skipped; failed ones are recorded and do not stop the others."""
-    from mosaic.sweep import check_sweep_options, expand, load_sweep, plan, run_sweep
+    from mosaic.sweep import expand, load_sweep
+    from mosaic.trials import check_sweep_options, plan, run_sweep
 
     try:
         check_sweep_options(backend, workers, address)  # before anything is read or written
@@ -131,7 +132,7 @@ def report_command(
 ) -> None:
     """Write a sweep's report: accuracy curves, per-cell heatmaps and sample grids on an HTML page."""
     from mosaic.report import make_report
-    from mosaic.sweep import collect
+    from mosaic.trials import collect
 
     try:
         if (sweep_dir / "trials").is_dir():

@@ -1,0 +1,387 @@
+"""Running a sweep's trials (:mod:`mosaic.sweep`): the plan, the datasets first, each trial in its own
+subprocess and run folder (locally in threads, or as Ray tasks), its status file, and the results
+table (``results.csv`` / ``results.parquet``, one row per trial).
+
+A finished trial is skipped on rerun; a failed one is recorded with its error and does not stop the
+others; a trial folder whose config changed since it ran is refused.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from mosaic.claims import sweep_claim_problems
+from mosaic.diagnostics.columns import analysis_columns
+from mosaic.errors import SweepError
+from mosaic.evaluation.table import check_row, table_columns
+from mosaic.io import atomic_write, atomic_writer, open_append
+from mosaic.lab.config import config_diff, validate_config
+from mosaic.sweep import LABEL, SweepSpec, expand, trial_config, trial_id
+from mosaic.vocab import closest
+
+
+def _trainer(kind: str):
+    """(config class, DatasetSection accessor) of a trainer kind."""
+    if kind == "diffusion":
+        from mosaic.lab.diffusion import DiffusionConfig
+
+        return DiffusionConfig
+    from mosaic.lab.transformer import TransformerConfig
+
+    return TransformerConfig
+
+
+def plan(sweep: SweepSpec, out: Path) -> list[dict]:
+    """Every trial's id, axis values, folder, validated config and dataset folder, writing nothing.
+
+    Raises: SweepError / SpecError / ConfigError for a trial whose config or spec is invalid
+    (checked for every trial before anything runs).
+    """
+    from mosaic.lab.data import resolve_dataset
+
+    cls = _trainer(sweep.kind)
+    trials, datasets = [], {}
+    for values in expand(sweep):
+        raw = trial_config(sweep, values)
+        tid = trial_id(values)
+        cfg = validate_config(cls, raw, source=f"trial {tid}")
+        key = json.dumps(cfg.dataset.model_dump(mode="json"), sort_keys=True)
+        if key not in datasets:
+            datasets[key] = resolve_dataset(cfg.dataset, generate=False)
+        trials.append({"id": tid, "values": values, "dir": out / "trials" / tid, "dataset": datasets[key], "raw": raw, "cfg": cfg})
+    if sweep.report.claims:  # a claim naming a column the trials will not have is an error now, not after the run
+
+        problems = sweep_claim_problems(sweep.report.claims, trials, sweep.kind)
+        if problems:
+            raise SweepError(f"invalid sweep {sweep.name}\n" + "\n".join(f"  {p}" for p in problems))
+    return trials
+
+
+def prepare(sweep: SweepSpec, out: Path, on_progress: Callable[[str], None] | None = None) -> list[dict]:
+    """Write every trial's folder and config, and generate the datasets they need (once per spec).
+
+    Returns the trials as dicts: ``id``, ``values``, ``dir``, ``dataset``.
+    Raises: as :func:`plan`, before anything is written.
+    """
+    from mosaic.lab.data import resolve_dataset
+
+    trials = plan(sweep, out)
+    _refuse_changed_trials(trials)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "sweep.yaml", yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False))
+    # generate each distinct dataset once, before any trial trains on it
+    done_roots = set()
+    for t in trials:
+        root = Path(t["dataset"])
+        if root in done_roots:
+            continue
+        if on_progress:
+            on_progress(f"dataset {root}")
+        resolve_dataset(t["cfg"].dataset, generate=True)
+        done_roots.add(root)
+    for t in trials:
+        raw = _trial_raw(t)
+        t.pop("raw")
+        t.pop("cfg")
+        t["dir"].mkdir(parents=True, exist_ok=True)
+        atomic_write(t["dir"] / "config.yaml", yaml.safe_dump(raw, sort_keys=False))
+        status = read_status(t["dir"])
+        if status.get("status") != "done":
+            write_status(t["dir"], {"id": t["id"], "values": t["values"], "status": "pending", "dataset": str(t["dataset"])})
+    return trials
+
+
+def _trial_raw(t: dict) -> dict:
+    """The config a trial's folder holds: its raw config with the dataset and run paths resolved."""
+    raw = copy.deepcopy(t["raw"])
+    raw["dataset"] = {"path": str(Path(t["dataset"]).resolve())}
+    raw["out"] = str((t["dir"] / "run").resolve())
+    return raw
+
+
+def _refuse_changed_trials(trials: list[dict]) -> None:
+    """A trial folder left by an earlier run of the sweep must hold the same config: a finished
+    trial would otherwise be skipped and its old results reported under the new config.
+
+    Raises:
+        SweepError: naming each such trial and the fields that differ.
+    """
+
+    changed = []
+    for t in trials:
+        p = t["dir"] / "config.yaml"
+        if not p.is_file():
+            continue
+        # where the run folder and its dataset lie is no difference: a moved or copied sweep folder resumes (the
+        # run checks its dataset's identity itself, mosaic.lab.loop.RunFolder.open)
+        diff = [d for d in config_diff(yaml.safe_load(p.read_text()), _trial_raw(t)) if d not in ("out", "dataset.path")]
+        if diff:
+            changed.append(f"  {t['id']} ({read_status(t['dir']).get('status', 'unknown')}): {', '.join(diff[:6])}")
+    if changed:
+        out = trials[0]["dir"].parent.parent
+        raise SweepError(
+            f"sweep folder {out} holds trials run with another config:\n" + "\n".join(changed)
+            + f"\nrun the changed sweep into a new folder (--out), or delete those trial folders under {out / 'trials'} to rerun them"
+        )
+
+
+def _trial_file(p: Path) -> dict:
+    """A trial's JSON file (``trial.json``, ``run/metrics.json``) as a mapping, or SweepError naming
+    the file and the fix (not UTF-8, not JSON, nested too deep, not a mapping)."""
+    try:
+        data = json.loads(p.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise SweepError([(str(p), f"damaged ({type(e).__name__}: {str(e)[:100]}): restore it, or delete the trial folder "
+                                   f"{p.parent if p.name == 'trial.json' else p.parent.parent} and rerun `mosaic sweep` to redo the trial")]) from None
+    if not isinstance(data, dict):
+        raise SweepError([(str(p), f"damaged (a {type(data).__name__}, not a mapping): restore it, or delete the trial folder and rerun "
+                                   "`mosaic sweep` to redo the trial")])
+    return data
+
+
+def read_status(tdir: Path) -> dict:
+    p = Path(tdir) / "trial.json"
+    return _trial_file(p) if p.is_file() else {}
+
+
+def write_status(tdir: Path, status: dict) -> None:
+    p = Path(tdir) / "trial.json"
+    atomic_write(p, json.dumps(status, indent=2, default=str))
+
+
+def trial_command(kind: str, tdir: Path) -> list[str]:
+    """The subprocess that runs one trial (train, sample, evaluate)."""
+    return [sys.executable, "-m", "mosaic.cli", "train", kind, str(Path(tdir) / "config.yaml")]
+
+
+def run_trial(kind: str, tdir: str, env: dict | None = None, timeout_s: float | None = None) -> dict:
+    """Run one trial in a subprocess, logging to ``log.txt``; record the outcome in ``trial.json``.
+
+    Pure in the trial folder, so it runs the same in a local pool and on a Ray worker (which must
+    see the sweep directory, e.g. on a shared file system). Returns the final status dict.
+    """
+    tdir = Path(tdir)
+    status = read_status(tdir)
+    if status.get("status") == "done" and (tdir / "run" / "metrics.json").is_file():
+        return status
+    status.update(status="running", started=time.time(), host=os.uname().nodename, error=None)
+    write_status(tdir, status)
+    t0 = time.perf_counter()
+    full_env = {**os.environ, **(env or {}), "MOSAIC_DIE_WITH_PARENT": "1"}  # the trial ends if this process dies
+    with open_append(tdir / "log.txt") as log:  # never through a link planted in the trial folder
+        try:
+            proc = subprocess.run(trial_command(status.get("kind", kind), tdir), stdout=log, stderr=subprocess.STDOUT,
+                                  env=full_env, timeout=timeout_s, cwd=os.getcwd())
+            rc = proc.returncode
+            err = None
+        except subprocess.TimeoutExpired:
+            rc, err = -1, f"timed out after {timeout_s} s"
+    status["time_s"] = time.perf_counter() - t0
+    status["finished"] = time.time()
+    metrics = tdir / "run" / "metrics.json"
+    if rc == 0 and metrics.is_file():
+        status.update(status="done", returncode=0)
+    else:
+        tail = (tdir / "log.txt").read_text(errors="replace").strip().splitlines()[-15:]
+        status.update(status="failed", returncode=rc, error=err or ("\n".join(tail) or f"exit code {rc}"))
+    write_status(tdir, status)
+    return status
+
+
+def _gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:  # pragma: no cover - torch is a dependency
+        return 0
+
+
+def run_local(kind: str, trials: list[dict], workers: int, timeout_s: float | None,
+              on_done: Callable[[dict], None] | None = None) -> list[dict]:
+    """Run trials in a local pool of ``workers`` slots. With GPUs, each slot owns one GPU
+    (``CUDA_VISIBLE_DEVICES``); on CPU the cores are shared out (``OMP_NUM_THREADS``)."""
+    gpus = _gpu_count()
+    slots = list(range(workers))
+    free = list(slots)
+    results = []
+    threads = max(1, (os.cpu_count() or 1) // workers)
+
+    def job(t):
+        slot = free.pop()
+        try:
+            env = {"CUDA_VISIBLE_DEVICES": str(slot % gpus)} if gpus else {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": str(threads)}
+            return run_trial(kind, str(t["dir"]), env, timeout_s)
+        finally:
+            free.append(slot)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(job, t): t for t in trials}
+        for f in as_completed(futures):
+            st = f.result()
+            results.append(st)
+            if on_done:
+                on_done(st)
+    return results
+
+
+def run_ray(kind: str, trials: list[dict], address: str | None, timeout_s: float | None,
+            on_done: Callable[[dict], None] | None = None, num_cpus: int | None = None) -> list[dict]:
+    """Run trials as Ray tasks (one GPU each where the cluster has GPUs). ``address`` connects to
+    a running cluster (``ray://...`` or ``auto``); None starts a local Ray instance. Every node must
+    see the sweep directory and the datasets at the same paths (a shared file system)."""
+    try:
+        import ray
+    except ImportError:
+        raise SweepError("--backend ray needs Ray: pip install 'mosaic[ray]'") from None
+    started = False
+    if not ray.is_initialized():
+        kw = {"address": address} if address else {"num_cpus": num_cpus}
+        ray.init(include_dashboard=False, log_to_driver=False, **kw)
+        started = True
+    try:
+        gpus = ray.cluster_resources().get("GPU", 0)
+        remote = ray.remote(num_gpus=1 if gpus else 0, num_cpus=1)(run_trial)
+        refs = {remote.remote(kind, str(t["dir"].resolve()), {"OMP_NUM_THREADS": "1"} if not gpus else None, timeout_s): t for t in trials}
+        results = []
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            st = ray.get(ready[0])
+            results.append(st)
+            if on_done:
+                on_done(st)
+        return results
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(d, (int, float, str, bool)) or d is None:
+        out[prefix] = d
+    return out
+
+
+def result_row(tdir: Path) -> dict:
+    """One results row: the trial's axis values, status, run time, and its metrics (flattened).
+
+    Standard columns (when the run reports them): ``seen.<metric>`` and ``held_out.<metric>``,
+    the run's seen / held-out table (:func:`mosaic.evaluation.table.table_columns`; e.g.
+    ``seen.<concept>``, ``held_out.joint``), and ``evaluator.joint`` (the evaluator's own joint
+    accuracy, :func:`mosaic.evaluation.table.check_row`), and ``analysis.<...>``, the run's
+    representation diagnostics (:func:`mosaic.diagnostics.columns.analysis_columns`), and
+    ``value.<concept>.<value>``, the joint accuracy over every test image whose intended value of
+    the concept is that value (diffusion; :func:`mosaic.evaluation.metrics.score`'s ``by_value``):
+    e.g. ``value.shape.cross`` scores the tail value of a skewed shape distribution.
+    """
+    st = read_status(tdir)
+    row: dict[str, Any] = {"trial": st.get("id", tdir.name), "status": st.get("status"), "time_s": st.get("time_s"),
+                           "error": (st.get("error") or "")[-500:] or None}
+    row.update(st.get("values", {}))
+    mpath = tdir / "run" / "metrics.json"
+    if mpath.is_file():
+        m = _trial_file(mpath)
+
+        row.update(table_columns(m.get("table")))
+        # the parser's match quality and abstention (diffusion; mosaic.evaluation.quality.quality_summary):
+        # <group>.quality, <group>.raw.<concept> / .raw.joint (accuracy before abstention), abstention.*
+        q = (m.get("scores") or {}).get("quality") or {}
+        for g in ("seen", "held_out"):
+            qg = q.get(g) or {}
+            if qg.get("quality") is not None:
+                row[f"{g}.quality"] = qg["quality"]
+                row[f"{g}.raw.joint"] = qg["joint_accuracy_without_abstention"]
+                row.update({f"{g}.raw.{c}": v for c, v in (qg.get("accuracy_without_abstention") or {}).items()})
+        for c, vals in ((m.get("scores") or {}).get("by_value") or {}).items():
+            for v, r in vals.items():
+                if isinstance(r.get("joint_accuracy"), (int, float)):
+                    row[f"value.{c}.{v}"] = r["joint_accuracy"]
+        if "verdicts_changed" in q:
+            row["abstention.abstained"] = q["abstained"]
+            row["abstention.verdicts_changed"] = q["verdicts_changed"]
+
+        row.update(analysis_columns(m.get("analysis")))  # the representation diagnostics (mosaic analyze)
+        joint = check_row(m.get("evaluator_check")).get("joint")
+        if isinstance(joint, (int, float)):
+            row["evaluator.joint"] = joint
+        for k, v in _flatten({k: v for k, v in m.items() if k not in ("table", "evaluator_check", "analysis")}).items():
+            if k.startswith("scores.by_value."):
+                continue  # already the value.* columns
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                row.setdefault(f"metrics.{k}", v)
+    return row
+
+
+def collect(out: Path) -> "pd.DataFrame":  # noqa: F821
+    """Gather every trial of a sweep folder into ``results.csv`` and ``results.parquet``."""
+    import pandas as pd
+
+    rows = [result_row(d) for d in sorted((out / "trials").iterdir()) if d.is_dir()] if (out / "trials").is_dir() else []
+    df = pd.DataFrame(rows)
+    axes = [c for c in df.columns if c.startswith(("spec.", "training.", "model.", "dataset.", LABEL)) or c == "seed"]
+    sortable = [c for c in axes if df[c].map(lambda v: isinstance(v, (int, float))).all()]
+    if sortable:
+        df = df.sort_values(sortable, kind="stable").reset_index(drop=True)
+    atomic_write(out / "results.csv", df.to_csv(index=False))  # whole or not replaced
+    # an axis whose values mix strings and mappings (`distribution: [uniform, {kind: geometric}]`)
+    # has no Arrow type: such columns go to Parquet as JSON text (the returned frame keeps the values)
+    mixed = [c for c in df.columns if df[c].map(lambda v: isinstance(v, (dict, list, tuple))).any()]
+    with atomic_writer(out / "results.parquet") as f:
+        df.assign(**{c: df[c].map(lambda v: json.dumps(v, sort_keys=True, default=str)) for c in mixed}).to_parquet(f, index=False)
+    return df
+
+
+MAX_SWEEP_WORKERS = 1024  # trials at a time (threads or Ray tasks in flight)
+
+
+def check_sweep_options(backend: str, workers: int = 1, address: str | None = None) -> None:
+    """Validate the run options before anything is written. Raises SweepError naming the option."""
+    problems = []
+    if backend not in ("local", "ray"):
+        close = closest(backend, ["local", "ray"], cutoff=0.6)
+        problems.append(("--backend", f"{backend!r} is not one of local, ray" + (f": did you mean {close!r}?" if close else "")))
+    if not isinstance(workers, int) or not 1 <= workers <= MAX_SWEEP_WORKERS:
+        problems.append(("--workers", f"{workers!r}: give 1 to {MAX_SWEEP_WORKERS} trials at a time"))
+    if address and backend != "ray":
+        problems.append(("--address", f"{address!r} applies to --backend ray only: drop it or add --backend ray"))
+    if backend == "ray" and not problems:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            problems.append(("--backend", "ray needs Ray: pip install 'mosaic[ray]' (or use --backend local)"))
+    if problems:
+        raise SweepError(problems)
+
+
+def run_sweep(sweep: SweepSpec, out: Path, backend: str = "local", workers: int = 1, address: str | None = None,
+              on_progress: Callable[[str], None] | None = None, on_done: Callable[[dict], None] | None = None):
+    """Prepare, run (skipping finished trials) and collect a sweep. Returns ``(trials, results DataFrame)``."""
+    check_sweep_options(backend, workers, address)
+    trials = prepare(sweep, out, on_progress)
+    todo = [t for t in trials if read_status(t["dir"]).get("status") != "done"]
+    for t in todo:
+        st = read_status(t["dir"])
+        st["kind"] = sweep.kind
+        write_status(t["dir"], st)
+    if backend == "local":
+        run_local(sweep.kind, todo, workers, sweep.timeout_s, on_done)
+    elif backend == "ray":
+        run_ray(sweep.kind, todo, address, sweep.timeout_s, on_done, num_cpus=workers)
+    else:
+        raise SweepError(f"--backend {backend!r}: use local or ray")
+    return trials, collect(out)
