@@ -50,7 +50,7 @@ class DiffusionClassifierOptions(StrictModel):
 class BindingComplexityOptions(StrictModel):
     """Binding-function complexity (:mod:`mosaic.diagnostics.binding_complexity`; reference:
     hidden [1024], Adam lr 1e-2 constant, 4000 full-batch epochs). Fewer epochs by default: see
-    README for the measured cost and how R² moves with epochs."""
+    docs/diagnostics.md (``binding-complexity``) for the measured cost and how R² moves with epochs."""
 
     families: list[Literal["regular_mlp", "mult_linear", "sum_mult_linear"]] = Field(
         default_factory=lambda: ["regular_mlp", "mult_linear", "sum_mult_linear"], min_length=1,

@@ -222,12 +222,12 @@ class EvaluationSection(_Base):
 
 class DiffusionConfig(RunConfig):
     """A diffusion run: ``name``, ``out``, ``dataset``, ``model``, ``training``, ``sampling``,
-    ``evaluation`` (see README, "Training lab")."""
+    ``evaluation`` (docs/training-diffusion.md, "Config")."""
 
     model: DiffusionModelSection = Field(default_factory=DiffusionModelSection)
     sampling: SamplingSection = Field(default_factory=SamplingSection)
     evaluation: EvaluationSection = Field(default_factory=EvaluationSection)
-    analysis: AnalysisSection | None = Field(None, description="representation diagnostics after training (mosaic.diagnostics; README, Diagnostics)")
+    analysis: AnalysisSection | None = Field(None, description="representation diagnostics after training (mosaic.diagnostics; docs/diagnostics.md)")
 
     @model_validator(mode="after")
     def _sampler_fits_objective(self):

@@ -72,7 +72,7 @@ class TransformerConfig(RunConfig):
     classifier: ClassifierSection = Field(default_factory=ClassifierSection)
     binding: BindingSection = Field(default_factory=BindingSection)
     evaluation: EvaluationSection = Field(default_factory=EvaluationSection)
-    analysis: AnalysisSection | None = Field(None, description="representation diagnostics after training (mosaic.diagnostics; README, Diagnostics)")
+    analysis: AnalysisSection | None = Field(None, description="representation diagnostics after training (mosaic.diagnostics; docs/diagnostics.md)")
 
     @model_validator(mode="after")
     def _sections_of_the_objective(self):
