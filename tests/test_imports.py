@@ -165,12 +165,9 @@ HEAVY_LIBS = ("torch", "torchvision", "diffusers", "transformers", "accelerate",
 HELP = "keeps `mosaic --help` fast"
 HEAVY = "keeps heavy libraries out of importing the importer"
 PACKAGE = "the imported module's package imports the importer at module level"
-OWNED = "owned elsewhere this session"
-REASONS = (HELP, HEAVY, PACKAGE, OWNED)
+REASONS = (HELP, HEAVY, PACKAGE)
 
-#: every function-level import of a project module: ``(importer, imported): reason``. ``OWNED``:
-#: files another engineer changes in this session (datasets and integrity); their imports move
-#: with that work.
+#: every function-level import of a project module: ``(importer, imported): reason``
 LAZY: dict[tuple[str, str], str] = {
     ("mosaic.claims", "mosaic.lab.data"): HEAVY,
     ("mosaic.cli.analyze", "mosaic.diagnostics.config"): HELP,
@@ -246,12 +243,6 @@ LAZY: dict[tuple[str, str], str] = {
     ("mosaic.trials", "mosaic.lab.transformer"): HEAVY,
 }
 
-#: edges left out of the cycle check: ``(importer, imported): reason`` (a function-level import
-#: of work in progress elsewhere, which closes a cycle; the owner breaks it)
-CYCLE_EXCEPTIONS: dict[tuple[str, str], str] = {
-}
-
-
 def runtime_closure(edges: dict[tuple[str, str], set[str]], start: set[str]) -> set[str]:
     """What importing ``start`` imports: modules and ``<lib>`` names, over module-level imports only
     (importing ``P.sub`` runs the package ``P`` too)."""
@@ -286,8 +277,6 @@ def test_no_import_cycles():
     # the walk sees module-level, function-level and relative imports (so this test can fail)
     assert "mosaic.grammar" in graph["mosaic.spec"] and "mosaic.spec" in graph["mosaic.sampling"]
     assert "mosaic.lab.transformer.data" in graph["mosaic.diagnostics.analyze"]
-    for a, b in CYCLE_EXCEPTIONS:
-        graph[a].discard(b)
     found = cycles(graph)
     assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
 
@@ -296,12 +285,12 @@ def test_every_function_level_import_is_allowed_with_a_reason():
     edges = import_edges()
     files = module_files(ROOT)
     lazy = {pair for pair, kinds in edges.items() if "lazy" in kinds and pair[1] in files}
-    both = sorted(f"{a} -> {b}" for (a, b) in lazy if "module" in edges[(a, b)] and LAZY.get((a, b)) != OWNED)
+    both = sorted(f"{a} -> {b}" for (a, b) in lazy if "module" in edges[(a, b)] )
     assert not both, "imported at module level and again inside a function (drop the inner import):\n" + "\n".join(both)
     missing = sorted(f"{a} -> {b}" for (a, b) in lazy - set(LAZY))
     assert not missing, ("function-level imports of mosaic modules not in LAZY (move them to module level, or list "
                          "them with a reason):\n" + "\n".join(missing))
-    stale = sorted(f"{a} -> {b}" for (a, b), why in LAZY.items() if (a, b) not in lazy and why != OWNED)
+    stale = sorted(f"{a} -> {b}" for (a, b), why in LAZY.items() if (a, b) not in lazy)
     assert not stale, "LAZY lists imports that are not function-level any more:\n" + "\n".join(stale)
     assert set(LAZY.values()) <= set(REASONS)
     help_closure = runtime_closure(edges, {"mosaic.cli"})
