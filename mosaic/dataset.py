@@ -38,7 +38,7 @@ from mosaic.checksums import write_checksums
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.executors import LocalExecutor, check_backend, make_executor
 from mosaic.hf import mosaic_split, write_card
-from mosaic.io import atomic_write, atomic_write_json, own_folders
+from mosaic.io import atomic_write, atomic_write_json, atomic_writer, clear_temps, own_folders
 from mosaic.locks import FolderLock
 from mosaic.png import encode_png
 from mosaic.records import (  # noqa: F401 - re-exported: the dataset API of mosaic.dataset
@@ -340,9 +340,11 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow", split
     tally = Tally(spec)
     for split, n in sizes.items():
         tally.begin(split)
-        tmp = out / split / ".metadata.jsonl.tmp"
+        target = out / split / "metadata.jsonl"
+        clear_temps(target)  # an interrupted finalize's temporary file, or a link planted at its name (removed, not followed)
         expect = 0
-        with tmp.open("wb") as dst:
+        # a unique temporary file (O_EXCL | O_NOFOLLOW) renamed over metadata.jsonl; removed on any error (a full disk)
+        with atomic_writer(target) as dst:
             for part in _part_files(parts, split):
                 with part.open("rb") as src:
                     head = json.loads(src.readline())
@@ -356,10 +358,8 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow", split
                     tally.add(split, i, dict(zip(names, vals)))
                 dst.write(body)
                 expect = head["stop"]
-        if expect != n:
-            tmp.unlink()
-            raise DatasetError(f"split {split!r}: {expect} records on disk, expected {n}; rerun the same command to resume")
-        os.replace(tmp, out / split / "metadata.jsonl")
+            if expect != n:
+                raise DatasetError(f"split {split!r}: {expect} records on disk, expected {n}; rerun the same command to resume")
         man["splits"][split] = {"count": n}
     man["leak_check"] = tally.report()
     if not man["leak_check"]["passed"]:

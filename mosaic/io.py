@@ -26,16 +26,119 @@ def new_temp_file(path: str | Path) -> tuple[Path, int]:
     Raises:
         OSError: the folder does not exist or is not writable.
     """
-    import secrets
-
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.{secrets.token_hex(4)}")
+    tmp = _temp_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
     return tmp, fd
 
 
 #: the glob of the temporary files of :func:`new_temp_file` for target names matching ``*``
 TEMP_GLOB = ".*.tmp*"
+
+
+def _temp_name(path: Path) -> Path:
+    import secrets
+
+    return path.with_name(f".{path.name}.tmp{os.getpid()}.{secrets.token_hex(4)}")
+
+
+def new_temp_dir(path: str | Path) -> Path:
+    """A new hidden temporary folder beside ``path`` (``.<name>.tmp<pid>.<random>``) for a writer
+    that fills it and then puts it at ``path`` (:func:`replace_path`): unique per writer (process
+    and call) and made with :func:`os.mkdir`, which never follows a link and fails when anything
+    stands at the name, so a link planted there is never written through.
+
+    Raises:
+        OSError: the parent folder does not exist or is not writable.
+    """
+    path = Path(path)
+    for _ in range(16):
+        tmp = _temp_name(path)
+        try:
+            os.mkdir(tmp, 0o755)
+            return tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"cannot make a temporary folder beside {path}")
+
+
+def remove_path(path: str | Path) -> None:
+    """Remove whatever stands at ``path`` without following a link: a symbolic link, file, FIFO
+    or socket is unlinked (the link itself, never what it points to), a real folder is removed
+    with its contents (:func:`shutil.rmtree` never follows the links inside). Nothing there is
+    no error. Every other error is raised, never ignored (``rmtree(ignore_errors=True)`` leaves
+    a link in place without a word, and the next write goes through it).
+    """
+    import shutil
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+def discard(path: str | Path) -> None:
+    """:func:`remove_path` for cleaning up after an error that is being raised: a failure to
+    remove is not allowed to hide that error."""
+    try:
+        remove_path(path)
+    except OSError:
+        pass
+
+
+def replace_path(tmp: str | Path, path: str | Path) -> Path:
+    """Put the finished temporary file or folder ``tmp`` at ``path``: whatever stands at ``path``
+    (an older folder, a link planted there) is removed first without being followed
+    (:func:`remove_path`), then :func:`os.replace` renames ``tmp``. Returns ``path``."""
+    remove_path(path)
+    os.replace(tmp, path)
+    return Path(path)
+
+
+def clear_temps(path: str | Path) -> list[Path]:
+    """Remove the temporary files and folders an interrupted writer left beside ``path``:
+    ``.<name>.tmp<pid>.<random>`` (:func:`new_temp_file`, :func:`new_temp_dir`) and the fixed
+    names older mosaic versions used (``<name>.tmp``, ``.<name>.tmp``), links planted at those
+    names included (removed, never followed). Only for a writer that holds the lock of ``path``'s
+    folder: no other writer's temporary file can be in progress. Returns what was removed."""
+    import re
+
+    path = Path(path)
+    pat = re.compile(rf"\.{re.escape(path.name)}\.tmp\d+\.[0-9a-f]{{8}}")
+    legacy = {f"{path.name}.tmp", f".{path.name}.tmp"}
+    removed = []
+    try:
+        names = os.listdir(path.parent)
+    except (FileNotFoundError, NotADirectoryError):
+        return removed
+    for name in names:
+        if name in legacy or pat.fullmatch(name):
+            remove_path(path.parent / name)
+            removed.append(path.parent / name)
+    return removed
+
+
+@contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """A folder filled in the ``with`` block that replaces ``path`` when the block ends without an
+    error (a checkpoint, exported weights, a samples folder): the block writes into a new
+    temporary folder (:func:`new_temp_dir`), which then replaces whatever stood at ``path``
+    (:func:`replace_path`: a link there is removed, never followed). On any error (a full disk,
+    an interruption) the temporary folder is removed and ``path`` is untouched.
+    """
+    path = Path(path)
+    tmp = new_temp_dir(path)
+    try:
+        yield tmp
+        replace_path(tmp, path)
+    except BaseException:
+        discard(tmp)
+        raise
 
 
 @contextmanager
@@ -150,7 +253,8 @@ def read_own_file(path: str | Path) -> bytes:
     """
     import errno
 
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    # O_NONBLOCK: a FIFO at the name is opened without waiting for a writer, then refused below
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     try:
         st = os.fstat(fd)
         if not _own(st):
@@ -199,19 +303,64 @@ def file_kind(mode: int) -> str:
             else "a socket" if stat.S_ISSOCK(mode) else "not a folder")
 
 
-def output_dir_problem(path: str | Path) -> str | None:
+#: most bytes of a manifest.json read to tell whether a folder is a mosaic dataset
+_MAX_MANIFEST_PEEK = 64 << 20
+
+
+def _is_dataset(folder: str) -> bool:
+    """Whether ``folder`` holds the ``manifest.json`` of a mosaic dataset (format
+    ``mosaic-dataset/N``; a damaged one that still names that format counts)."""
+    import stat
+
+    path = os.path.join(folder, "manifest.json")
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_MANIFEST_PEEK:
+            return False
+        with open(path, "rb") as f:
+            data = f.read(_MAX_MANIFEST_PEEK)
+    except OSError:
+        return False
+    try:
+        man = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return b'"mosaic-dataset/' in data
+    return isinstance(man, dict) and str(man.get("format", "")).startswith("mosaic-dataset/")
+
+
+def dataset_around(path: str | Path) -> Path | None:
+    """The mosaic dataset that ``path`` is or lies inside (links resolved): the nearest of ``path``
+    and its existing ancestors holding a mosaic dataset's ``manifest.json``; None when there is
+    none."""
+    p = Path(os.path.realpath(os.path.abspath(path)))
+    for folder in (p, *p.parents):
+        if folder.is_dir() and _is_dataset(str(folder)):
+            return folder
+    return None
+
+
+def output_dir_problem(path: str | Path, *, dataset: bool = False) -> str | None:
     """Why ``path`` cannot be (or be created as) a writable folder, or None when it can.
 
     Checked without writing anything: an existing ``path`` must be a folder (not a regular file,
     device such as ``/dev/null``, FIFO or socket) that this process may write; a missing one must
-    not lie under a file, and its nearest existing ancestor must be a writable folder. The one
-    check of every output folder (``--out`` of each command, a config's ``out``, a dataset root).
+    not lie under a file, and its nearest existing ancestor must be a writable folder. It must not
+    be, or lie inside, a mosaic dataset (:func:`dataset_around`): a dataset holds only what
+    ``generate`` wrote, and a file written into it (an evaluation's metrics, a run) makes ``verify``
+    and every reader refuse it. ``dataset=True`` (``generate``, ``export``: writers of a dataset)
+    allows ``path`` itself to be a dataset, not a folder inside another. The one check of every
+    output folder (``--out`` of each command, a config's ``out``, a dataset root).
     """
     import stat
 
     p = Path(path)
     if str(p) == "" or "\x00" in str(p):
         return "is not a path"
+    ds = dataset_around(p)
+    if ds is not None and not (dataset and ds == Path(os.path.realpath(os.path.abspath(p)))):
+        where = "is the mosaic dataset" if ds == Path(os.path.realpath(os.path.abspath(p))) else f"lies inside the mosaic dataset {ds}"
+        return (f"{where} (it holds that dataset's manifest.json): a dataset holds only what `mosaic generate` wrote, and any "
+                "other file in it makes `mosaic verify` and every reader refuse it; give another folder, outside the dataset")
     try:
         st = p.stat()
     except FileNotFoundError:

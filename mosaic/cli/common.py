@@ -95,10 +95,12 @@ def load(spec_path: Path, overrides: list[str] | None):
     return load_spec(spec_path, overrides)
 
 
-def check_out(path: Path | None, option: str = "--out", kind: str = "folder") -> None:
+def check_out(path: Path | None, option: str = "--out", kind: str = "folder", dataset: bool = False) -> None:
     """The one check of a command's output path, before anything is read or written: a ``folder``
     must be (or be creatable as) a writable folder, a ``file`` a regular file in a writable folder
-    (:func:`mosaic.io.output_dir_problem`, :func:`mosaic.io.output_file_problem`). None: nothing to check.
+    (:func:`mosaic.io.output_dir_problem`, :func:`mosaic.io.output_file_problem`), neither inside a
+    mosaic dataset (``dataset=True``: the command writes a dataset, which may be the folder
+    itself). None: nothing to check.
 
     Raises:
         mosaic.errors.MosaicError: naming the option and the value (``/dev/null``, a FIFO, an
@@ -108,7 +110,7 @@ def check_out(path: Path | None, option: str = "--out", kind: str = "folder") ->
         return
     from mosaic.io import output_dir_problem, output_file_problem
 
-    problem = (output_dir_problem if kind == "folder" else output_file_problem)(path)
+    problem = output_dir_problem(path, dataset=dataset) if kind == "folder" else output_file_problem(path)
     if problem:
         want = "a folder (created if missing) in a writable place" if kind == "folder" else "a file path in a writable folder"
         raise MosaicError([(option, f"{str(path)!r} {problem}: give {want}")])

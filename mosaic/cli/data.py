@@ -98,7 +98,7 @@ def generate(
 
         check_format(format)  # bad options fail before anything is read or written
         check_backend(backend)
-        check_out(out)
+        check_out(out, dataset=True)  # the dataset itself, not a folder inside another
         s = load(spec, set_)
         from mosaic.dataset import generate as gen
 

@@ -27,7 +27,7 @@ def export_command(
         from mosaic.parquet import check_format
 
         check_format(format)
-        check_out(out)
+        check_out(out, dataset=True)  # the dataset itself, not a folder inside another
         t0 = time.perf_counter()
         with lazy_progress(f"[bold]export[/] {escape(src.name)} -> {escape(format)}") as update:
             man = export(src, format, out, shard_bytes=int(shard_mb * 2**20), overwrite=overwrite, on_progress=update)

@@ -37,8 +37,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import Annotated, Callable, Literal
@@ -49,7 +47,7 @@ from mosaic.errors import ConfigError, TrainingError
 from mosaic.lab.config import EMASection
 from mosaic.schema import Seed, StrictModel
 from mosaic.evaluation import check_evaluator, load_evaluator
-from mosaic.io import atomic_write
+from mosaic.io import atomic_dir, atomic_write, clear_temps, discard
 from mosaic.locks import FolderLock
 from mosaic.sampling import sample_scene
 from renderers import get_renderer
@@ -268,11 +266,15 @@ def _device(sec: AutoencoderSection):
 
 def _save_checkpoint(path: Path, step: int, vae, opt, ema, losses: list) -> None:
     """``path/`` = ``state.safetensors`` (weights, EMA, AdamW moments) + ``state.json``; atomic."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    clear_temps(path)  # an unfinished checkpoint, or a link planted at its name: removed, never followed (the folder is locked)
+    with atomic_dir(path) as tmp:  # a unique new folder that replaces path (a link there is removed, not written through)
+        _write_checkpoint(tmp, step, vae, opt, ema, losses)
+
+
+def _write_checkpoint(tmp: Path, step: int, vae, opt, ema, losses: list) -> None:
     from safetensors.torch import save_file
 
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     t = {f"vae.{k}": v.detach().cpu().contiguous() for k, v in vae.state_dict().items()}
     for i, p in enumerate(ema.shadow_params):
         t[f"ema.{i}"] = p.detach().cpu().contiguous()
@@ -283,8 +285,6 @@ def _save_checkpoint(path: Path, step: int, vae, opt, ema, losses: list) -> None
     save_file(t, str(tmp / "state.safetensors"))
     meta = {"step": step, "ema_optimization_step": ema.optimization_step, "param_groups": osd["param_groups"], "losses": losses}
     (tmp / "state.json").write_text(json.dumps(meta) + "\n")
-    shutil.rmtree(path, ignore_errors=True)
-    os.replace(tmp, path)
 
 
 def _load_checkpoint(path: Path, vae, opt, ema) -> tuple[int, list]:
@@ -359,7 +359,7 @@ def _train(sec, spec, out: Path, images, say, progress: bool) -> dict:
             say(f"autoencoder: resumed from {ck} (step {start})")
         except Exception as e:  # noqa: BLE001 - a damaged checkpoint: start over
             say(f"autoencoder: checkpoint {ck} is damaged ({type(e).__name__}); starting over")
-            shutil.rmtree(ck, ignore_errors=True)
+            discard(ck)  # a link at its name is removed, never followed
             start, losses = 0, []
     partial.mkdir(parents=True, exist_ok=True)
     n = len(pool)
@@ -410,11 +410,9 @@ def _train(sec, spec, out: Path, images, say, progress: bool) -> dict:
     shift, std = float(means.mean()), float(means.std())
     scale = 1.0 / max(std, 1e-6)
     vae.register_to_config(scaling_factor=scale, shift_factor=shift)
-    tmp = out / "vae.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    vae.save_pretrained(str(tmp), safe_serialization=True)
-    shutil.rmtree(out / "vae", ignore_errors=True)
-    os.replace(tmp, out / "vae")
+    clear_temps(out / "vae")
+    with atomic_dir(out / "vae") as tmp:  # a unique new folder; a link at vae/ is removed, never written through
+        vae.save_pretrained(str(tmp), safe_serialization=True)
     prev = json.loads((partial / "train_s.json").read_text())["s"] if (partial / "train_s.json").is_file() else 0.0
     rec = {"spec": spec.name, "spec_fingerprint": spec.fingerprint(), "section": sec.model_dump(mode="json"),
            "weights_key": sec.weights_key(), "params": sum(p.numel() for p in params), "image_size": spec.image.size,
@@ -425,7 +423,7 @@ def _train(sec, spec, out: Path, images, say, progress: bool) -> dict:
            # the posterior's spread against the latents' spread: why the cache stores the mean (docs/latent.md)
            "posterior_std_over_latent_std": float(stds.mean()) / max(std, 1e-12)}
     atomic_write(out / "autoencoder.json", json.dumps(rec, indent=2) + "\n")
-    shutil.rmtree(partial, ignore_errors=True)
+    discard(partial)
     say(f"autoencoder: {rec['params'] / 1e6:.2f} M parameters, {sec.steps} steps in {rec['train_s']:.0f} s, loss {rec['final_loss']:.4f} "
         f"-> {out}")
     return rec

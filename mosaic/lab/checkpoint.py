@@ -142,8 +142,9 @@ def _set_rng_state(tensors: dict[str, torch.Tensor], meta: dict, where: str) -> 
 
 
 def save_checkpoint(folder: Path, accelerator, model, optimizer, scheduler, ema, run_id: str, trainer_state: dict) -> None:
-    """Write a checkpoint of format ``mosaic-checkpoint/1`` into ``folder`` (which must be new; the
-    caller renames it into place). Call on every process: the main one writes the model and the
+    """Write a checkpoint of format ``mosaic-checkpoint/1`` into ``folder`` (which must be new, or
+    the empty folder the caller made new with :func:`mosaic.io.new_temp_dir`; the caller renames it
+    into place). Call on every process: the main one writes the model and the
     state, each process its ``rng-<rank>.safetensors``.
 
     Raises:
@@ -153,8 +154,8 @@ def save_checkpoint(folder: Path, accelerator, model, optimizer, scheduler, ema,
 
     folder = Path(folder)
     rank, world = accelerator.process_index, accelerator.num_processes
-    if accelerator.is_main_process:
-        folder.mkdir(parents=True, exist_ok=False)
+    if accelerator.is_main_process and not (folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir())):
+        folder.mkdir(parents=True, exist_ok=False)  # else: the empty folder the caller made new (mosaic.io.new_temp_dir)
     accelerator.wait_for_everyone()
     rng_t, rng_meta = _rng_state()
     save_file(rng_t, str(folder / f"rng-{rank}.safetensors"))

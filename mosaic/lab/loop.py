@@ -32,7 +32,6 @@ import csv
 import json
 import math
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Callable
@@ -41,7 +40,7 @@ import torch
 import yaml
 
 from mosaic.errors import ConfigError, DatasetError, TrainingError
-from mosaic.io import atomic_copy, atomic_write
+from mosaic.io import atomic_copy, atomic_dir, atomic_write, clear_temps, discard, new_temp_dir, replace_path
 from mosaic.lab.config import TrainingSection, config_diff
 from mosaic.lab.data import BatchPlan, manifest_fingerprint, step_seed
 from mosaic.lab.checkpoint import CheckpointError, load_checkpoint, save_checkpoint as write_checkpoint
@@ -530,11 +529,9 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
 
     def export(dest: Path):
         if accelerator.is_main_process:
-            tmp = dest.with_name(dest.name + ".tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            task.export(inner, tmp)
-            shutil.rmtree(dest, ignore_errors=True)
-            os.replace(tmp, dest)
+            clear_temps(dest)  # an interrupted export, or a link planted at its temporary name: removed, never followed
+            with atomic_dir(dest) as tmp:  # a unique new folder; what stands at dest (a link) is removed, never written through
+                task.export(inner, tmp)
 
     def validate(step: int):
         swap_in_ema()
@@ -559,27 +556,31 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
 
     def save_checkpoint(step: int):
         accelerator.wait_for_everyone()
-        tmp = run.checkpoints / f"checkpoint-{step:07d}.tmp"
+        dest = run.checkpoints / f"checkpoint-{step:07d}"
+        tmp = None
         failed = None
         try:
             if accelerator.is_main_process:
                 run.checkpoints.mkdir(parents=True, exist_ok=True)
-                shutil.rmtree(tmp, ignore_errors=True)
-            accelerator.wait_for_everyone()
+                clear_temps(dest)  # an unfinished checkpoint, or a link planted at its name: removed, never followed
+                tmp = new_temp_dir(dest)  # unique, made new: nothing is written through a link
+            if accelerator.num_processes > 1:  # every process writes its RNG state into the main process's folder
+                from accelerate.utils import broadcast_object_list
+
+                tmp = broadcast_object_list([tmp])[0]
             write_checkpoint(tmp, accelerator, model, optimizer, lr_sched, ema, run.run_id(), state)
             accelerator.wait_for_everyone()
             if accelerator.is_main_process:
-                dest = run.checkpoints / f"checkpoint-{step:07d}"
-                shutil.rmtree(dest, ignore_errors=True)
-                os.replace(tmp, dest)
+                replace_path(tmp, dest)  # what stands at dest (a damaged copy, a link) is removed, not followed
                 for _, old in run.checkpoint_list()[:-cfg.keep_checkpoints]:
-                    shutil.rmtree(old, ignore_errors=True)
+                    discard(old)  # an old checkpoint that will not go is no reason to stop
         except OSError as e:  # a full disk (ENOSPC), a read-only folder: the unfinished checkpoint goes, the last good one stays
             failed = e
-            shutil.rmtree(tmp, ignore_errors=True)
+            if tmp is not None and accelerator.is_main_process:
+                discard(tmp)
         if failed is not None:
             bar.close()
-            raise TrainingError([(str(tmp.with_suffix("")), f"saving the checkpoint of step {step} failed: "
+            raise TrainingError([(str(dest), f"saving the checkpoint of step {step} failed: "
                                   f"{failed.strerror or failed}; {_last_good(run)}. Free disk space (or fix the folder), then "
                                   "rerun the same command to resume")]) from None
         accelerator.wait_for_everyone()

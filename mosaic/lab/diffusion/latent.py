@@ -37,7 +37,7 @@ def encode_images(space: LatentSpace, images: torch.Tensor, batch_size: int = 25
 def cached_latents(space: LatentSpace, dataset_root: Path, split: str, images: torch.Tensor, say=print) -> torch.Tensor:
     """The latents of ``images`` (the first ``len(images)`` of ``split`` of the dataset), from the
     cache or encoded and written to it (atomically; only one writer needs to win)."""
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file, save
 
     fp = manifest_fingerprint(dataset_root)
     folder = (space.folder or Path(".")) / "latents" / fp["manifest_sha256"][:16]
@@ -53,9 +53,7 @@ def cached_latents(space: LatentSpace, dataset_root: Path, split: str, images: t
     say(f"encoding {n} {split} images into latents ({space.channels} x {space.size(images.shape[-1])} x {space.size(images.shape[-1])})")
     z = encode_images(space, images)
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".{__import__('os').getpid()}.tmp")
-    save_file({"latents": z.contiguous()}, str(tmp))
-    __import__("os").replace(tmp, path)
+    atomic_write(path, save({"latents": z.contiguous()}))  # a unique O_EXCL temporary file: never written through a link
     atomic_write(meta, json.dumps({"n": n, "split": split, "dataset": fp, "stored": "posterior mean (shifted, scaled)",
                                    "shape": list(z.shape)}, indent=2) + "\n")
     return z

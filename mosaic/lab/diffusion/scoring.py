@@ -4,14 +4,13 @@ the evaluator, written to a samples folder whose name holds every setting that c
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 
 from mosaic.errors import DatasetError, TrainingError
+from mosaic.io import clear_temps, discard, new_temp_dir, replace_path
 from mosaic.lab.diffusion.sampling import choose_records, generate, load_evaluator, sample_seeds
 from mosaic.lab.diffusion.task import DiffusionTask
 from mosaic.lab.loop import RunFolder, progress_kwargs
@@ -96,9 +95,23 @@ def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, 
     out = Path(out) if out is not None else run.root / "samples" / samples_folder_name(splits, checkpoint, guidance, sampler, steps,
                                                                                         n_per_combination, seed)
     refuse_other_samples(out, key)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "images").mkdir(parents=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    clear_temps(out)  # an interrupted sampling's folder, or a link planted at its name: removed, never followed (the caller holds the lock)
+    tmp = new_temp_dir(out)  # unique, made new: nothing is written through a link
+    try:
+        result = _sample_into(tmp, out, task, splits, records, key, n_per_combination=n_per_combination, guidance=guidance,
+                              steps=steps, sampler=sampler, score=score, batch_size=batch_size, device=device, autocast=autocast,
+                              evaluator=evaluator, abstain=abstain, check_n=check_n, say=say, model=model)
+        replace_path(tmp, out)  # what stood at out (an older folder, a link) is removed, not followed
+    except BaseException:
+        discard(tmp)
+        raise
+    return result
+
+
+def _sample_into(tmp: Path, out: Path, task, splits, records, key, *, n_per_combination, guidance, steps, sampler, score, batch_size,
+                 device, autocast, evaluator, abstain, check_n, say, model) -> dict:
+    (tmp / "images").mkdir()
     t0 = time.perf_counter()
     from tqdm.auto import tqdm
 
@@ -160,6 +173,4 @@ def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, 
     if meta:
 
         sample_sheet(tmp, tmp / "samples.png", predictions=preds)
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
     return result
