@@ -18,6 +18,8 @@ import base64
 import hashlib
 import html
 import json
+import os
+import stat
 import time
 from pathlib import Path
 
@@ -25,7 +27,9 @@ import numpy as np
 
 from mosaic.errors import MosaicError
 from mosaic.evaluation.agreement import wilson_interval
-from mosaic.io import atomic_write
+from mosaic.evaluation.folder import MAX_METADATA_BYTES, file_name_problem
+from mosaic.io import atomic_write, read_own_file
+from mosaic.png import FOREIGN_FORMATS, SIGNATURE, decode_image, encode_png
 from mosaic.locks import FolderLock
 
 AUDIT_DIR = "audit"
@@ -53,8 +57,88 @@ def find_scored_samples(root: str | Path) -> list[Path]:
     return found
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+#: most bytes an image shown on the audit page may hold (a sample is a few KB; the page inlines every image)
+MAX_AUDIT_IMAGE_BYTES = 16 << 20
+#: most pixels an image shown on the audit page may have (4096 x 4096): a decompression bomb is refused unread
+MAX_AUDIT_PIXELS = 4096 * 4096
+
+
+def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
+    """The rows of a samples folder's ``predictions.jsonl`` with their line numbers, each checked
+    to be a prediction row: a JSON object whose ``file_name`` names a file inside the folder
+    (:func:`mosaic.evaluation.folder.file_name_problem`) and whose ``intended``/``read`` are
+    mappings, ``reasons`` a list, ``held_out``/``correct`` booleans (each may be missing).
+
+    Raises:
+        MosaicError: too large, not UTF-8, not JSON, nested too deep, or a row of the wrong shape,
+            naming the file and the line.
+    """
+    fix = "re-score the samples (`mosaic sample RUN`), or move the damaged folder out of the run"
+    try:
+        size = path.stat().st_size
+        if size > MAX_METADATA_BYTES:
+            raise MosaicError(f"{path} holds {size:,} bytes, more than {MAX_METADATA_BYTES:,}: not a predictions file; {fix}")
+        data = path.read_bytes()
+    except OSError as e:
+        raise MosaicError(f"{path} cannot be read ({e.strerror or e}): {fix}") from None
+    rows = []
+    for ln, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        where = f"{path} line {ln}"
+        try:
+            r = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise MosaicError([(where, f"not UTF-8 text ({e.reason} at byte {e.start}); {fix}")]) from None
+        except RecursionError:
+            raise MosaicError([(where, f"nested too deep to be a prediction row; {fix}")]) from None
+        except ValueError as e:
+            raise MosaicError([(where, f"not valid JSON ({str(e)[:100]}); {fix}")]) from None
+        if not isinstance(r, dict):
+            raise MosaicError([(where, f"a {type(r).__name__}, not a prediction row (a JSON object); {fix}")])
+        problem = file_name_problem(r.get("file_name"))
+        if problem:
+            raise MosaicError([(where, f"file_name {str(r.get('file_name'))[:80]!r} {problem}; {fix}")])
+        for key, kinds, what in (("intended", dict, "a mapping"), ("read", dict, "a mapping"), ("reasons", list, "a list"),
+                                 ("held_out", bool, "a boolean"), ("correct", bool, "a boolean")):
+            if r.get(key) is not None and not isinstance(r[key], kinds):
+                raise MosaicError([(where, f"{key} = {str(r[key])[:40]!r} ({type(r[key]).__name__}) must be {what}; {fix}")])
+        rows.append((ln, r))
+    return rows
+
+
+def _audit_image(folder: Path, name: str, where: str) -> str:
+    """The data URI of the image ``name`` of a samples folder: it must lie inside ``folder`` once
+    every link is resolved, be a regular file with one name (:func:`mosaic.io.read_own_file`),
+    hold at most :data:`MAX_AUDIT_IMAGE_BYTES` and decode as an image of at most
+    :data:`MAX_AUDIT_PIXELS` (the header is read first). Nothing outside a run is ever copied
+    into a page someone shares.
+
+    Raises:
+        MosaicError: naming the line of ``predictions.jsonl`` and why.
+    """
+    path = folder / name
+    fix = "the audit shows only the samples folder's own images; re-score the samples (`mosaic sample RUN`)"
+    base = os.path.realpath(folder)
+    real = os.path.realpath(path)
+    if os.path.commonpath([base, real]) != base:
+        raise MosaicError([(where, f"image {name!r} resolves to {real}, outside the samples folder {folder} (a link): {fix}")])
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise MosaicError([(where, f"image {path} is not a regular file (a link, folder, device or FIFO): {fix}")])
+        if st.st_size > MAX_AUDIT_IMAGE_BYTES:
+            raise MosaicError([(where, f"image {path} holds more than {MAX_AUDIT_IMAGE_BYTES:,} bytes: not a sample; {fix}")])
+        data = read_own_file(path)
+    except FileNotFoundError:
+        raise MosaicError([(where, f"image {path} is missing")]) from None
+    except OSError as e:
+        raise MosaicError([(where, f"image {path} cannot be read as the folder's own file ({e.strerror or e}): {fix}")]) from None
+    if len(data) > MAX_AUDIT_IMAGE_BYTES:
+        raise MosaicError([(where, f"image {path} holds more than {MAX_AUDIT_IMAGE_BYTES:,} bytes: not a sample; {fix}")])
+    arr = decode_image(data, where=f"{where}: image {path}", error=MosaicError, max_pixels=MAX_AUDIT_PIXELS, formats=FOREIGN_FORMATS)
+    png = data if data.startswith(SIGNATURE) else encode_png(arr)  # what the page shows is an image that decoded
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
 def verdict_of(row: dict) -> str:
@@ -75,24 +159,18 @@ def collect_items(root: str | Path, n: int = 100, seed: int = 0) -> list[dict]:
     for folder in find_scored_samples(root):
         rows = _read_jsonl(folder / "predictions.jsonl")
         rel = "." if folder == root else str(folder.relative_to(root))
-        for r in rows:
-            pool.append((rel, folder, r))
+        for ln, r in rows:
+            pool.append((rel, folder, ln, r))
     rng = np.random.default_rng(seed)
     take = sorted(rng.choice(len(pool), size=min(n, len(pool)), replace=False).tolist())
     items = []
     for k, i in enumerate(take):
-        rel, folder, r = pool[i]
-        img = folder / str(r.get("file_name"))
-        if not img.is_file():
-            raise MosaicError(f"image {img} listed in {folder / 'predictions.jsonl'} is missing")
+        rel, folder, ln, r = pool[i]
+        image = _audit_image(folder, r["file_name"], f"{folder / 'predictions.jsonl'} line {ln}")
         items.append({"id": k, "source": rel, "file_name": r.get("file_name"), "held_out": bool(r.get("held_out")),
                       "intended": r.get("intended") or {}, "read": r.get("read") or {}, "verdict": verdict_of(r),
-                      "reasons": list(r.get("reasons") or []), "image": _data_uri(img)})
+                      "reasons": list(r.get("reasons") or []), "image": image})
     return items
-
-
-def _data_uri(path: Path) -> str:
-    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
 def audit_id(items: list[dict], seed: int) -> str:
@@ -174,13 +252,15 @@ def check_audit(data: dict, expected_id: str | None = None, where: str = "audit.
     """Validate a saved audit; returns its marks.
 
     With ``items`` (the audit's own, from ``items.json``), every mark must name one of them (its
-    ``id``, ``source`` and ``file_name``) and each at most once: invented or repeated ids never
-    count towards the agreement rate.
+    ``id``, ``source`` and ``file_name``) and each at most once, and a mark that states a
+    ``verdict`` must state the audit's own for that item: invented or repeated ids, and verdicts
+    the evaluator never gave, never count towards the agreement rate.
 
     Raises:
         MosaicError: not an audit (names the missing field), a mark that is neither ``correct``
             nor ``incorrect``, an audit id other than ``expected_id`` (a file from another audit),
-            a mark of an item the audit does not have, or an item marked twice.
+            a mark of an item the audit does not have, a mark whose stated verdict is not the audit's
+            own for that item, or an item marked twice.
     """
     if not isinstance(data, dict) or "audit_id" not in data or not isinstance(data.get("marks"), list):
         raise MosaicError(f"{where} is not a saved mosaic audit: it needs 'audit_id' and a 'marks' list (save it from audit.html)")
@@ -202,6 +282,10 @@ def check_audit(data: dict, expected_id: str | None = None, where: str = "audit.
             if (m.get("source"), m.get("file_name")) != (it.get("source"), it.get("file_name")):
                 raise MosaicError(f"{where} marks[{k}] (id {i}) names {str(m.get('file_name'))[:80]!r}, but item {i} of this audit is "
                                   f"{it.get('file_name')!r}: save the file from this audit's page")
+            if "verdict" in m and m["verdict"] != it.get("verdict"):
+                raise MosaicError(f"{where} marks[{k}] (id {i}) states the verdict {str(m['verdict'])[:40]!r}, but the evaluator's "
+                                  f"verdict of item {i} in this audit is {it.get('verdict')!r}: the verdicts are the audit's own "
+                                  "(items.json); save the file from this audit's page")
             if i in seen:
                 raise MosaicError(f"{where} marks item {i} twice: each item counts once; save the file from this audit's page")
             seen.add(i)
@@ -266,9 +350,12 @@ def audit_summary(path: str | Path) -> dict:
     marks = check_audit(data, where=str(p), items=items)
     done = [m for m in marks if m.get("mark")]
     agree = sum(m["mark"] == "correct" for m in done)
+    verdicts = {it.get("id"): it.get("verdict") for it in items or [] if isinstance(it, dict)}
     by: dict = {}
     for m in done:
-        b = by.setdefault(m.get("verdict", "?"), {"marked": 0, "agree": 0})
+        # the verdict is the audit's own (items.json), never what the mark claims
+        verdict = verdicts.get(m.get("id"), "?") if items is not None else m.get("verdict", "?")
+        b = by.setdefault(str(verdict), {"marked": 0, "agree": 0})
         b["marked"] += 1
         b["agree"] += m["mark"] == "correct"
     iv = wilson_interval(agree, len(done))

@@ -10,6 +10,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from mosaic.errors import DatasetError
 from mosaic.verify import check_before_read
 
 
@@ -36,7 +37,8 @@ def load_dataset(path: str | Path, **kwargs):
     Returns:
         What ``datasets.load_dataset`` returns (a ``DatasetDict``, or a ``Dataset`` with ``split``).
     Raises:
-        DatasetError: the folder is not a complete, undamaged mosaic dataset (each problem named, with the fix).
+        DatasetError: the folder is not a complete, undamaged mosaic dataset (each problem named, with the fix);
+            its path holds a character HF reads as a glob (:func:`refuse_glob_path`); HF finds no data file.
         ImportError: ``datasets`` is not installed.
     """
     import datasets
@@ -44,6 +46,34 @@ def load_dataset(path: str | Path, **kwargs):
     root = Path(path)
     check_before_read(root)
     where = os.path.realpath(root)
+    refuse_glob_path(where, root)
     base = kwargs.pop("cache_dir", None) or datasets.config.HF_DATASETS_CACHE
     cache = Path(base) / "mosaic-by-location" / hashlib.sha256(where.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    return datasets.load_dataset(where, cache_dir=str(cache), **kwargs)
+    try:
+        return datasets.load_dataset(where, cache_dir=str(cache), **kwargs)
+    except FileNotFoundError as e:  # HF found no file of a card pattern: named, never a raw traceback
+        raise DatasetError(f"{root}: HuggingFace datasets found no data file ({str(e)[:200]}); check the folder with "
+                           f"`mosaic verify {root}`, and rewrite its card with `mosaic verify {root} --repair`") from None
+
+
+#: characters HF ``datasets`` reads as a glob in a data file's path (``fsspec`` patterns)
+GLOB_CHARS = "[]*?"
+
+
+def refuse_glob_path(where: str, root: Path | str | None = None) -> None:
+    """Refuse a dataset folder whose resolved path holds a character HF reads as a glob pattern.
+
+    HF joins the card's file patterns to the folder's path and expands the *whole* path as a glob
+    (``datasets`` 4-5, ``data_files.resolve_pattern``): a folder ``data/br[x]`` reads the files of
+    a sibling ``data/brx``, ``data/st*r`` those of every matching sibling, merged, without a word.
+
+    Raises:
+        DatasetError: naming the characters, the path and the fix (rename or move the folder).
+    """
+    bad = sorted({c for c in str(where) if c in GLOB_CHARS})
+    if bad:
+        raise DatasetError(f"{root if root is not None else where}: its path {where} holds {' '.join(repr(c) for c in bad)}, which "
+                           "HuggingFace datasets reads as a glob pattern (it would load the files of other folders whose names "
+                           "match, e.g. data/brx for data/br[x]): rename the folder, or move it to a path without "
+                           f"{' '.join(GLOB_CHARS)}, then load it again (mosaic's own readers, MosaicDataset and "
+                           "StreamingDataset, read it as it is)")

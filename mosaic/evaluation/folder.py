@@ -4,6 +4,7 @@ by an evaluator, with the evaluator's own accuracy attached and one row per imag
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -30,7 +31,8 @@ def read_folder(images_dir: str | Path) -> list[dict]:
     optional ``held_out``).
 
     Each record's ``file_name`` must be a relative path to a file inside the folder (no ``..``,
-    not absolute), and ``held_out``, when given, a JSON boolean (``"false"`` is refused: it would
+    not absolute) that no other record names (after normalising the path: ``./images/a.png`` is
+    ``images/a.png``), and ``held_out``, when given, a JSON boolean (``"false"`` is refused: it would
     count as held out).
 
     Raises:
@@ -48,6 +50,7 @@ def read_folder(images_dir: str | Path) -> list[dict]:
     if meta.stat().st_size > MAX_METADATA_BYTES:
         raise MosaicError(f"{meta} holds {meta.stat().st_size:,} bytes, more than {MAX_METADATA_BYTES:,}: evaluate a smaller folder")
     recs = []
+    seen: dict[str, int] = {}  # normalised file_name -> its first line: one image is scored for one record only
     with open(meta, "rb") as f:
         for ln, raw in enumerate(f, start=1):
             if not raw.strip():
@@ -62,10 +65,16 @@ def read_folder(images_dir: str | Path) -> list[dict]:
                 raise MosaicError(f"{meta} line {ln} is not valid JSON ({str(e)[:120]})") from None
             if not isinstance(r, dict) or "file_name" not in r or not isinstance(r.get("concepts"), dict):
                 raise MosaicError(f"{meta} line {ln}: a record needs 'file_name' and a 'concepts' mapping of intended values")
-            problem = _file_name_problem(r["file_name"])
+            problem = file_name_problem(r["file_name"])
             if problem:
                 raise MosaicError([(f"{meta} line {ln}", f"file_name {str(r['file_name'])[:80]!r} {problem}: give the image's path "
                                     "relative to the folder, e.g. images/000000.png")])
+            norm = os.path.normpath(r["file_name"].replace("\\", "/"))
+            if norm in seen:
+                raise MosaicError([(f"{meta} line {ln}", f"file_name {r['file_name'][:80]!r} names the same image as line {seen[norm]}: "
+                                    "each record needs its own image file (two records scored from one file would hide "
+                                    "a failed sample behind a good one); give every record the path of its own image")])
+            seen[norm] = ln
             if "held_out" in r and r["held_out"] is not None and not isinstance(r["held_out"], bool):
                 raise MosaicError([(f"{meta} line {ln}", f"held_out = {str(r['held_out'])[:40]!r} ({type(r['held_out']).__name__}): it "
                                     "must be a JSON boolean, true or false (a string such as \"false\" would count as held out)")])
@@ -75,7 +84,7 @@ def read_folder(images_dir: str | Path) -> list[dict]:
     return recs
 
 
-def _file_name_problem(name) -> str | None:
+def file_name_problem(name) -> str | None:
     """Why a record's ``file_name`` cannot name a file inside its folder, or None."""
     if not isinstance(name, str):
         return f"is a {type(name).__name__}, not a path string"
@@ -129,10 +138,16 @@ def _load_images(d: Path, records: list[dict], spec: Spec | None = None) -> list
 
     bound = eval_pixel_bound(spec.image.size) if spec is not None else None
     out = []
+    files: dict[tuple[int, int], str] = {}  # (device, inode) -> file_name: two names linked to one file are one image
     for r in records:
         p = d / r["file_name"]
         if not p.is_file():
             raise MosaicError(f"image {p} listed in {d / 'metadata.jsonl'} is missing")
+        st = p.stat()
+        other = files.setdefault((st.st_dev, st.st_ino), r["file_name"])
+        if other != r["file_name"]:
+            raise MosaicError([(str(d / "metadata.jsonl"), f"records {other!r} and {r['file_name']!r} name one image file (a link): "
+                                "each record needs its own image file")])
         out.append(decode_image(p, where=str(p), error=MosaicError, max_pixels=bound, formats=FOREIGN_FORMATS))
     return out
 
