@@ -205,7 +205,7 @@ def test_set_probes_read_both_objects_and_leave_unseen_types_unscored():
 
 
 def test_applicability_names_why():
-    from mosaic.diagnostics.analyze import binding_slots, resolve_what
+    from mosaic.diagnostics.applies import binding_slots, resolve_what
     from mosaic.spec import load_spec
     from tests.conftest import SPECS
 

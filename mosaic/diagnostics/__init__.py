@@ -24,6 +24,7 @@ A diagnostic that does not apply raises :class:`NotApplicableError`; training a 
 held-out combinations raises :class:`LeakageError` (both :class:`mosaic.errors.MosaicError`).
 
 Around them: :mod:`.features` reads per-layer features of lab models with forward hooks;
+:mod:`.applies` decides which apply to a run;
 :mod:`.analyze` runs the diagnostics on a run (``mosaic analyze RUN``, or a config's
 ``analysis:`` section, :mod:`.config`); :mod:`.columns` flattens the results into sweep columns.
 """

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from mosaic.diagnostics.analyze import _jsonable, analyze_task, resolve_what
+from mosaic.diagnostics.analyze import _jsonable, analyze_task
+from mosaic.diagnostics.applies import resolve_what
 from mosaic.diagnostics.config import AnalysisSection
 from mosaic.errors import DatasetError, TrainingError
 from mosaic.dataset import spec_of

@@ -12,7 +12,8 @@ from mosaic.lab.diffusion.task import DiffusionTask
 from mosaic.lab.loop import RunFolder, resolve_precision
 from mosaic.lab.run import Family, RunContext, pick_checkpoint
 from mosaic.lab.run import run as run_with
-from mosaic.diagnostics.analyze import analyze_after_training, check_analysis
+from mosaic.diagnostics.analyze import analyze_after_training
+from mosaic.diagnostics.applies import check_analysis
 from mosaic.errors import ConfigError
 from mosaic.evaluation.table import table_from_scores
 from mosaic.lab.autoencoder import check_fits

@@ -17,7 +17,8 @@ from mosaic.lab.transformer.config import TransformerConfig
 from mosaic.lab.transformer.models import load_weights
 from mosaic.lab.transformer.tokens import SceneTokenizer
 from mosaic.dataset import spec_of
-from mosaic.diagnostics.analyze import analyze_after_training, check_analysis
+from mosaic.diagnostics.analyze import analyze_after_training
+from mosaic.diagnostics.applies import check_analysis
 from mosaic.errors import ConfigError
 from mosaic.evaluation.table import render_table
 from mosaic.lab.transformer.binding_task import BindingTask
