@@ -67,7 +67,8 @@ from mosaic.dataset import generate  # noqa: E402
 from mosaic.lab.config import validate_config  # noqa: E402
 from mosaic.lab.data import BatchPlan, to_float  # noqa: E402
 from mosaic.lab.diffusion import DiffusionConfig, DiffusionTask, count_params  # noqa: E402
-from mosaic.lab.loop import RunFolder, make_accelerator, train  # noqa: E402
+from mosaic.lab.loop import make_accelerator, train  # noqa: E402
+from mosaic.lab.run_folder import RunFolder  # noqa: E402
 from mosaic.spec import parse_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -123,7 +123,7 @@ def _refuse_changed_trials(trials: list[dict]) -> None:
         if not p.is_file():
             continue
         # where the run folder and its dataset lie is no difference: a moved or copied sweep folder resumes (the
-        # run checks its dataset's identity itself, mosaic.lab.loop.RunFolder.open)
+        # run checks its dataset's identity itself, mosaic.lab.run_folder.RunFolder.open)
         diff = [d for d in config_diff(yaml.safe_load(p.read_text()), _trial_raw(t)) if d not in ("out", "dataset.path")]
         if diff:
             changed.append(f"  {t['id']} ({read_status(t['dir']).get('status', 'unknown')}): {', '.join(diff[:6])}")

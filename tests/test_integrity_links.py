@@ -79,7 +79,7 @@ def test_an_appended_log_never_grows_a_linked_file(tmp_path, victim, kind):
 
 
 def test_a_damaged_run_log_is_a_named_error(tmp_path):
-    from mosaic.lab.loop import _read_jsonl_rows
+    from mosaic.lab.run_folder import _read_jsonl_rows
 
     p = tmp_path / "log.jsonl"
     p.write_text('{"step": 1, "loss": 0.5}\nnot json\n')

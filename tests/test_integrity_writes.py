@@ -264,7 +264,7 @@ def _no_temp(folder: Path) -> None:
 
 def test_an_interrupted_metrics_write_keeps_the_old_files(tmp_path, monkeypatch):
     from mosaic.evaluation.metrics import score, write_metrics
-    from mosaic.lab.loop import RunFolder
+    from mosaic.lab.run_folder import RunFolder
 
     spec = _spec()
     recs = [{"concepts": {"color": "red", "shape": "circle"}, "held_out": False},

@@ -10,7 +10,7 @@ from mosaic.lab.diffusion.conditioning import CaptionConditioner, CombinationCon
 from mosaic.lab.config import ConfigError, apply_sets, config_diff, load_config
 from mosaic.lab.data import BatchPlan
 from mosaic.lab.diffusion import DiffusionConfig, choose_records
-from mosaic.lab.loop import RunFolder
+from mosaic.lab.run_folder import RunFolder
 
 DOMAINS = {"color": ["red", "green", "blue"], "count": [1, 2, 3, 4]}
 
@@ -109,9 +109,9 @@ def test_choose_records_cycles_within_each_combination():
 
 
 def test_run_folder_refuses_foreign_folders_and_other_configs(tmp_path, monkeypatch):
-    import mosaic.lab.loop as loop
+    import mosaic.lab.run_folder as run_folder
 
-    monkeypatch.setattr(loop, "manifest_fingerprint", lambda root: {"fingerprint": "f", "manifest_sha256": "h", "splits": {}})
+    monkeypatch.setattr(run_folder, "manifest_fingerprint", lambda root: {"fingerprint": "f", "manifest_sha256": "h", "splits": {}})
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "manifest.json").write_text("{}")
     foreign = tmp_path / "foreign"

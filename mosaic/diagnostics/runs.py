@@ -17,7 +17,7 @@ from mosaic.lab.config import validate_config
 from mosaic.lab.diffusion.config import DiffusionConfig
 from mosaic.lab.data import manifest_fingerprint
 from mosaic.lab.diffusion.task import DiffusionTask
-from mosaic.lab.loop import RunFolder
+from mosaic.lab.run_folder import RunFolder
 from mosaic.lab.run import pick_checkpoint
 from mosaic.lab.transformer.binding_task import BindingTask
 from mosaic.lab.transformer.classifier import ClassifierTask

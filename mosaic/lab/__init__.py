@@ -4,8 +4,10 @@
   YAML loading with ``--set key.path=value`` overrides.
 - :mod:`mosaic.lab.data` — datasets named by path or generated on demand from a spec, held in
   memory as uint8, and the deterministic per-step batch plan.
-- :mod:`mosaic.lab.loop` — the generic loop (:class:`~mosaic.lab.loop.Task` interface, run
-  folders, checkpoints with exact resume, EMA, logs, NaN stop, checkpoint selection on ``val``).
+- :mod:`mosaic.lab.loop` — the generic loop (:class:`~mosaic.lab.loop.Task` interface,
+  checkpoints with exact resume, EMA, logs, NaN stop, checkpoint selection on ``val``).
+- :mod:`mosaic.lab.run_folder` — run folders (:class:`~mosaic.lab.run_folder.RunFolder`: the
+  files, opening a new run or a resume with its config and dataset checks, the run's id, logs).
 - :mod:`mosaic.lab.run` — the one run driver (done-check, accelerator, dataset, seeding, task, run
   folder, training, results, ``metrics.json``, ``DONE``); a family plugs in with a
   :class:`~mosaic.lab.run.Family`.

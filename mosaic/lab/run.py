@@ -5,7 +5,7 @@
 first, then one process per node), **seeding** (``torch.manual_seed(training.seed)``, once, right
 before the task is built, so the initial weights follow ``training.seed``; a resumed run then
 loads its checkpoint), the task (config errors found against the dataset leave the run folder
-untouched), the run folder (:meth:`mosaic.lab.loop.RunFolder.open`), training
+untouched), the run folder (:meth:`mosaic.lab.run_folder.RunFolder.open`), training
 (:func:`mosaic.lab.loop.train`), the family's results (main process), ``metrics.json`` and
 ``DONE``.
 
@@ -27,7 +27,8 @@ import torch
 
 from mosaic.errors import ConfigError, TrainingError
 from mosaic.lab.config import RunConfig, config_diff
-from mosaic.lab.loop import RunFolder, Task, make_accelerator, torch_threads_restored, train
+from mosaic.lab.loop import Task, make_accelerator, torch_threads_restored, train
+from mosaic.lab.run_folder import RunFolder
 from mosaic.locks import FolderLock
 from mosaic.dataset import spec_of
 from mosaic.io import output_dir_problem

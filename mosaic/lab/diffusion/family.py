@@ -9,7 +9,8 @@ from mosaic.lab.diffusion.config import DiffusionConfig
 from mosaic.lab.diffusion.model import check_model_fits, count_params
 from mosaic.lab.diffusion.scoring import sample_and_score
 from mosaic.lab.diffusion.task import DiffusionTask
-from mosaic.lab.loop import RunFolder, resolve_precision
+from mosaic.lab.loop import resolve_precision
+from mosaic.lab.run_folder import RunFolder
 from mosaic.lab.run import Family, RunContext, pick_checkpoint
 from mosaic.lab.run import run as run_with
 from mosaic.diagnostics.analyze import analyze_after_training

@@ -15,7 +15,7 @@ from mosaic.evaluation import load_evaluator as _load_evaluator
 from mosaic.lab.data import step_seed, to_uint8
 from mosaic.lab.diffusion.config import DiffusionConfig
 from mosaic.lab.diffusion.model import DiffusionModel
-from mosaic.lab.loop import RunFolder
+from mosaic.lab.run_folder import RunFolder
 from mosaic.lab.config import validate_config
 
 

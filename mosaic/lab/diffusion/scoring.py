@@ -13,7 +13,8 @@ from mosaic.errors import DatasetError, TrainingError
 from mosaic.io import clear_temps, discard, new_temp_dir, replace_path
 from mosaic.lab.diffusion.sampling import choose_records, generate, load_evaluator, sample_seeds
 from mosaic.lab.diffusion.task import DiffusionTask
-from mosaic.lab.loop import RunFolder, progress_kwargs
+from mosaic.lab.loop import progress_kwargs
+from mosaic.lab.run_folder import RunFolder
 from mosaic.dataset import png_bytes, read_metadata
 from mosaic.evaluation import check_evaluator, metrics as M, prediction_rows, write_prediction_rows
 from mosaic.evaluation.quality import quality_summary, read_images

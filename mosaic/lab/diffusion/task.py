@@ -17,7 +17,8 @@ from mosaic.lab.data import split_names, to_float
 from mosaic.lab.diffusion.config import DiffusionConfig, FlowSection
 from mosaic.lab.diffusion.model import DiffusionModel, build_backbone, check_model_fits
 from mosaic.lab.diffusion.sampling import generate, load_evaluator, sample_seeds
-from mosaic.lab.loop import RunFolder, Task
+from mosaic.lab.loop import Task
+from mosaic.lab.run_folder import RunFolder
 from mosaic.dataset import read_metadata, spec_of
 from mosaic.io import atomic_write
 from mosaic.lab.autoencoder import resolve_autoencoder

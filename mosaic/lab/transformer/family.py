@@ -10,7 +10,8 @@ from typing import Callable
 
 import numpy as np
 
-from mosaic.lab.loop import RunFolder, Task
+from mosaic.lab.loop import Task
+from mosaic.lab.run_folder import RunFolder
 from mosaic.lab.run import Family, RunContext, pick_checkpoint
 from mosaic.lab.run import run as run_with
 from mosaic.lab.transformer.config import TransformerConfig
@@ -104,7 +105,7 @@ class TransformerFamily(Family):
 def run_transformer(cfg: TransformerConfig, say: Callable[[str], None] = print, on_generate=None) -> dict:
     """Generate the dataset if needed, train (or resume) and evaluate on the test splits.
 
-    Same run folders as the diffusion lab (:mod:`mosaic.lab.loop`): re-running a finished run
+    Same run folders as the diffusion lab (:mod:`mosaic.lab.run_folder`): re-running a finished run
     (``RUN/DONE``) returns its ``metrics.json`` without doing anything; an interrupted one resumes
     from its latest checkpoint. Evaluation uses the ``final`` (EMA when enabled) weights, or the
     ``best`` on ``val`` with ``evaluation.checkpoint: best``.

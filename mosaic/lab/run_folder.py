@@ -1,0 +1,251 @@
+"""A lab run's folder: its files, opening one (a new run, a resume, or a finished run; a rerun
+with another config or on a changed dataset is refused), the run's id that every checkpoint
+records, the training and validation logs, ``metrics.json`` and ``DONE``. The training loop
+(:mod:`mosaic.lab.loop`) and the run driver (:mod:`mosaic.lab.run`) write it; ``mosaic sample``
+and ``mosaic analyze`` read it.
+
+A run is a folder::
+
+    RUN/config.yaml              the resolved config (a rerun with another config is refused)
+    RUN/dataset.json             dataset path, spec fingerprint, split counts, manifest hash
+    RUN/dataset_manifest.json    a copy of the dataset's manifest;  RUN/dataset -> the dataset (link)
+    RUN/run.json                 the run's id (each checkpoint records it: another run's checkpoint is refused)
+    RUN/checkpoints/checkpoint-NNNNNNN/   model, optimizer, LR schedule, EMA, RNG (mosaic.lab.checkpoint)
+                                 + trainer_state.json (step, best value, time)
+    RUN/best/  RUN/final/        exported weights (EMA when enabled): best on val, and last
+    RUN/log.jsonl  RUN/log.csv   training rows (step, loss, lr, grad_norm, images_per_s, time_s)
+    RUN/val.jsonl                validation rows;  RUN/tensorboard/ with training.tensorboard
+    RUN/metrics.json             the run's summary;  RUN/DONE  written last: a rerun is a no-op
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from pathlib import Path
+
+import yaml
+
+from mosaic.errors import DatasetError, TrainingError
+from mosaic.io import atomic_copy, atomic_write
+from mosaic.lab.config import config_diff
+from mosaic.lab.data import manifest_fingerprint
+
+LOG_FIELDS = ("step", "loss", "lr", "grad_norm", "images_per_s", "time_s")
+
+
+def _read_jsonl_rows(path: Path) -> list[dict]:
+    """The rows of a run's JSON-lines log (``log.jsonl``, ``val.jsonl``): ``[{"step": int, ...}]``,
+    [] when there is none.
+
+    Raises:
+        TrainingError: a line that is not a JSON object with an integer ``step`` (a damaged or
+            foreign file), naming the file, the line and the fix; never a traceback.
+    """
+    if not path.is_file():
+        return []
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise TrainingError(f"{path} cannot be read ({type(e).__name__}: {str(e)[:80]}): the run's log is damaged; "
+                            "delete the run folder (or give another --out) to start the run afresh") from None
+    rows = []
+    for k, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):
+            row = None
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int) or isinstance(row.get("step"), bool):
+            raise TrainingError(f"{path} line {k} is not a log row (a JSON object with an integer step): {line[:60]!r}; "
+                                "the run's log is damaged: delete that line (resuming truncates the log to the checkpoint "
+                                "anyway), or delete the run folder to start afresh")
+        rows.append(row)
+    return rows
+
+
+class RunFolder:
+    """The files of one run (see the module docstring). Only the main process writes."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.config = self.root / "config.yaml"
+        self.dataset = self.root / "dataset.json"
+        self.checkpoints = self.root / "checkpoints"
+        self.best = self.root / "best"
+        self.final = self.root / "final"
+        self.log_jsonl = self.root / "log.jsonl"
+        self.log_csv = self.root / "log.csv"
+        self.val_jsonl = self.root / "val.jsonl"
+        self.metrics = self.root / "metrics.json"
+        self.done = self.root / "DONE"
+        self.identity = self.root / "run.json"
+
+    def run_id(self) -> str | None:
+        """This run's id (``run.json``, made when the run starts): every checkpoint records it, and a
+        checkpoint with another id (copied from another run) is refused. None for a run folder of an
+        older mosaic that has none yet.
+
+        Raises:
+            TrainingError: ``run.json`` is damaged (names the file and the fix)."""
+        if not self.identity.is_file():
+            return None
+        rid = self._read(self.identity, json.loads).get("id")
+        if not isinstance(rid, str) or not 8 <= len(rid) <= 64 or not rid.isalnum():
+            raise TrainingError(f"{self.identity} is damaged (no run id): restore it, or delete the run folder {self.root} to start over")
+        return rid
+
+    def _write_identity(self) -> None:
+        import uuid
+
+        atomic_write(self.identity, json.dumps({"id": uuid.uuid4().hex}) + "\n")
+
+    # -- state ----------------------------------------------------------------------------------
+    def is_done(self) -> bool:
+        return self.done.is_file()
+
+    def read_config(self) -> dict:
+        if not self.root.is_dir():
+            if self.root.exists():
+                raise TrainingError(f"{self.root} is a file, not a run folder: give the folder `mosaic train ...` wrote")
+            raise TrainingError(f"run folder {self.root} does not exist (train one with `mosaic train ...`)")
+        if not self.config.is_file():
+            raise TrainingError(f"{self.root} is not a run folder: {self.config.name} is missing (train one with `mosaic train ...`)")
+        return self._read(self.config, yaml.safe_load)
+
+    def read_dataset(self) -> dict:
+        return self._read(self.dataset, json.loads)
+
+    def _read(self, path: Path, parse) -> dict:
+        """A run file parsed as a mapping; TrainingError naming the file and the fix when damaged."""
+        try:
+            data = parse(path.read_bytes().decode("utf-8"))
+        except FileNotFoundError:
+            raise TrainingError(f"{path} is missing: {self.root} is not a whole run folder; give another --out, or delete the folder to start over") from None
+        except Exception as e:  # noqa: BLE001 - unreadable bytes, bad JSON or YAML
+            raise TrainingError(f"{path} is damaged ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}): restore it, "
+                                f"or delete the run folder {self.root} to start over (or give another --out)") from None
+        if not isinstance(data, dict):
+            raise TrainingError(f"{path} is damaged (not a mapping): restore it, or delete the run folder {self.root} to start over")
+        return data
+
+    def dataset_root(self) -> Path:
+        """The root of the run's dataset, checked against the fingerprint recorded when the run
+        started (for sampling or analysing a finished run).
+
+        Raises:
+            DatasetError: the dataset is gone (no ``manifest.json``) or changed since the run started.
+        """
+        rec = self.read_dataset()
+        root = Path(rec["path"])
+        if not (root / "manifest.json").is_file():
+            raise DatasetError(f"the dataset of run {self.root} is gone: {root} holds no manifest.json (regenerate it, or restore it)")
+        cur = manifest_fingerprint(root)
+        if cur["fingerprint"] != rec["fingerprint"] or cur["manifest_sha256"] != rec["manifest_sha256"]:
+            raise DatasetError(f"the dataset {root} changed since run {self.root} was trained (fingerprint {rec['fingerprint']} -> "
+                               f"{cur['fingerprint']}): restore it, or train a new run")
+        return root
+
+    def checkpoint_list(self) -> list[tuple[int, Path]]:
+        """Complete checkpoints ``[(step, dir)]``, oldest first (``.tmp`` ones are unfinished)."""
+        if not self.checkpoints.is_dir():
+            return []
+        out = []
+        for d in self.checkpoints.iterdir():
+            # unfinished (.tmp) and damaged (.damaged) checkpoints do not count
+            if d.is_dir() and d.name.startswith("checkpoint-") and d.name[11:].isdigit() and (d / "trainer_state.json").is_file():
+                out.append((int(d.name.split("-")[1]), d))
+        return sorted(out)
+
+    def latest_checkpoint(self) -> Path | None:
+        cks = self.checkpoint_list()
+        return cks[-1][1] if cks else None
+
+    # -- opening ---------------------------------------------------------------------------------
+    def open(self, config: dict, dataset_root: Path, is_main: bool) -> str:
+        """Start or continue a run: ``"new"``, ``"resume"`` or ``"done"``.
+
+        Raises:
+            TrainingError: the folder holds a run of another config, or is a non-empty non-run folder.
+            DatasetError: the dataset's manifest changed since the run started (fingerprint check).
+        """
+        current = manifest_fingerprint(dataset_root)
+        if self.config.is_file():
+            old = self._read(self.config, yaml.safe_load)
+            # where the run and its dataset lie is no difference (a moved folder resumes): the dataset's identity is checked below
+            diff = [d for d in config_diff(old, config) if d not in ("out", "dataset.path")]
+            if diff:
+                raise TrainingError(
+                    f"run folder {self.root} holds a run with another config (differs in: {', '.join(diff)}); "
+                    "give another --out, or delete the folder to start over"
+                )
+            if self.dataset.is_file():
+                rec = self.read_dataset()
+                if rec.get("fingerprint") != current["fingerprint"] or rec.get("manifest_sha256") != current["manifest_sha256"] \
+                        or rec.get("splits") != current["splits"]:
+                    raise DatasetError(
+                        f"the dataset {dataset_root} changed since run {self.root} started (spec fingerprint "
+                        f"{rec.get('fingerprint')} -> {current['fingerprint']}, manifest sha256 {str(rec.get('manifest_sha256'))[:12]} -> "
+                        f"{current['manifest_sha256'][:12]}): the run's checkpoints were trained on other data. Restore the dataset, "
+                        "or start a new run (another --out)"
+                    )
+                if is_main and rec.get("path") != current.get("path"):  # the same dataset, moved: the run records where it is now
+                    atomic_write(self.dataset, json.dumps(current, indent=2) + "\n")
+            if is_main and not self.identity.exists() and not self.identity.is_symlink():  # a run of an older mosaic: it gets its id now
+                self._write_identity()
+            return "done" if self.is_done() else "resume"
+        if self.root.exists() and any(self.root.iterdir()):
+            raise TrainingError(f"{self.root} exists, is not empty and holds no run (config.yaml missing): give an empty or new --out")
+        if is_main:
+            self.root.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.config, yaml.safe_dump(config, sort_keys=False))
+            self._write_identity()
+            atomic_write(self.dataset, json.dumps(current, indent=2) + "\n")
+            atomic_copy(Path(dataset_root) / "manifest.json", self.root / "dataset_manifest.json")
+            link = self.root / "dataset"
+            if not link.exists() and not link.is_symlink():
+                try:
+                    link.symlink_to(Path(dataset_root).resolve(), target_is_directory=True)
+                except OSError:  # filesystems without symlinks: dataset.json still names the path
+                    pass
+        return "new"
+
+    # -- logs ------------------------------------------------------------------------------------
+    def append_log(self, row: dict) -> None:
+        with self.log_jsonl.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        new = not self.log_csv.is_file()
+        with self.log_csv.open("a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=LOG_FIELDS, extrasaction="ignore")
+            if new:
+                w.writeheader()
+            w.writerow(row)
+
+    def append_val(self, row: dict) -> None:
+        with self.val_jsonl.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def read_log(self) -> list[dict]:
+        return _read_jsonl_rows(self.log_jsonl)
+
+    def read_val(self) -> list[dict]:
+        return _read_jsonl_rows(self.val_jsonl)
+
+    def truncate_logs(self, step: int) -> None:
+        """Drop log rows after ``step`` (written after the checkpoint a resumed run starts from)."""
+        rows = [r for r in self.read_log() if r["step"] <= step]
+        vals = [r for r in self.read_val() if r["step"] <= step]
+        for p in (self.log_jsonl, self.log_csv, self.val_jsonl):
+            p.unlink(missing_ok=True)
+        for r in rows:
+            self.append_log(r)
+        for r in vals:
+            self.append_val(r)
+
+    def write_metrics(self, metrics: dict) -> None:
+        atomic_write(self.metrics, json.dumps(metrics, indent=2, sort_keys=True, default=str) + "\n")
+
+    def mark_done(self) -> None:
+        atomic_write(self.done, time.strftime("%Y-%m-%dT%H:%M:%S") + "\n")
