@@ -209,10 +209,12 @@ def _metric_label(col: str) -> str:
         col, col.replace("held_out.", "held-out ").replace("seen.", "seen ").replace("_", " "))
 
 
-def plot_curves(df, x: str, lines: str | None, ys: list[str], out: Path, title: str = "", x_label: str | None = None) -> Path | None:
+def plot_curves(df, x: str, lines: str | None, ys: list[str], out: Path, title: str = "", x_label: str | None = None,
+                x_scale: str = "linear") -> Path | None:
     """Line plot of metrics ``ys`` (columns of the results table ``df``, a pandas DataFrame)
     against axis ``x``, one line per value of ``lines``, mean and standard deviation over the
-    remaining rows (seeds) as error bars; one panel per metric, y from 0 to 1. Returns the path,
+    remaining rows (seeds) as error bars; one panel per metric, y from 0 to 1; ``x_scale`` "log" puts
+    a numeric, positive x axis on a log scale (ticks still at the axis values). Returns the path,
     or None if nothing to plot."""
     import pandas as pd
 
@@ -232,6 +234,10 @@ def plot_curves(df, x: str, lines: str | None, ys: list[str], out: Path, title: 
             ax.errorbar(stats[x].astype(float) if pd.api.types.is_numeric_dtype(stats[x]) else stats[x].astype(str),
                         stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3, label=lab)
         xs = sorted(df[x].dropna().unique())
+        numeric = all(isinstance(v, (int, float, np.integer, np.floating)) for v in xs)
+        if x_scale == "log" and numeric and xs and min(xs) > 0:
+            ax.set_xscale("log")
+            ax.minorticks_off()
         if len(xs) <= 12 and all(isinstance(v, (int, float, np.integer, np.floating)) for v in xs):
             ax.set_xticks([float(v) for v in xs], [f"{v:g}" for v in xs])
         ax.set_xlabel(x_label or x.split(".")[-1])

@@ -109,12 +109,14 @@ def make_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None
     out.mkdir(exist_ok=True)
     done = df[df["status"] == "done"] if "status" in df.columns else df
     figures = []
-    p = plot_curves(done, x, lines, ys, out / "curves.png", title=f"{sweep.get('name', sweep_dir.name)}: accuracy vs {rep.get('x_label') or x.split('.')[-1]}", x_label=rep.get("x_label"))
+    p = plot_curves(done, x, lines, ys, out / "curves.png", title=f"{sweep.get('name', sweep_dir.name)}: accuracy vs {rep.get('x_label') or x.split('.')[-1]}", x_label=rep.get("x_label"),
+                    x_scale=rep.get("x_scale") or "linear")
     if p:
         figures.append(("Seen vs held-out accuracy", p.name))
     concept_cols = sorted(c for c in done.columns if c.startswith("held_out.") and c != "held_out.joint")
     if concept_cols:
-        p = plot_curves(done, x, lines, concept_cols, out / "concepts_held_out.png", title="held-out accuracy per concept", x_label=rep.get("x_label"))
+        p = plot_curves(done, x, lines, concept_cols, out / "concepts_held_out.png", title="held-out accuracy per concept", x_label=rep.get("x_label"),
+                        x_scale=rep.get("x_scale") or "linear")
         if p:
             figures.append(("Held-out accuracy per concept", p.name))
 

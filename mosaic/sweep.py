@@ -69,6 +69,7 @@ class ReportSection(_Base):
     lines: str | None = Field(None, description="axis giving one line per value (default: the second grid axis)")
     y: list[str] = Field(default_factory=lambda: ["held_out.joint", "seen.joint"], description="result columns to plot")
     x_label: str | None = None
+    x_scale: Literal["linear", "log"] = Field("linear", description="scale of the x axis of the curves: 'log' for axes such as training sizes that span orders of magnitude (numeric, positive values)")
     claims: list[Any] = Field(default_factory=list, max_length=1000, description="claims the sweep tests (mosaic.claims): structured mappings or sentences, at most 1,000")
 
     @field_validator("claims")
