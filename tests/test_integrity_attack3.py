@@ -446,3 +446,21 @@ def test_hf_load_refuses_a_path_with_glob_characters(tmp_path, dataset, name):
     shutil.copytree(dataset, nested)
     with pytest.raises(DatasetError, match="glob"):
         load_dataset(nested, cache_dir=str(tmp_path / "hf"))
+
+
+def test_a_symlinked_checkpoint_folder_is_never_resumed_from(tmp_path):
+    """A checkpoint name that is a link to a folder elsewhere (a copy of a finished checkpoint, say)
+    is not one of the run's checkpoints: resuming reads only the run's own folders."""
+    from mosaic.lab.run_folder import RunFolder
+
+    run = RunFolder(tmp_path / "run")
+    run.checkpoints.mkdir(parents=True)
+    own = run.checkpoints / "checkpoint-0000010"
+    own.mkdir()
+    (own / "trainer_state.json").write_text("{}")
+    elsewhere = tmp_path / "elsewhere" / "checkpoint-0000020"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "trainer_state.json").write_text("{}")
+    (run.checkpoints / "checkpoint-0000020").symlink_to(elsewhere, target_is_directory=True)
+    assert run.checkpoint_list() == [(10, own)]
+    assert run.latest_checkpoint() == own

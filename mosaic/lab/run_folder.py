@@ -149,13 +149,15 @@ class RunFolder:
         return root
 
     def checkpoint_list(self) -> list[tuple[int, Path]]:
-        """Complete checkpoints ``[(step, dir)]``, oldest first (``.tmp`` ones are unfinished)."""
+        """Complete checkpoints ``[(step, dir)]``, oldest first (``.tmp`` ones are unfinished). A
+        checkpoint name that is a symbolic link never counts: a run resumes only from folders of
+        its own, never from files elsewhere that a link points at."""
         if not self.checkpoints.is_dir():
             return []
         out = []
         for d in self.checkpoints.iterdir():
             # unfinished (.tmp) and damaged (.damaged) checkpoints do not count
-            if d.is_dir() and d.name.startswith("checkpoint-") and d.name[11:].isdigit() and (d / "trainer_state.json").is_file():
+            if not d.is_symlink() and d.is_dir() and d.name.startswith("checkpoint-") and d.name[11:].isdigit() and (d / "trainer_state.json").is_file():
                 out.append((int(d.name.split("-")[1]), d))
         return sorted(out)
 
