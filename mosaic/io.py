@@ -357,8 +357,9 @@ def output_dir_problem(path: str | Path, *, dataset: bool = False) -> str | None
     if str(p) == "" or "\x00" in str(p):
         return "is not a path"
     ds = dataset_around(p)
-    if ds is not None and not (dataset and ds == Path(os.path.realpath(os.path.abspath(p)))):
-        where = "is the mosaic dataset" if ds == Path(os.path.realpath(os.path.abspath(p))) else f"lies inside the mosaic dataset {ds}"
+    is_ds = ds is not None and ds == Path(os.path.realpath(os.path.abspath(p)))
+    if ds is not None and not (dataset and is_ds):
+        where = "is the mosaic dataset" if is_ds else f"lies inside the mosaic dataset {ds}"
         return (f"{where} (it holds that dataset's manifest.json): a dataset holds only what `mosaic generate` wrote, and any "
                 "other file in it makes `mosaic verify` and every reader refuse it; give another folder, outside the dataset")
     try:

@@ -238,7 +238,7 @@ def plot_curves(df, x: str, lines: str | None, ys: list[str], out: Path, title: 
         if x_scale == "log" and numeric and xs and min(xs) > 0:
             ax.set_xscale("log")
             ax.minorticks_off()
-        if len(xs) <= 12 and all(isinstance(v, (int, float, np.integer, np.floating)) for v in xs):
+        if len(xs) <= 12 and numeric:
             ax.set_xticks([float(v) for v in xs], [f"{v:g}" for v in xs])
         ax.set_xlabel(x_label or x.split(".")[-1])
         ax.set_ylabel(_metric_label(y))

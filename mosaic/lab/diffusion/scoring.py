@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from mosaic.errors import DatasetError, TrainingError
-from mosaic.io import clear_temps, discard, new_temp_dir, replace_path
+from mosaic.io import atomic_dir, clear_temps
 from mosaic.lab.diffusion.sampling import choose_records, generate, load_evaluator, sample_seeds
 from mosaic.lab.diffusion.task import DiffusionTask
 from mosaic.lab.loop import progress_kwargs
@@ -98,16 +98,12 @@ def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, 
     refuse_other_samples(out, key)
     out.parent.mkdir(parents=True, exist_ok=True)
     clear_temps(out)  # an interrupted sampling's folder, or a link planted at its name: removed, never followed (the caller holds the lock)
-    tmp = new_temp_dir(out)  # unique, made new: nothing is written through a link
-    try:
-        result = _sample_into(tmp, out, task, splits, records, key, n_per_combination=n_per_combination, guidance=guidance,
-                              steps=steps, sampler=sampler, score=score, batch_size=batch_size, device=device, autocast=autocast,
-                              evaluator=evaluator, abstain=abstain, check_n=check_n, say=say, model=model)
-        replace_path(tmp, out)  # what stood at out (an older folder, a link) is removed, not followed
-    except BaseException:
-        discard(tmp)
-        raise
-    return result
+    # a unique new folder that replaces out when sampling ends (an older folder or a link at out is removed, not
+    # followed); removed on any error
+    with atomic_dir(out) as tmp:
+        return _sample_into(tmp, out, task, splits, records, key, n_per_combination=n_per_combination, guidance=guidance,
+                            steps=steps, sampler=sampler, score=score, batch_size=batch_size, device=device, autocast=autocast,
+                            evaluator=evaluator, abstain=abstain, check_n=check_n, say=say, model=model)
 
 
 def _sample_into(tmp: Path, out: Path, task, splits, records, key, *, n_per_combination, guidance, steps, sampler, score, batch_size,
