@@ -335,3 +335,15 @@ def test_the_walk_finds_lazy_and_relative_cycles(tmp_path):
     assert cycles(import_graph(tmp_path, ("mosaic",))) == [["mosaic.a", "mosaic.d", "mosaic.a"]]
     closure = runtime_closure(import_edges(tmp_path, ("mosaic",)), {"mosaic.sub.b"})
     assert closure == {"mosaic.sub.b", "mosaic.sub", "mosaic", "mosaic.c"}  # the lazy and TYPE_CHECKING ones do not run
+
+
+#: The house's module size (issue 26: a module over about 600 lines does two jobs; split it by job).
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_the_house_size():
+    sizes = {p.relative_to(ROOT).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
+             for d in ("mosaic", "renderers") for p in (ROOT / d).rglob("*.py")}
+    assert len(sizes) > 50 and sizes["mosaic/evaluation/parser.py"] > 300  # the walk reads the real tree
+    over = sorted(f"{p}: {n} lines" for p, n in sizes.items() if n > MAX_MODULE_LINES)
+    assert not over, f"modules over {MAX_MODULE_LINES} lines (split each by job; docs/DESIGN.md):\n" + "\n".join(over)

@@ -37,32 +37,23 @@ exact for a known renderer; its accuracy is measured by :func:`mosaic.evaluation
 
 from __future__ import annotations
 
-import functools
 import math
 from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
-from PIL import Image, ImageDraw
 from scipy import ndimage
 
 from mosaic.labels import assign_templates, read_labels
 from mosaic.scene import Scene, SceneObject
 from mosaic.spec import Spec, allowed_values, template_sets
-from mosaic.vocab import SHAPES, plural, srgb_to_lab
+from mosaic.vocab import plural, srgb_to_lab
 from mosaic.errors import MosaicError
-
-#: Rotational symmetry period of each shape, degrees (None: rotation does not show).
-SYMMETRY_DEG: dict[str, float | None] = {
-    "circle": None, "square": 90.0, "triangle": 120.0, "diamond": 180.0, "pentagon": 72.0,
-    "hexagon": 60.0, "star": 72.0, "cross": 90.0,
-}
+from mosaic.evaluation.shape_fit import SHAPE_MARGIN, ShapeFitter, ShapeHypothesis, merge_rotations, soft_iou, unit_area
 
 #: Coverage interior pixels keep under blur: the interior colour is matched to ``bg + a (c - bg)``.
 _INTERIOR_ALPHAS = np.linspace(0.7, 1.0, 7)
-_BLURS = (0.0, 0.5, 0.8, 1.1, 1.5)  # Gaussian sigmas (px of a 64 px image) tried on every hypothesis
-_SPLIT_IOU = 0.7
-_SHAPE_MARGIN = 0.1  # an object's second-best shape within this IoU may be taken to fit the spec's counts  # below this a region is tried as several touching objects
+_SPLIT_IOU = 0.7  # below this a region is tried as several touching objects
 _SPECK_FRACTION = 0.3  # components smaller than this fraction of the smallest object are specks
 _MATCH_SMOOTH = 0.8  # px: Gaussian smoothing of observed and rendered coverage before the quality IoU
 _MATCH_RADIUS = 8.0  # px: the match IoU shortfall is normalised to an object of this circumradius
@@ -74,25 +65,6 @@ _SPECK_MIN_PX = 4.0  # dropped specks of at least this area (px² of a 64 px ima
 #: the shipped specs (docs/evaluation.md, "Abstention and match quality"); a clean render scores about 1 on each.
 ABSTAIN_THRESHOLDS: dict[str, float] = {"iou": 0.81, "fragments": 0.85, "area": 0.45}
 _MEASURE_TEXT = {"iou": "shape match (soft IoU)", "fragments": "share of the object in one region", "area": "area against the spec's size"}
-
-
-@functools.lru_cache(maxsize=None)
-def _unit_area(shape: str) -> float:
-    """Area of a shape with circumradius 1 (shoelace; pi for the circle; computed once per shape)."""
-    v = SHAPES[shape]
-    if v is None:
-        return math.pi
-    x = np.array([p[0] for p in v])
-    y = np.array([p[1] for p in v])
-    return float(0.5 * abs(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))))
-
-
-@dataclass
-class _ShapeHypothesis:
-    shape: str
-    rotations: list[float] | tuple[float, float] | None  # explicit list, (lo, hi) range, or None (circle)
-    size_range: tuple[float, float]  # fractions of the side
-    sizes: list[tuple[float, float]] = field(default_factory=list)  # allowed sizes: intervals (v, v) or (lo, hi)
 
 
 @dataclass
@@ -151,11 +123,10 @@ class SceneParser:
         self.thresholds = {**ABSTAIN_THRESHOLDS, **(thresholds or {})}
         self.spec = spec
         self.supersample = spec.image.supersample
-        self._blurs = _BLURS
         self._cov_cache: dict = {}
         self.bg = np.asarray(spec.background_rgb(), dtype=np.float64)
         colors: list[str] = []
-        hyps: dict[str, dict[str, _ShapeHypothesis]] = {}
+        hyps: dict[str, dict[str, ShapeHypothesis]] = {}
         for t in spec.templates:
             t_colors = list(allowed_values(spec, t.color))
             t_shapes = list(allowed_values(spec, t.shape))
@@ -172,14 +143,14 @@ class SceneParser:
                     colors.append(c)
                 for sh in t_shapes:
                     h = hyps.setdefault(c, {}).get(sh)
-                    new = _ShapeHypothesis(sh, None if sh == "circle" else rots, (min(sizes), max(sizes)), list(intervals))
+                    new = ShapeHypothesis(sh, None if sh == "circle" else rots, (min(sizes), max(sizes)), list(intervals))
                     if h is None:
                         hyps[c][sh] = new
                     else:  # merge templates sharing colour and shape
                         h.size_range = (min(h.size_range[0], new.size_range[0]), max(h.size_range[1], new.size_range[1]))
                         h.sizes = sorted(set(h.sizes) | set(new.sizes))
                         if sh != "circle":
-                            h.rotations = _merge_rotations(h.rotations, new.rotations)
+                            h.rotations = merge_rotations(h.rotations, new.rotations)
         self.colors = colors
         # the fewest objects a scene of the spec holds (an empty read of a spec that never draws an
         # empty scene has match quality 0)
@@ -188,6 +159,7 @@ class SceneParser:
                              if allowed_values(spec, t.repeat)}
         self.rgb = np.array([spec.rgb(c) for c in colors], dtype=np.float64)  # [K, 3]
         self.hypotheses = hyps
+        self._fitter = ShapeFitter(spec, hyps, self.supersample)
         self._lab = srgb_to_lab(np.vstack([self.bg[None], self.rgb]))  # [K+1, 3], 0 = background
         # interior colour models bg + a (c - bg), a in [0.7, 1]: [K, A, 3] Lab
         mix = self.bg[None, None] + _INTERIOR_ALPHAS[None, :, None] * (self.rgb[:, None] - self.bg[None, None])
@@ -199,7 +171,7 @@ class SceneParser:
         np.fill_diagonal(self._dims, False)
         # smallest object of each colour, as a fraction of the image area (for specks and splits)
         self._min_area = {
-            c: min(_unit_area(h.shape) * (h.size_range[0] / 2) ** 2 for h in hyps[c].values()) for c in colors
+            c: min(unit_area(h.shape) * (h.size_range[0] / 2) ** 2 for h in hyps[c].values()) for c in colors
         }
 
     # -- public --------------------------------------------------------------------------------
@@ -266,7 +238,7 @@ class SceneParser:
         matches = [self._match(o, a, m, side) for o, (a, m) in zip(objects, maps)]
         # objects no template can take, and objects beyond a template's largest count (a second
         # region where the spec draws one object: the smaller ones), count as fragments
-        area_of = [_unit_area(o.shape) * (o.size * side / 2) ** 2 for o in objects]
+        area_of = [unit_area(o.shape) * (o.size * side / 2) ** 2 for o in objects]
         groups, unmatched = assign_templates(scene, self.spec) if objects else ({}, [])
         surplus = list(unmatched)
         for name, idx in groups.items():
@@ -295,7 +267,7 @@ class SceneParser:
         to [0, 1]. Returns ``(IoU, interior level)``."""
         H, W = alpha.shape
         # work on a patch: the domain and the object's box, with room for smoothing and blur
-        m = 2 + int(math.ceil(3 * _MATCH_SMOOTH + 2 * self._blurs[-1] * side / 64.0))
+        m = 2 + int(math.ceil(3 * _MATCH_SMOOTH + 2 * self._fitter.blurs[-1] * side / 64.0))
         ys, xs = np.nonzero(domain)
         bx0, by0, bx1, by1 = obj.bbox(side)
         y0 = max(0, min(int(ys.min()) if len(ys) else by0, by0) - m)
@@ -304,22 +276,22 @@ class SceneParser:
         x1 = min(W, max(int(xs.max()) + 1 if len(xs) else bx1, bx1) + m)
         alpha, domain = alpha[y0:y1, x0:x1], domain[y0:y1, x0:x1]
         shape = alpha.shape
-        cov = self._render_patch(obj, shape, (x0, y0), side)
+        cov = self._fitter.render_patch(obj, shape, (x0, y0), side)
         core = ndimage.binary_erosion(cov >= 0.999) & domain
         level = min(1.25, max(0.75, float(np.median(alpha[core])))) if core.sum() >= 4 else 1.0
         if level != 1.0:  # the parser sized the object by its (dimmed) area: undo that
             obj = SceneObject(obj.shape, obj.color, obj.rgb, obj.size / math.sqrt(level), obj.center, obj.rotation)
-            cov = self._render_patch(obj, shape, (x0, y0), side)
+            cov = self._fitter.render_patch(obj, shape, (x0, y0), side)
         a = alpha / level
         sm = _MATCH_SMOOTH
         a = np.clip(ndimage.gaussian_filter(a, sm, mode="constant"), 0.0, 1.0)
 
         def iou_at(cv, b):
             c = ndimage.gaussian_filter(cv, b * side / 64.0, mode="constant") if b else cv
-            return _soft_iou(a, np.clip(ndimage.gaussian_filter(np.where(domain, c, 0.0), sm, mode="constant"), 0.0, 1.0))
+            return soft_iou(a, np.clip(ndimage.gaussian_filter(np.where(domain, c, 0.0), sm, mode="constant"), 0.0, 1.0))
 
         best = 0.0
-        for b in self._blurs:  # sharp to blurred; the IoU rises to the image's blur, then falls: stop there
+        for b in self._fitter.blurs:  # sharp to blurred; the IoU rises to the image's blur, then falls: stop there
             iou = iou_at(cov, b)
             if iou < best:
                 break
@@ -348,7 +320,7 @@ class SceneParser:
         spec never draws an empty scene."""
         if not objects:
             return {"iou": 1.0, "fragments": 1.0, "area": 1.0}
-        total = sum(_unit_area(o.shape) * (o.size * side / 2) ** 2 for o in objects)  # px², unmatched ones (``extra``) included
+        total = sum(unit_area(o.shape) * (o.size * side / 2) ** 2 for o in objects)  # px², unmatched ones (``extra``) included
         frag = min(min(shares), 1.0 - (sum(specks) + extra) / (total + sum(specks))) if total > 0 else 1.0
         area = 1.0
         for o, lv in zip(objects, levels or [1.0] * len(objects)):
@@ -367,7 +339,7 @@ class SceneParser:
 
         When a template with a fixed ``repeat`` (exactly n objects, e.g. the one target of a
         position task) reads more or fewer objects than n, an object whose second-best shape is
-        within ``_SHAPE_MARGIN`` IoU of its best (a blurred 9 px square looks round) and that would
+        within ``SHAPE_MARGIN`` IoU of its best (a blurred 9 px square looks round) and that would
         fix the count takes that shape instead, most ambiguous first. Every change is noted.
         """
         fixed = {t.name: int(t.repeat.value) for t in self.spec.templates if t.repeat.kind == "value"}
@@ -388,7 +360,7 @@ class SceneParser:
                              for sh, (_, iou2) in alts[i].items() if sh in shapes and sh != objects[i].shape]
                 else:
                     continue
-                cands = [c for c in cands if c[0] < _SHAPE_MARGIN and c[1] not in moved]
+                cands = [c for c in cands if c[0] < SHAPE_MARGIN and c[1] not in moved]
                 if cands:
                     move = min(cands)
                     break
@@ -476,7 +448,7 @@ class SceneParser:
     def _read_objects(self, px, bg, domain, color_idx, side, notes):
         color = self.colors[color_idx]
         alpha = np.where(domain, self._coverage(px, bg, color), 0.0)
-        fit = self._fit(alpha, color, side)
+        fit = self._fitter.fit(alpha, color, side)
         if fit is None:
             return []
         obj, iou, _ = fit
@@ -487,7 +459,7 @@ class SceneParser:
             kmax = min(int(alpha.sum() / smallest + 0.5), 12)
             for k in range(2, kmax + 1):
                 parts = _kmeans_split(np.clip(alpha, 0, 1), k)
-                fits = [self._fit(p, color, side) for p in parts]
+                fits = [self._fitter.fit(p, color, side) for p in parts]
                 if any(f is None for f in fits):
                     continue
                 fits = [(*f, _main_share(p), np.where(p > 0, alpha, 0.0), p > 0) for f, p in zip(fits, parts)]
@@ -498,143 +470,6 @@ class SceneParser:
                 notes.append(f"split a {color} region into {len(best[1])} touching objects (IoU {iou:.2f} -> {best[0]:.2f})")
             return best[1]
         return [fit]
-
-    def _fit(self, alpha: np.ndarray, color: str, side: int) -> tuple[SceneObject, float, dict] | None:
-        """Best shape hypothesis for a coverage map ``alpha`` ``[H, W]``: (object, soft IoU,
-        ``{shape: (object, IoU)}`` of every hypothesis tried)."""
-        area = float(alpha.sum())  # signed: noise averages out
-        if area <= 0:
-            return None
-        alpha = np.clip(alpha, 0.0, 1.0)
-        ys, xs = np.nonzero(alpha)
-        w = alpha[ys, xs]
-        if w.sum() <= 0:
-            return None
-        cx = float((w * (xs + 0.5)).sum() / w.sum())
-        cy = float((w * (ys + 0.5)).sum() / w.sum())
-        m = 2 + int(math.ceil(2 * self._blurs[-1] * side / 64.0))  # room for a blurred hypothesis
-        y0, y1 = max(0, ys.min() - m), min(alpha.shape[0], ys.max() + m + 1)
-        x0, x1 = max(0, xs.min() - m), min(alpha.shape[1], xs.max() + m + 1)
-        patch = alpha[y0:y1, x0:x1]
-        # coarse pass: every shape the spec allows for this colour, on a coarse rotation grid
-        coarse = []
-        for h in self.hypotheses[color].values():
-            r_px = math.sqrt(area / _unit_area(h.shape))
-            obj = SceneObject(h.shape, color, self.spec.rgb(color), 2 * r_px / side, (cx / side, cy / side), 0.0)
-            coarse.append((self._rotation_search(obj, h, patch, (x0, y0), side, r_px, fine=False), h, obj, r_px))
-        top = max(c[0][0] for c in coarse)
-        best, alts = None, {}
-        for (iou0, rot0, _), h, obj, r_px in coarse:
-            if iou0 < top - _SHAPE_MARGIN:  # clearly another shape: not refined
-                continue
-            obj.rotation = rot0
-            _, iou, cov = self._rotation_search(obj, h, patch, (x0, y0), side, r_px, fine=True)
-            # calibrate size and centre so that the rendered coverage has the observed area and
-            # centroid (Pillow's polygon fill is biased by up to half a supersampled pixel)
-            for _ in range(2):
-                rendered = float(cov.sum())
-                if rendered <= 0:
-                    break
-                gy, gx = np.nonzero(cov)
-                gw = cov[gy, gx]
-                rx = float((gw * (gx + 0.5 + x0)).sum() / rendered)
-                ry = float((gw * (gy + 0.5 + y0)).sum() / rendered)
-                obj.size = obj.size * math.sqrt(area / rendered)
-                obj.center = (obj.center[0] + (cx - rx) / side, obj.center[1] + (cy - ry) / side)
-                cov = self._render_patch(obj, patch.shape, (x0, y0), side)
-            # a blurred image is compared with blurred hypotheses (blur keeps area and centroid)
-            iou = _soft_iou(patch, cov)
-            if iou < 0.97:  # not a sharp match: try blurred hypotheses
-                iou = max([iou] + [_soft_iou(patch, ndimage.gaussian_filter(cov, b * side / 64.0, mode="constant")) for b in self._blurs if b])
-            obj.size = round(obj.size, 5)
-            obj.center = (round(obj.center[0], 5), round(obj.center[1], 5))
-            alts[h.shape] = (obj, iou)
-            if best is None or iou > best[1]:
-                best = (obj, iou)
-        return best[0], best[1], alts
-
-    def _rotation_search(self, obj, h: _ShapeHypothesis, patch, origin, side, r_px, fine: bool):
-        """Rotations the spec allows: the coarse grid (``fine=False``), or a fine grid around
-        ``obj.rotation`` (``fine=True``). Returns ``(IoU, rotation, coverage)`` of the best;
-        ``obj.rotation`` is left at the best rotation (modulo the shape's symmetry)."""
-        period = SYMMETRY_DEG[h.shape]
-        if period is None:
-            cov = self._render_patch(obj, patch.shape, origin, side)
-            return _soft_iou(patch, cov), 0.0, cov
-        if isinstance(h.rotations, tuple):  # a range
-            lo, hi = h.rotations
-            span = min(hi - lo, period)
-            step_f = max(0.5, min(3.0, math.degrees(0.3 / max(r_px, 1e-6))))
-            step_c = max(step_f, min(10.0, span / 6.0))
-            if not fine:
-                cands = list(np.arange(lo, lo + span + 1e-9, step_c)) if span > 0 else [lo]
-            elif step_c > step_f:
-                cands = list(np.arange(obj.rotation - step_c, obj.rotation + step_c + 1e-9, step_f))
-            else:
-                cands = [obj.rotation]
-        else:
-            cands = sorted({r % period for r in h.rotations}) if not fine else [obj.rotation]
-        best = None
-        covs = self._render_rotations(obj, [float(r) for r in cands], patch.shape, origin, side)
-        for r, cov, iou in zip(cands, covs, _soft_ious(patch, covs)):
-            if best is None or iou > best[0]:
-                best = (iou, float(r), cov)
-        obj.rotation = round(best[1] % period, 3)
-        return best[0], obj.rotation, best[2]
-
-    def _render_rotations(self, obj: SceneObject, rotations: list[float], shape: tuple[int, int], origin: tuple[int, int],
-                          side: int) -> list[np.ndarray]:
-        """:meth:`_render_patch` of the polygon ``obj`` at each of ``rotations``, pixel for pixel,
-        drawn in one Pillow image: the patches are stacked vertically (Pillow's scan-line fill
-        computes each row's crossings from integer row differences, so a whole-row shift moves the
-        polygon without changing a pixel), each in a band with room above and below for the part of
-        the polygon the patch clips, on multiples of the supersampling (the box reduction sees the
-        same blocks). ``obj.rotation`` is left at the last rotation."""
-        s = self.supersample
-        big = side * s
-        ox, oy = origin[0] * s, origin[1] * s
-        hs, ws = shape[0] * s, shape[1] * s
-        polys = []
-        for r in rotations:
-            obj.rotation = r
-            polys.append([(round(x) - ox, round(y) - oy) for x, y in obj.vertices(big)])
-        if len(polys) == 1:
-            return [self._render_patch(obj, shape, origin, side)]
-        lo = min(min(y for _, y in p) for p in polys)
-        hi = max(max(y for _, y in p) for p in polys)
-        pad = max(0, -lo, hi - (hs - 1)) + 1
-        pad = -(-pad // s) * s  # a multiple of the supersampling
-        band = hs + 2 * pad
-        img = Image.new("L", (ws, band * len(polys)), 0)
-        d = ImageDraw.Draw(img)
-        for k, p in enumerate(polys):
-            dy = k * band + pad
-            d.polygon([(x, y + dy) for x, y in p], fill=255)
-        if s > 1:
-            img = img.reduce(s)
-        a = np.asarray(img, dtype=np.float64) / 255.0
-        b, q = band // s, pad // s
-        return [a[k * b + q:k * b + q + shape[0]] for k in range(len(polys))]
-
-    def _render_patch(self, obj: SceneObject, shape: tuple[int, int], origin: tuple[int, int], side: int) -> np.ndarray:
-        """Coverage in [0, 1] of ``obj`` drawn exactly as :class:`renderers.pillow.PillowRenderer`
-        draws it (same supersampling and rounding), cropped to a patch at pixel ``origin``."""
-        s = self.supersample
-        big = side * s
-        ox, oy = origin[0] * s, origin[1] * s
-        img = Image.new("L", (shape[1] * s, shape[0] * s), 0)
-        d = ImageDraw.Draw(img)
-        verts = obj.vertices(big)
-        if verts is None:
-            r = obj.radius * big
-            cx, cy = obj.center[0] * big, obj.center[1] * big
-            d.ellipse((round(cx - r) - ox, round(cy - r) - oy, round(cx + r) - 1 - ox, round(cy + r) - 1 - oy), fill=255)
-        else:
-            d.polygon([(round(x) - ox, round(y) - oy) for x, y in verts], fill=255)
-        if s > 1:
-            img = img.reduce(s)
-        return np.asarray(img, dtype=np.float64) / 255.0
-
 
 def _main_share(alpha: np.ndarray) -> float:
     """Share of a coverage map's mass (``alpha`` clipped to [0, 1]) in its main connected region:
@@ -652,14 +487,6 @@ def _main_share(alpha: np.ndarray) -> float:
     return float(mass.max() / tot) if tot > 0 else 1.0
 
 
-def _merge_rotations(a, b):
-    if isinstance(a, tuple) or isinstance(b, tuple):
-        lo = min(x[0] if isinstance(x, tuple) else min(x) for x in (a, b))
-        hi = max(x[1] if isinstance(x, tuple) else max(x) for x in (a, b))
-        return (lo, hi)
-    return sorted(set(a) | set(b))
-
-
 def _grow(sl: tuple[slice, slice], n: int, H: int, W: int) -> tuple[slice, slice]:
     return (slice(max(0, sl[0].start - n), min(H, sl[0].stop + n)), slice(max(0, sl[1].start - n), min(W, sl[1].stop + n)))
 
@@ -668,26 +495,6 @@ def _sqdist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Squared Euclidean distance over the last axis, broadcasting ``a[..., None, :]`` against ``b``."""
     diff = a[..., None, :] - b
     return np.einsum("...i,...i->...", diff, diff)
-
-
-def _soft_ious(a: np.ndarray, bs: list[np.ndarray]) -> list[float]:
-    """:func:`_soft_iou` of ``a`` against each of ``bs`` (same shape), the minimum and maximum taken
-    over all of them at once; each sum is over one contiguous ``[H, W]`` block, as in
-    :func:`_soft_iou`, so the values are the same to the bit."""
-    if len(bs) == 1:
-        return [_soft_iou(a, bs[0])]
-    stack = np.stack(bs)
-    lo, hi = np.minimum(a, stack), np.maximum(a, stack)
-    out = []
-    for k in range(len(bs)):
-        den = float(hi[k].sum())
-        out.append(float(lo[k].sum()) / den if den > 0 else 0.0)
-    return out
-
-
-def _soft_iou(a: np.ndarray, b: np.ndarray) -> float:
-    den = float(np.maximum(a, b).sum())
-    return float(np.minimum(a, b).sum()) / den if den > 0 else 0.0
 
 
 def _kmeans_split(alpha: np.ndarray, k: int, iters: int = 20) -> list[np.ndarray]:
