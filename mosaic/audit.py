@@ -28,7 +28,7 @@ import numpy as np
 from mosaic.errors import MosaicError
 from mosaic.evaluation.agreement import wilson_interval
 from mosaic.evaluation.folder import MAX_METADATA_BYTES, file_name_problem
-from mosaic.io import atomic_write, read_own_file
+from mosaic.io import atomic_write, make_output_dir, read_own_file
 from mosaic.png import FOREIGN_FORMATS, SIGNATURE, decode_image, encode_png
 from mosaic.locks import FolderLock
 
@@ -230,7 +230,7 @@ def make_audit(root: str | Path, n: int = 100, seed: int = 0, out: str | Path | 
 def _write_audit(root: Path, out: Path, items: list[dict], aid: str, seed: int) -> Path:
     if out.is_symlink():
         raise MosaicError(f"{out} is a symbolic link: the audit is never written through a link; give a real folder (--out)")
-    out.mkdir(parents=True, exist_ok=True)
+    make_output_dir(out, "--out")
     marks = {}
     saved = out / "audit.json"
     if saved.is_file():

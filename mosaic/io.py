@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
+from mosaic.errors import MosaicError
+
 
 def new_temp_file(path: str | Path) -> tuple[Path, int]:
     """A new hidden temporary file beside ``path`` for a writer that replaces ``path`` with it
@@ -394,6 +396,31 @@ def output_dir_problem(path: str | Path, *, dataset: bool = False) -> str | None
     if not os.access(anc, os.W_OK | os.X_OK):
         return f"cannot be created: {anc} is a folder this process may not write"
     return None
+
+
+def check_output_dir(path: str | Path, field: str = "out", *, dataset: bool = False) -> Path:
+    """Refuse an output folder :func:`output_dir_problem` finds a problem with, before anything is
+    read or written; returns ``Path(path)``. The one check of every output folder, from the CLI
+    (``--out``) and from the Python API alike.
+
+    Raises:
+        mosaic.errors.MosaicError: naming ``field`` (``--out``, ``out``), the value and the fix.
+    """
+    problem = output_dir_problem(path, dataset=dataset)
+    if problem:
+        raise MosaicError([(field, f"{str(path)!r} {problem}: give a folder (created if missing) in a writable place")])
+    return Path(path)
+
+
+def make_output_dir(path: str | Path, field: str = "out", *, dataset: bool = False) -> Path:
+    """:func:`check_output_dir`, then create the folder (and its parents). Returns ``Path(path)``.
+
+    Raises:
+        mosaic.errors.MosaicError: as :func:`check_output_dir`.
+    """
+    out = check_output_dir(path, field, dataset=dataset)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
 
 
 def output_file_problem(path: str | Path) -> str | None:

@@ -24,7 +24,7 @@ from mosaic.claims import sweep_claim_problems
 from mosaic.diagnostics.columns import analysis_columns
 from mosaic.errors import SweepError
 from mosaic.evaluation.table import check_row, table_columns
-from mosaic.io import atomic_write, atomic_writer, open_append
+from mosaic.io import atomic_write, atomic_writer, make_output_dir, open_append
 from mosaic.lab.config import config_diff, validate_config
 from mosaic.sweep import LABEL, SweepSpec, expand, trial_config, trial_id
 from mosaic.vocab import closest
@@ -77,7 +77,7 @@ def prepare(sweep: SweepSpec, out: Path, on_progress: Callable[[str], None] | No
 
     trials = plan(sweep, out)
     _refuse_changed_trials(trials)
-    out.mkdir(parents=True, exist_ok=True)
+    make_output_dir(out, "out")
     atomic_write(out / "sweep.yaml", yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False))
     # generate each distinct dataset once, before any trial trains on it
     done_roots = set()

@@ -19,6 +19,7 @@ import math
 from mosaic.claims import (
     Claim, DropClaim, DropSpec, ExceedsClaim, TrendClaim, _canon, _value, parse_claim, resolve_axis, without_abstention,
 )
+from mosaic.io import atomic_write, make_output_dir
 from mosaic.plots import plot_claims
 
 
@@ -289,11 +290,8 @@ def claims_html(results: list[dict], figure: str | None = None) -> str:
 def write_claims(results: list[dict], out_dir, title: str = "claims") -> tuple[str | None, str]:
     """Write ``claims.json`` and ``claims.png`` (:func:`mosaic.plots.plot_claims`) into ``out_dir``;
     returns ``(figure file name or None, HTML section)``."""
-    from pathlib import Path
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    __import__("mosaic.io").io.atomic_write(out / "claims.json", json.dumps({"claims": results}, indent=2, default=str) + "\n")
+    out = make_output_dir(out_dir, "out")
+    atomic_write(out / "claims.json", json.dumps({"claims": results}, indent=2, default=str) + "\n")
     fig = plot_claims(results, out / "claims.png", title=f"{title}: effect and 95 % interval over seeds") if results else None
     name = fig.name if fig else None
     return name, claims_html(results, name)

@@ -28,6 +28,8 @@ from mosaic.cli import app
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.io import atomic_dir, clear_temps, dataset_around, new_temp_dir, output_dir_problem, remove_path
 
+ROOT = Path(__file__).resolve().parents[1]
+
 SPEC = {
     "name": "atk", "image": {"size": 16},
     "concepts": {"color": {"values": ["red", "green", "blue"]}, "shape": {"values": ["circle", "square", "triangle"]}},
@@ -464,3 +466,51 @@ def test_a_symlinked_checkpoint_folder_is_never_resumed_from(tmp_path):
     (run.checkpoints / "checkpoint-0000020").symlink_to(elsewhere, target_is_directory=True)
     assert run.checkpoint_list() == [(10, own)]
     assert run.latest_checkpoint() == own
+
+
+# ------------------------------------------------------------------------------------------------
+# the Python API: the same output check as the CLI (mosaic.io.check_output_dir / make_output_dir)
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("writer", ["evaluate_folder", "write_metrics", "write_claims", "prepare_sweep"])
+def test_the_python_api_refuses_an_output_folder_inside_a_dataset_before_writing(tmp_path, dataset, writer):
+    from mosaic.evaluation.folder import evaluate_folder
+    from mosaic.evaluation.metrics import write_metrics
+    from mosaic.evaluation.parser import SceneParser
+    from mosaic.spec import parse_spec
+    from mosaic.sweep import load_sweep
+    from mosaic.trials import prepare
+    from mosaic.verdicts import write_claims
+    from mosaic.verify import verify as verify_dataset
+
+    ds = tmp_path / "ds"
+    shutil.copytree(dataset, ds)
+    before = sorted(p.relative_to(ds).as_posix() for p in ds.rglob("*"))
+    spec = parse_spec(SPEC)
+    out = ds / "test_ood" / "scores"
+    calls = {
+        "evaluate_folder": lambda: evaluate_folder(ds / "test_ood", spec, SceneParser(spec), out=out, check_n=0),
+        "write_metrics": lambda: write_metrics({}, out, spec),
+        "write_claims": lambda: write_claims([], out),
+        "prepare_sweep": lambda: prepare(load_sweep(ROOT / "experiments/sweeps/composition_count_cpu.yaml"), out),
+    }
+    with pytest.raises(MosaicError) as e:
+        calls[writer]()
+    assert "out" in str(e.value) and "inside the mosaic dataset" in str(e.value) and str(out) in str(e.value)
+    assert sorted(p.relative_to(ds).as_posix() for p in ds.rglob("*")) == before  # nothing written
+    assert verify_dataset(ds, deep=True).ok
+    fine = tmp_path / "elsewhere"
+    if writer == "evaluate_folder":  # the same call with a folder outside the dataset works
+        assert evaluate_folder(ds / "test_ood", spec, SceneParser(spec), out=fine, check_n=0)["n"] > 0
+        assert (fine / "metrics.json").is_file() and (fine / "predictions.jsonl").is_file()
+
+
+def test_the_python_api_refuses_a_file_or_device_as_output_folder(tmp_path, victim):
+    from mosaic.evaluation.metrics import write_metrics
+    from mosaic.spec import parse_spec
+
+    for bad in (victim, Path("/dev/null"), victim / "below"):
+        with pytest.raises(MosaicError) as e:
+            write_metrics({}, bad, parse_spec(SPEC))
+        assert str(bad) in str(e.value)
+    assert victim.read_text() == "precious data"
+

@@ -108,9 +108,12 @@ def check_out(path: Path | None, option: str = "--out", kind: str = "folder", da
     """
     if path is None:
         return
-    from mosaic.io import output_dir_problem, output_file_problem
+    from mosaic.io import check_output_dir, output_file_problem
 
-    problem = output_dir_problem(path, dataset=dataset) if kind == "folder" else output_file_problem(path)
+    if kind == "folder":
+        check_output_dir(path, option, dataset=dataset)
+        return
+    problem = output_file_problem(path)
     if problem:
         want = "a folder (created if missing) in a writable place" if kind == "folder" else "a file path in a writable folder"
         raise MosaicError([(option, f"{str(path)!r} {problem}: give {want}")])

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from mosaic.errors import MosaicError
-from mosaic.io import atomic_text_writer, atomic_write
+from mosaic.io import atomic_text_writer, atomic_write, make_output_dir
 from mosaic.schema import StrictModel
 from mosaic.spec import Spec
 from mosaic.evaluation.check import check_evaluator
@@ -381,8 +381,7 @@ def _auto_threads(threads: int | None) -> int:
 def _train(spec, out, cfg, on_log, on_progress) -> LearnedEvaluator:
     from accelerate import Accelerator
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_output_dir(out, "out")
     torch.manual_seed(cfg.seed)
     concepts = list(spec.concepts)
     domains = {c: list(spec.domain(c)) for c in concepts}

@@ -27,7 +27,7 @@ import numpy as np
 
 from mosaic.errors import MosaicError
 from mosaic.holdout import STATUS_NAMES
-from mosaic.io import atomic_text_writer, atomic_write
+from mosaic.io import atomic_text_writer, atomic_write, make_output_dir
 from mosaic.plots import plot_cell_heatmap
 from mosaic.spec import Spec
 
@@ -191,8 +191,7 @@ def write_metrics(metrics: dict, out_dir: str | Path, spec: Spec, title: str | N
     ``overall`` / ``seen`` / ``held_out`` / ``cell`` (combination ``v1|v2`` for cells) and concept
     ``*`` for joint metrics. Returns the paths written.
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_output_dir(out_dir, "out")  # never into a dataset, a file or an unwritable place
     paths = {"json": out / "metrics.json", "csv": out / "metrics.csv", "heatmap": out / "heatmap.png"}
     atomic_write(paths["json"], json.dumps(metrics, indent=2, default=_json_default) + "\n")
     with atomic_text_writer(paths["csv"], newline="") as f:
