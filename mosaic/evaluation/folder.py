@@ -19,7 +19,7 @@ from mosaic.evaluation.provenance import check_spec_reads
 from mosaic.evaluation.quality import quality_summary, read_images
 from mosaic.holdout import is_held_out
 from mosaic.png import FOREIGN_FORMATS, decode_image, eval_pixel_bound
-from mosaic.io import atomic_text_writer
+from mosaic.io import atomic_text_writer, check_output_dir
 
 
 #: most bytes a metadata.jsonl to evaluate may hold (a record is about 1 KB: 1 GiB is a million images)
@@ -131,7 +131,7 @@ def check_held_out(records: list[dict], spec: Spec, where: Path) -> None:
                             "decides it) or give the spec the images were made for (--spec)")])
 
 
-def _load_images(d: Path, records: list[dict], spec: Spec | None = None) -> list[np.ndarray]:
+def load_images(d: Path, records: list[dict], spec: Spec | None = None) -> list[np.ndarray]:
     """Decode each record's image, its pixel count checked from the header first against
     :func:`mosaic.png.eval_pixel_bound` of the spec's image size (a decompression bomb is refused
     unread)."""
@@ -193,10 +193,12 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
     """
 
     d = Path(images_dir)
+    if out is not None:
+        check_output_dir(out, "out")  # before any work: never into a dataset, a file or an unwritable place
     records = read_folder(d)
     check_spec_reads(records, spec, d)  # a concept the spec cannot read, or another dataset's images: refuse
     check_held_out(records, spec, d)  # held_out flags that contradict the spec are never scored as given
-    images = _load_images(d, records, spec)
+    images = load_images(d, records, spec)
     t = time.perf_counter()
     preds, reads = _predict_any_size(evaluator, images, batch_size)
     seconds = time.perf_counter() - t
