@@ -166,6 +166,7 @@ def evaluate(
     check_n: Annotated[int, typer.Option("--check-n", min=0, help="Fresh renders to check the evaluator on (a learned evaluator's saved report is used when it matches the spec)")] = 500,
     no_abstain: Annotated[bool, typer.Option("--no-abstain", help="The parser credits the nearest allowed shape however poor the match (default: it abstains below its calibrated quality thresholds)")] = False,
     compare: Annotated[Optional[str], typer.Option("--compare", help="A second evaluator (a learned evaluator directory, or 'parser'): Cohen's kappa with it, and the disagreements")] = None,
+    copies: Annotated[Optional[Path], typer.Option("--copies", help="The dataset the model trained on: also measure how many seen samples are near-copies of its training images (nearest-image RMSE against fresh renders)")] = None,
     set_: SetOpt = None,
 ) -> None:
     """Score any model's images: read their concepts and compare with the intended ones (seen vs held-out, per cell)."""
@@ -187,7 +188,7 @@ def evaluate(
 
         # one writer of an --out folder at a time: a second evaluate into it stops, naming the first
         with FolderLock(out, MosaicError, "evaluation folder", wait=False) if out is not None else contextlib.nullcontext():
-            m = evaluate_folder(images_dir, s, ev, out=out, check_n=check_n, compare=other)
+            m = evaluate_folder(images_dir, s, ev, out=out, check_n=check_n, compare=other, copies_of=copies)
     except MosaicError as e:
         fail(e)
     t = Table(title=f"{m['n']} images of {images_dir} read by {ev.name}")
@@ -207,6 +208,13 @@ def evaluate(
                       + f" on {chk['n']} fresh renders ({chk['source']})", highlight=False)
     print_quality(m.get("quality"))
     print_agreement(m.get("agreement"))
+    if m.get("copies"):
+        c = m["copies"]
+        share = "n/a" if c["samples"]["copy_share"] is None else _pct(c["samples"]["copy_share"])
+        console.print(f"copies: {share} of {c['samples']['n']} seen samples are closer to a training image than 95 % of "
+                      f"{c['reference']['n']} fresh {c['reference']['split']} renders (about 5 % without memorisation); "
+                      f"median nearest-image RMSE {c['samples']['median_rmse']:.1f} vs {c['reference']['median_rmse']:.1f} "
+                      f"({c['train']['n']} training images)" + (f"; {c['note']}" if c.get("note") else ""), highlight=False)
     if m["flagged"]:
         console.print(f"[bold red]FLAGGED[/]: {m['flag_reason']}")
     if out is not None:

@@ -14,6 +14,7 @@ from mosaic.errors import MosaicError
 from mosaic.evaluation.check import Evaluator, evaluator_accuracy, explanations, threshold_of
 from mosaic.spec import Spec
 from mosaic.evaluation.agreement import compare_evaluators
+from mosaic.evaluation.copies import copy_stats
 from mosaic.evaluation.metrics import score, write_metrics
 from mosaic.evaluation.provenance import check_spec_reads
 from mosaic.evaluation.quality import quality_summary, read_images
@@ -172,7 +173,8 @@ def _predict_any_size(evaluator: Evaluator, images: list[np.ndarray], batch_size
 
 
 def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, out: str | Path | None = None,
-                    check_n: int = 500, batch_size: int = 256, compare: Evaluator | None = None) -> dict:
+                    check_n: int = 500, batch_size: int = 256, compare: Evaluator | None = None,
+                    copies_of: str | Path | None = None) -> dict:
     """Score a folder of images whose intended concept values are in ``metadata.jsonl``.
 
     Any model's images can be scored: each record gives ``file_name`` (relative to the folder),
@@ -184,7 +186,9 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
     (:func:`mosaic.evaluation.quality.quality_summary`: mean match quality seen / held-out, reads
     abstained, verdicts abstention changed). With ``compare`` (a second evaluator, e.g. a learned
     one) it adds ``agreement`` (:func:`mosaic.evaluation.agreement.compare_evaluators`: Cohen's
-    kappa per concept and of the verdicts, disagreements listed). With ``out`` it writes
+    kappa per concept and of the verdicts, disagreements listed). With ``copies_of`` (the dataset
+    the model trained on) it adds ``copies`` (:func:`training_copies`: near-copies of training
+    images among the seen samples). With ``out`` it writes
     ``metrics.json``, ``metrics.csv``, ``heatmap.png`` and ``predictions.jsonl``.
 
     Raises:
@@ -196,6 +200,7 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
     if out is not None:
         check_output_dir(out, "out")  # before any work: never into a dataset, a file or an unwritable place
     records = read_folder(d)
+    copies = training_copies(d, copies_of) if copies_of is not None else None  # a wrong dataset fails before scoring
     check_spec_reads(records, spec, d)  # a concept the spec cannot read, or another dataset's images: refuse
     check_held_out(records, spec, d)  # held_out flags that contradict the spec are never scored as given
     images = load_images(d, records, spec)
@@ -221,6 +226,8 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
     if metrics["flagged"]:
         why = "its accuracy was not checked" if acc is None else f"it is below {thr:.1%} on {', '.join(below)}"
         metrics["flag_reason"] = f"measured with evaluator {evaluator.name!r}, but {why}"
+    if copies is not None:
+        metrics["copies"] = copies
     metrics["images_dir"] = str(d)
     metrics["evaluation_seconds"] = round(seconds, 3)
     results = prediction_rows(records, preds, spec, evaluator, images, reads=reads)
@@ -261,3 +268,59 @@ def write_prediction_rows(rows: list[dict], path: Path) -> None:
     with atomic_text_writer(path) as f:  # a link at the name is replaced, never written through
         for row in rows:
             f.write(json.dumps(row, default=str) + "\n")
+
+
+def training_copies(samples_dir: str | Path, dataset_dir: str | Path, *, reference: str | None = None,
+                    train_split: str = "train") -> dict:
+    """How many of a samples folder's images are near-copies of the training images
+    (:func:`mosaic.evaluation.copies.copy_stats`: nearest-training-image RMSE of each sample against
+    that of fresh renders of a held-back split).
+
+    Only samples of seen combinations are measured (``held_out`` not true in the folder's
+    records): no training image shows a held-out one.
+
+    Args:
+        samples_dir: a folder of generated images with ``metadata.jsonl`` (``mosaic sample``'s).
+        dataset_dir: the mosaic dataset the model trained on.
+        reference: the split of fresh renders to compare with (default: ``test_id``, else
+            ``test``, else ``val``: the first that exists).
+        train_split: the split the model trained on.
+    Returns:
+        :func:`~mosaic.evaluation.copies.copy_stats`, with ``reference.split``, ``train.split``
+        and ``dataset``.
+    Raises:
+        MosaicError: a folder without ``metadata.jsonl``, a missing split, no seen samples,
+            images of another size than the training images.
+    """
+    ds = Path(dataset_dir)
+    if reference is None:
+        reference = next((s for s in ("test_id", "test", "val") if (ds / s / "metadata.jsonl").is_file()), None)
+        if reference is None:
+            raise MosaicError(f"--copies {ds}: no test_id, test or val split with a metadata.jsonl to compare with: "
+                              "give the mosaic dataset the model trained on")
+
+    def images_of(folder: Path, what: str, seen_only: bool = False) -> np.ndarray:
+        if not (folder / "metadata.jsonl").is_file():
+            raise MosaicError(f"{what} {folder} has no metadata.jsonl: give a samples folder or a mosaic dataset")
+        records = read_folder(folder)
+        if seen_only:  # a held-out combination is in no training image: its samples cannot be copies
+            records = [r for r in records if r.get("held_out") is not True]
+        ims = load_images(folder, records)
+        if not ims:
+            raise MosaicError(f"{what} {folder} holds no images" + (" of seen combinations" if seen_only else ""))
+        if len({im.shape for im in ims}) != 1:
+            raise MosaicError(f"{what} {folder} holds images of several sizes: {sorted({im.shape for im in ims})}")
+        return np.stack(ims)
+
+    train = images_of(ds / train_split, f"the {train_split!r} split")
+    ref = images_of(ds / reference, f"the {reference!r} split")
+    samples = images_of(Path(samples_dir), "the samples folder", seen_only=True)
+    for name, arr in (("samples", samples), (f"{reference!r} images", ref)):
+        if arr.shape[1:] != train.shape[1:]:
+            raise MosaicError(f"the {name} are {arr.shape[2]}x{arr.shape[1]} px and the training images of {ds} "
+                              f"{train.shape[2]}x{train.shape[1]} px: give the dataset the model trained on")
+    out = copy_stats(samples, train, ref)
+    out["reference"]["split"] = reference
+    out["train"]["split"] = train_split
+    out["dataset"] = str(ds)
+    return out
