@@ -115,8 +115,7 @@ def check_out(path: Path | None, option: str = "--out", kind: str = "folder", da
         return
     problem = output_file_problem(path)
     if problem:
-        want = "a folder (created if missing) in a writable place" if kind == "folder" else "a file path in a writable folder"
-        raise MosaicError([(option, f"{str(path)!r} {problem}: give {want}")])
+        raise MosaicError([(option, f"{str(path)!r} {problem}: give a file path in a writable folder")])
 
 
 @contextmanager

@@ -200,10 +200,11 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
     if out is not None:
         check_output_dir(out, "out")  # before any work: never into a dataset, a file or an unwritable place
     records = read_folder(d)
-    copies = training_copies(d, copies_of) if copies_of is not None else None  # a wrong dataset fails before scoring
+    side = _training_side(copies_of, None, "train") if copies_of is not None else None  # a wrong dataset fails before scoring
     check_spec_reads(records, spec, d)  # a concept the spec cannot read, or another dataset's images: refuse
     check_held_out(records, spec, d)  # held_out flags that contradict the spec are never scored as given
     images = load_images(d, records, spec)
+    copies = _copies(records, images, d, side) if side is not None else None  # the images read once
     t = time.perf_counter()
     preds, reads = _predict_any_size(evaluator, images, batch_size)
     seconds = time.perf_counter() - t
@@ -292,35 +293,58 @@ def training_copies(samples_dir: str | Path, dataset_dir: str | Path, *, referen
         MosaicError: a folder without ``metadata.jsonl``, a missing split, no seen samples,
             images of another size than the training images.
     """
+    d = Path(samples_dir)
+    records = _records_of(d, "the samples folder")
+    return _copies(records, load_images(d, records), d, _training_side(dataset_dir, reference, train_split))
+
+
+def _records_of(folder: Path, what: str) -> list[dict]:
+    if not (folder / "metadata.jsonl").is_file():
+        raise MosaicError(f"{what} {folder} has no metadata.jsonl: give a samples folder or a mosaic dataset")
+    return read_folder(folder)
+
+
+def _stack(ims: list[np.ndarray], folder: Path, what: str) -> np.ndarray:
+    if not ims:
+        raise MosaicError(f"{what} {folder} holds no images")
+    if len({im.shape for im in ims}) != 1:
+        raise MosaicError(f"{what} {folder} holds images of several sizes: {sorted({im.shape for im in ims})}")
+    return np.stack(ims)
+
+
+def _training_side(dataset_dir: str | Path, reference: str | None, train_split: str) -> tuple[np.ndarray, np.ndarray, dict]:
+    """The training images and the reference split's images of ``dataset_dir`` (uint8 ``[M, H, W, 3]``,
+    ``[R, H, W, 3]``) and what they are (``reference``, ``train_split``, ``dataset``)."""
     ds = Path(dataset_dir)
     if reference is None:
         reference = next((s for s in ("test_id", "test", "val") if (ds / s / "metadata.jsonl").is_file()), None)
         if reference is None:
             raise MosaicError(f"--copies {ds}: no test_id, test or val split with a metadata.jsonl to compare with: "
                               "give the mosaic dataset the model trained on")
+    sides = []
+    for split in (train_split, reference):
+        what = f"the {split!r} split"
+        sides.append(_stack(load_images(ds / split, _records_of(ds / split, what)), ds / split, what))
+    train, ref = sides
+    if ref.shape[1:] != train.shape[1:]:
+        raise MosaicError(f"the {reference!r} images of {ds} are {ref.shape[2]}x{ref.shape[1]} px and its training images "
+                          f"{train.shape[2]}x{train.shape[1]} px: give a mosaic dataset")
+    return train, ref, {"reference": reference, "train_split": train_split, "dataset": str(ds)}
 
-    def images_of(folder: Path, what: str, seen_only: bool = False) -> np.ndarray:
-        if not (folder / "metadata.jsonl").is_file():
-            raise MosaicError(f"{what} {folder} has no metadata.jsonl: give a samples folder or a mosaic dataset")
-        records = read_folder(folder)
-        if seen_only:  # a held-out combination is in no training image: its samples cannot be copies
-            records = [r for r in records if r.get("held_out") is not True]
-        ims = load_images(folder, records)
-        if not ims:
-            raise MosaicError(f"{what} {folder} holds no images" + (" of seen combinations" if seen_only else ""))
-        if len({im.shape for im in ims}) != 1:
-            raise MosaicError(f"{what} {folder} holds images of several sizes: {sorted({im.shape for im in ims})}")
-        return np.stack(ims)
 
-    train = images_of(ds / train_split, f"the {train_split!r} split")
-    ref = images_of(ds / reference, f"the {reference!r} split")
-    samples = images_of(Path(samples_dir), "the samples folder", seen_only=True)
-    for name, arr in (("samples", samples), (f"{reference!r} images", ref)):
-        if arr.shape[1:] != train.shape[1:]:
-            raise MosaicError(f"the {name} are {arr.shape[2]}x{arr.shape[1]} px and the training images of {ds} "
-                              f"{train.shape[2]}x{train.shape[1]} px: give the dataset the model trained on")
+def _copies(records: list[dict], images: list[np.ndarray], folder: Path, side: tuple[np.ndarray, np.ndarray, dict]) -> dict:
+    """:func:`training_copies` of already-read samples (``records`` and their decoded ``images``)."""
+    train, ref, about = side
+    # a held-out combination is in no training image: its samples cannot be copies
+    seen = [im for r, im in zip(records, images) if r.get("held_out") is not True]
+    if not seen:
+        raise MosaicError(f"the samples folder {folder} holds no images of seen combinations")
+    samples = _stack(seen, folder, "the samples folder")
+    if samples.shape[1:] != train.shape[1:]:
+        raise MosaicError(f"the samples are {samples.shape[2]}x{samples.shape[1]} px and the training images of "
+                          f"{about['dataset']} {train.shape[2]}x{train.shape[1]} px: give the dataset the model trained on")
     out = copy_stats(samples, train, ref)
-    out["reference"]["split"] = reference
-    out["train"]["split"] = train_split
-    out["dataset"] = str(ds)
+    out["reference"]["split"] = about["reference"]
+    out["train"]["split"] = about["train_split"]
+    out["dataset"] = about["dataset"]
     return out
