@@ -49,6 +49,7 @@ from mosaic.scene import Scene, SceneObject
 from mosaic.spec import Spec, allowed_values, template_sets
 from mosaic.vocab import plural, srgb_to_lab
 from mosaic.errors import MosaicError
+from mosaic.evaluation.raster import Canvas, gaussian
 from mosaic.evaluation.shape_fit import SHAPE_MARGIN, ShapeFitter, ShapeHypothesis, merge_rotations, soft_iou, unit_area
 
 #: Coverage interior pixels keep under blur: the interior colour is matched to ``bg + a (c - bg)``.
@@ -224,18 +225,17 @@ class SceneParser:
             dist, (iy, ix) = ndimage.distance_transform_edt(ids == 0, return_indices=True)
             owner = np.where(dist <= max(2.0, 3.0 * side / 64.0), ids[iy, ix], 0)
             alts = []
-            for k, (color_idx, region) in enumerate(regions, start=1):
-                for obj, iou, alt, share, alpha, dom in self._read_objects(px, bg, owner == k, color_idx, side, notes):
-                    objects.append(obj)
-                    ious.append(iou)
-                    alts.append(alt)
-                    shares.append(share)
-                    maps.append((alpha, dom))
+            for obj, iou, alt, share, alpha, dom in self._read_objects(px, bg, owner, regions, side, notes):
+                objects.append(obj)
+                ious.append(iou)
+                alts.append(alt)
+                shares.append(share)
+                maps.append((alpha, dom))
             self._settle_shapes(objects, ious, alts, side, notes)
         self._cov_cache = {}
         scene = Scene(side, tuple(int(v) for v in self.bg), objects)
         reading = read_labels(scene, self.spec)
-        matches = [self._match(o, a, m, side) for o, (a, m) in zip(objects, maps)]
+        matches = self._match(objects, maps, side)
         # objects no template can take, and objects beyond a template's largest count (a second
         # region where the spec draws one object: the smaller ones), count as fragments
         area_of = [unit_area(o.shape) * (o.size * side / 2) ** 2 for o in objects]
@@ -258,45 +258,56 @@ class SceneParser:
         return Parse(scene, values, problems, ious, quality=q, measures=quality,
                      raw_values=dict(reading.values), abstained=abstained, matches=[m[0] for m in matches])
 
-    def _match(self, obj: SceneObject, alpha: np.ndarray, domain: np.ndarray, side: int) -> tuple[float, float]:
-        """How well the read object explains its coverage, robust to blur, noise and colour gain:
-        the soft IoU between the observed coverage ``alpha`` (signed, ``[H, W]``, zero outside
-        ``domain``) divided by its interior level (a colour shift scales it), and the renderer's
-        coverage of ``obj`` (restricted to ``domain``, blurred by the best of the parser's blurs),
-        both smoothed by a Gaussian of ``_MATCH_SMOOTH`` px (pixel noise averages out) and clipped
-        to [0, 1]. Returns ``(IoU, interior level)``."""
-        H, W = alpha.shape
-        # work on a patch: the domain and the object's box, with room for smoothing and blur
+    def _match(self, objects: list[SceneObject], maps: list[tuple[np.ndarray, np.ndarray]], side: int) -> list[tuple[float, float]]:
+        """How well each read object explains its coverage, robust to blur, noise and colour gain:
+        the soft IoU between the observed coverage ``alpha`` (float64 ``[H, W]``, signed, zero
+        outside ``domain``, bool ``[H, W]``; ``maps`` holds one pair per object) divided by its
+        interior level (a colour shift scales it), and the renderer's coverage of the object
+        (restricted to ``domain``, blurred by the best of the parser's blurs), both smoothed by a
+        Gaussian of ``_MATCH_SMOOTH`` px (pixel noise averages out) and clipped to [0, 1]. Returns
+        ``(IoU, interior level)`` per object. The renders of every object are drawn in one
+        :class:`~mosaic.evaluation.raster.Canvas` (and those resized for their level in a second)."""
         m = 2 + int(math.ceil(3 * _MATCH_SMOOTH + 2 * self._fitter.blurs[-1] * side / 64.0))
-        ys, xs = np.nonzero(domain)
-        bx0, by0, bx1, by1 = obj.bbox(side)
-        y0 = max(0, min(int(ys.min()) if len(ys) else by0, by0) - m)
-        y1 = min(H, max(int(ys.max()) + 1 if len(ys) else by1, by1) + m)
-        x0 = max(0, min(int(xs.min()) if len(xs) else bx0, bx0) - m)
-        x1 = min(W, max(int(xs.max()) + 1 if len(xs) else bx1, bx1) + m)
-        alpha, domain = alpha[y0:y1, x0:x1], domain[y0:y1, x0:x1]
-        shape = alpha.shape
-        cov = self._fitter.render_patch(obj, shape, (x0, y0), side)
-        core = ndimage.binary_erosion(cov >= 0.999) & domain
-        level = min(1.25, max(0.75, float(np.median(alpha[core])))) if core.sum() >= 4 else 1.0
-        if level != 1.0:  # the parser sized the object by its (dimmed) area: undo that
-            obj = SceneObject(obj.shape, obj.color, obj.rgb, obj.size / math.sqrt(level), obj.center, obj.rotation)
-            cov = self._fitter.render_patch(obj, shape, (x0, y0), side)
-        a = alpha / level
+        canvas = Canvas(self.supersample, side)
+        work = []
+        for obj, (alpha, domain) in zip(objects, maps):
+            # work on a patch: the domain and the object's box, with room for smoothing and blur
+            H, W = alpha.shape
+            ys, xs = np.nonzero(domain)
+            bx0, by0, bx1, by1 = obj.bbox(side)
+            y0 = max(0, min(int(ys.min()) if len(ys) else by0, by0) - m)
+            y1 = min(H, max(int(ys.max()) + 1 if len(ys) else by1, by1) + m)
+            x0 = max(0, min(int(xs.min()) if len(xs) else bx0, bx0) - m)
+            x1 = min(W, max(int(xs.max()) + 1 if len(xs) else bx1, bx1) + m)
+            a, dom = alpha[y0:y1, x0:x1], domain[y0:y1, x0:x1]
+            work.append([obj, a, dom, (x0, y0), canvas.add(obj, a.shape, (x0, y0)), 1.0])
+        covs = canvas.render()
+        for w in work:
+            obj, a, dom, origin, g, _ = w
+            cov = covs[g][0]
+            core = _erode(cov >= 0.999) & dom
+            level = min(1.25, max(0.75, float(np.median(a[core])))) if core.sum() >= 4 else 1.0
+            w[5] = level
+            if level != 1.0:  # the parser sized the object by its (dimmed) area: undo that
+                obj = SceneObject(obj.shape, obj.color, obj.rgb, obj.size / math.sqrt(level), obj.center, obj.rotation)
+                w[4] = canvas.add(obj, a.shape, origin)
+            else:
+                w[4] = cov
+        covs = canvas.render()
+        out = []
         sm = _MATCH_SMOOTH
-        a = np.clip(ndimage.gaussian_filter(a, sm, mode="constant"), 0.0, 1.0)
-
-        def iou_at(cv, b):
-            c = ndimage.gaussian_filter(cv, b * side / 64.0, mode="constant") if b else cv
-            return soft_iou(a, np.clip(ndimage.gaussian_filter(np.where(domain, c, 0.0), sm, mode="constant"), 0.0, 1.0))
-
-        best = 0.0
-        for b in self._fitter.blurs:  # sharp to blurred; the IoU rises to the image's blur, then falls: stop there
-            iou = iou_at(cov, b)
-            if iou < best:
-                break
-            best = iou
-        return best, level
+        for _, a, dom, _, g, level in work:
+            cov = g if level == 1.0 else covs[g][0]
+            a = np.clip(gaussian(a / level, sm), 0.0, 1.0)
+            best = 0.0
+            for b in self._fitter.blurs:  # sharp to blurred; the IoU rises to the image's blur, then falls: stop there
+                c = gaussian(cov, b * side / 64.0) if b else cov
+                iou = soft_iou(a, np.clip(gaussian(np.where(dom, c, 0.0), sm), 0.0, 1.0))
+                if iou < best:
+                    break
+                best = iou
+            out.append((best, level))
+        return out
 
     def _quality(self, objects, matches, shares, specks, side, levels=None, extra: float = 0.0) -> dict[str, float]:
         """The match-quality measures of one read, each in [0, 1] (1 = a clean render):
@@ -445,31 +456,60 @@ class SceneParser:
         return self._cov_cache[key]
 
     # -- objects ---------------------------------------------------------------------------------
-    def _read_objects(self, px, bg, domain, color_idx, side, notes):
-        color = self.colors[color_idx]
-        alpha = np.where(domain, self._coverage(px, bg, color), 0.0)
-        fit = self._fitter.fit(alpha, color, side)
-        if fit is None:
-            return []
-        obj, iou, _ = fit
-        fit = (*fit, _main_share(alpha), alpha, domain)
-        smallest = self._min_area[color] * side * side
-        if iou < _SPLIT_IOU and alpha.sum() >= 1.6 * smallest:
-            best = (iou, [fit])
-            kmax = min(int(alpha.sum() / smallest + 0.5), 12)
-            for k in range(2, kmax + 1):
-                parts = _kmeans_split(np.clip(alpha, 0, 1), k)
-                fits = [self._fitter.fit(p, color, side) for p in parts]
-                if any(f is None for f in fits):
+    def _read_objects(self, px, bg, owner, regions, side, notes):
+        """The objects of every region: ``(object, IoU, alternatives, main share, coverage,
+        domain)`` each, in region order. Region ``k`` (1-based) reads the coverage of its colour
+        over ``owner == k`` (int ``[H, W]``); a region whose best shape matches poorly
+        (IoU < ``_SPLIT_IOU``) and that holds at least 1.6 of the colour's smallest object is also
+        split by k-means into k = 2.. parts, and the k with the best mean IoU (by at least 0.05)
+        is kept. Every region's fit, then every split's, is one :meth:`ShapeFitter.fit_many`."""
+        items = []
+        for k, (color_idx, _) in enumerate(regions, start=1):
+            color = self.colors[color_idx]
+            domain = owner == k
+            items.append((np.where(domain, self._coverage(px, bg, color), 0.0), color, domain))
+        fits = self._fitter.fit_many([(a, c) for a, c, _ in items], side)
+        splits = []  # (region, [parts of k = 2..kmax])
+        for r, ((alpha, color, _), fit) in enumerate(zip(items, fits)):
+            smallest = self._min_area[color] * side * side
+            if fit is not None and fit[1] < _SPLIT_IOU and alpha.sum() >= 1.6 * smallest:
+                kmax = min(int(alpha.sum() / smallest + 0.5), 12)
+                clipped = np.clip(alpha, 0, 1)
+                splits.append((r, [_kmeans_split(clipped, k) for k in range(2, kmax + 1)]))
+        flat = [(p, items[r][1]) for r, ks in splits for parts in ks for p in parts]
+        part_fits = iter(self._fitter.fit_many(flat, side) if flat else [])
+        chosen = {}
+        for r, ks in splits:
+            alpha, color, _ = items[r]
+            best = (fits[r][1], None)
+            for parts in ks:
+                pf = [next(part_fits) for _ in parts]
+                if any(f is None for f in pf):
                     continue
-                fits = [(*f, _main_share(p), np.where(p > 0, alpha, 0.0), p > 0) for f, p in zip(fits, parts)]
-                mean_iou = float(np.mean([f[1] for f in fits]))
+                mean_iou = float(np.mean([f[1] for f in pf]))
                 if mean_iou > best[0] + 0.05:
-                    best = (mean_iou, fits)
-            if len(best[1]) > 1:
-                notes.append(f"split a {color} region into {len(best[1])} touching objects (IoU {iou:.2f} -> {best[0]:.2f})")
-            return best[1]
-        return [fit]
+                    best = (mean_iou, (pf, parts))
+            chosen[r] = (fits[r][1], best)
+        out = []
+        for r, ((alpha, color, domain), fit) in enumerate(zip(items, fits)):
+            if fit is None:
+                continue
+            if r in chosen and chosen[r][1][1] is not None:
+                iou, (mean_iou, (pf, parts)) = chosen[r]
+                out += [(*f, _main_share(p), np.where(p > 0, alpha, 0.0), p > 0) for f, p in zip(pf, parts)]
+                notes.append(f"split a {color} region into {len(pf)} touching objects (IoU {iou:.2f} -> {mean_iou:.2f})")
+            else:
+                out.append((*fit, _main_share(alpha), alpha, domain))
+        return out
+
+
+def _erode(b: np.ndarray) -> np.ndarray:
+    """``scipy.ndimage.binary_erosion(b)`` of a bool ``[H, W]`` map (4-connected cross, outside
+    counted as False), in five shifted ANDs."""
+    p = np.zeros((b.shape[0] + 2, b.shape[1] + 2), bool)
+    p[1:-1, 1:-1] = b
+    return b & p[:-2, 1:-1] & p[2:, 1:-1] & p[1:-1, :-2] & p[1:-1, 2:]
+
 
 def _main_share(alpha: np.ndarray) -> float:
     """Share of a coverage map's mass (``alpha`` clipped to [0, 1]) in its main connected region:

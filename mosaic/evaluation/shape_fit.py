@@ -20,6 +20,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 from scipy import ndimage
 
+from mosaic.evaluation.raster import Canvas, gaussian
 from mosaic.scene import SceneObject
 from mosaic.spec import Spec
 from mosaic.vocab import SHAPES
@@ -77,66 +78,131 @@ class ShapeFitter:
 
     def fit(self, alpha: np.ndarray, color: str, side: int) -> tuple[SceneObject, float, dict] | None:
         """Best shape hypothesis for a coverage map ``alpha`` ``[H, W]``: (object, soft IoU,
-        ``{shape: (object, IoU)}`` of every hypothesis tried)."""
-        area = float(alpha.sum())  # signed: noise averages out
-        if area <= 0:
-            return None
-        alpha = np.clip(alpha, 0.0, 1.0)
-        ys, xs = np.nonzero(alpha)
-        w = alpha[ys, xs]
-        if w.sum() <= 0:
-            return None
-        cx = float((w * (xs + 0.5)).sum() / w.sum())
-        cy = float((w * (ys + 0.5)).sum() / w.sum())
+        ``{shape: (object, IoU)}`` of every hypothesis tried); :meth:`fit_many` of one map."""
+        return self.fit_many([(alpha, color)], side)[0]
+
+    def fit_many(self, items: list[tuple[np.ndarray, str]], side: int) -> list[tuple[SceneObject, float, dict] | None]:
+        """Best shape hypothesis for each of several coverage maps, fitted together.
+
+        Args:
+            items: ``(alpha, colour)`` pairs: float64 coverage ``[H, W]`` of an image of ``side``
+                px (signed: noise averages out in the area) and the colour whose hypotheses the
+                spec allows.
+            side: the image side, px.
+        Returns:
+            per item, ``(object, soft IoU, {shape: (object, IoU)})`` of the best hypothesis and of
+            every refined one, or None where the map holds no positive coverage.
+
+        Per item: the area gives each shape's circumradius (``area = k_shape * r²``); each shape
+        is matched on a coarse rotation grid; shapes within :data:`SHAPE_MARGIN` of the best are
+        refined on a fine grid, then size and centre are calibrated twice so that the rendered
+        coverage has the observed area and centroid (Pillow's polygon fill is biased by up to half
+        a supersampled pixel), and a match below 0.97 is retried against blurred renders. The
+        renders of every item at each of these four steps are drawn in one :class:`Canvas`.
+        """
+        s = self.supersample
         m = 2 + int(math.ceil(2 * self.blurs[-1] * side / 64.0))  # room for a blurred hypothesis
-        y0, y1 = max(0, ys.min() - m), min(alpha.shape[0], ys.max() + m + 1)
-        x0, x1 = max(0, xs.min() - m), min(alpha.shape[1], xs.max() + m + 1)
-        patch = alpha[y0:y1, x0:x1]
-        # coarse pass: every shape the spec allows for this colour, on a coarse rotation grid
-        coarse = []
-        for h in self.hypotheses[color].values():
-            r_px = math.sqrt(area / unit_area(h.shape))
-            obj = SceneObject(h.shape, color, self.spec.rgb(color), 2 * r_px / side, (cx / side, cy / side), 0.0)
-            coarse.append((self.rotation_search(obj, h, patch, (x0, y0), side, r_px, fine=False), h, obj, r_px))
-        top = max(c[0][0] for c in coarse)
-        best, alts = None, {}
-        for (iou0, rot0, _), h, obj, r_px in coarse:
-            if iou0 < top - SHAPE_MARGIN:  # clearly another shape: not refined
+        canvas = Canvas(s, side)
+        out: list = [None] * len(items)
+        work = []
+        for i, (alpha, color) in enumerate(items):
+            area = float(alpha.sum())  # signed: noise averages out
+            if area <= 0:
                 continue
-            obj.rotation = rot0
-            _, iou, cov = self.rotation_search(obj, h, patch, (x0, y0), side, r_px, fine=True)
-            # calibrate size and centre so that the rendered coverage has the observed area and
-            # centroid (Pillow's polygon fill is biased by up to half a supersampled pixel)
-            for _ in range(2):
-                rendered = float(cov.sum())
+            alpha = np.clip(alpha, 0.0, 1.0)
+            ys, xs = np.nonzero(alpha)
+            w = alpha[ys, xs]
+            if w.sum() <= 0:
+                continue
+            cx = float((w * (xs + 0.5)).sum() / w.sum())
+            cy = float((w * (ys + 0.5)).sum() / w.sum())
+            y0, y1 = max(0, int(ys.min()) - m), min(alpha.shape[0], int(ys.max()) + m + 1)
+            x0, x1 = max(0, int(xs.min()) - m), min(alpha.shape[1], int(xs.max()) + m + 1)
+            patch = alpha[y0:y1, x0:x1]
+            hyps = []
+            for h in self.hypotheses[color].values():  # coarse pass: every shape, coarse rotations
+                r_px = math.sqrt(area / unit_area(h.shape))
+                obj = SceneObject(h.shape, color, self.spec.rgb(color), 2 * r_px / side, (cx / side, cy / side), 0.0)
+                cands = self.rotation_candidates(h, 0.0, r_px, fine=False)
+                g = canvas.add(obj, patch.shape, (x0, y0)) if cands is None else \
+                    canvas.add_rotations(obj, cands, patch.shape, (x0, y0))
+                hyps.append(_Hyp(h, obj, r_px, cands, g))
+            work.append((i, patch, (x0, y0), area, cx, cy, hyps))
+        covs = canvas.render()
+        for _, patch, _, _, _, _, hyps in work:
+            for hy in hyps:
+                hy.iou, hy.raw, hy.cov = _best(patch, hy.h, hy.obj, hy.cands, covs[hy.group])
+        refined = []  # fine pass: shapes within the margin of the best
+        for k, (_, patch, origin, _, _, _, hyps) in enumerate(work):
+            top = max(hy.iou for hy in hyps)
+            for hy in hyps:
+                if hy.iou < top - SHAPE_MARGIN:  # clearly another shape: not refined
+                    continue
+                hy.cands = self.rotation_candidates(hy.h, hy.obj.rotation, hy.r_px, fine=True)
+                if hy.cands is None or hy.cands == [hy.raw]:
+                    hy.group = None  # the coarse render is this one, pixel for pixel
+                else:
+                    hy.group = canvas.add_rotations(hy.obj, hy.cands, patch.shape, origin)
+                refined.append((k, hy))
+        covs = canvas.render()
+        for k, hy in refined:
+            patch = work[k][1]
+            cs = hy.cov[None] if hy.group is None else covs[hy.group]
+            hy.iou, hy.raw, hy.cov = _best(patch, hy.h, hy.obj, hy.cands, cs)
+        # calibrate size and centre so that the rendered coverage has the observed area and centroid
+        live = list(refined)
+        for _ in range(2):
+            nxt = []
+            for k, hy in live:
+                _, patch, (x0, y0), area, cx, cy, _ = work[k]
+                rendered = float(hy.cov.sum())
                 if rendered <= 0:
-                    break
-                gy, gx = np.nonzero(cov)
-                gw = cov[gy, gx]
+                    continue
+                gy, gx = np.nonzero(hy.cov)
+                gw = hy.cov[gy, gx]
                 rx = float((gw * (gx + 0.5 + x0)).sum() / rendered)
                 ry = float((gw * (gy + 0.5 + y0)).sum() / rendered)
+                obj = hy.obj
                 obj.size = obj.size * math.sqrt(area / rendered)
                 obj.center = (obj.center[0] + (cx - rx) / side, obj.center[1] + (cy - ry) / side)
-                cov = self.render_patch(obj, patch.shape, (x0, y0), side)
-            # a blurred image is compared with blurred hypotheses (blur keeps area and centroid)
-            iou = soft_iou(patch, cov)
-            if iou < 0.97:  # not a sharp match: try blurred hypotheses
-                iou = max([iou] + [soft_iou(patch, ndimage.gaussian_filter(cov, b * side / 64.0, mode="constant")) for b in self.blurs if b])
+                hy.group = canvas.add(obj, patch.shape, (x0, y0))
+                nxt.append((k, hy))
+            covs = canvas.render()
+            for k, hy in nxt:
+                hy.cov = covs[hy.group][0]
+            live = nxt
+        # a blurred image is compared with blurred hypotheses (blur keeps area and centroid)
+        by_item: dict[int, list[_Hyp]] = {}
+        for k, hy in refined:
+            hy.iou = soft_iou(work[k][1], hy.cov)
+            if hy.iou < 0.97:  # not a sharp match: try blurred hypotheses
+                by_item.setdefault(k, []).append(hy)
+        for k, hys in by_item.items():
+            patch = work[k][1]
+            stack = np.stack([hy.cov for hy in hys])
+            blurred = [soft_ious(patch, gaussian(stack, b * side / 64.0)) for b in self.blurs if b]
+            for j, hy in enumerate(hys):
+                hy.iou = max([hy.iou] + [ious[j] for ious in blurred])
+        best: dict[int, tuple] = {}
+        alts: dict[int, dict] = {}
+        for k, hy in refined:
+            obj = hy.obj
             obj.size = round(obj.size, 5)
             obj.center = (round(obj.center[0], 5), round(obj.center[1], 5))
-            alts[h.shape] = (obj, iou)
-            if best is None or iou > best[1]:
-                best = (obj, iou)
-        return best[0], best[1], alts
+            alts.setdefault(k, {})[hy.h.shape] = (obj, hy.iou)
+            if k not in best or hy.iou > best[k][1]:
+                best[k] = (obj, hy.iou)
+        for k, (i, *_rest) in enumerate(work):
+            out[i] = (best[k][0], best[k][1], alts[k])
+        return out
 
-    def rotation_search(self, obj, h: ShapeHypothesis, patch, origin, side, r_px, fine: bool):
-        """Rotations the spec allows: the coarse grid (``fine=False``), or a fine grid around
-        ``obj.rotation`` (``fine=True``). Returns ``(IoU, rotation, coverage)`` of the best;
-        ``obj.rotation`` is left at the best rotation (modulo the shape's symmetry)."""
+    def rotation_candidates(self, h: ShapeHypothesis, rotation: float, r_px: float, fine: bool) -> list[float] | None:
+        """Rotations (degrees) to try for ``h``: the coarse grid of what the spec allows
+        (``fine=False``) or a fine grid around ``rotation`` (``fine=True``; the step keeps a
+        vertex at circumradius ``r_px`` within about 0.3 px); None for the circle."""
         period = SYMMETRY_DEG[h.shape]
         if period is None:
-            cov = self.render_patch(obj, patch.shape, origin, side)
-            return soft_iou(patch, cov), 0.0, cov
+            return None
         if isinstance(h.rotations, tuple):  # a range
             lo, hi = h.rotations
             span = min(hi - lo, period)
@@ -145,56 +211,17 @@ class ShapeFitter:
             if not fine:
                 cands = list(np.arange(lo, lo + span + 1e-9, step_c)) if span > 0 else [lo]
             elif step_c > step_f:
-                cands = list(np.arange(obj.rotation - step_c, obj.rotation + step_c + 1e-9, step_f))
+                cands = list(np.arange(rotation - step_c, rotation + step_c + 1e-9, step_f))
             else:
-                cands = [obj.rotation]
+                cands = [rotation]
         else:
-            cands = sorted({r % period for r in h.rotations}) if not fine else [obj.rotation]
-        best = None
-        covs = self.render_rotations(obj, [float(r) for r in cands], patch.shape, origin, side)
-        for r, cov, iou in zip(cands, covs, soft_ious(patch, covs)):
-            if best is None or iou > best[0]:
-                best = (iou, float(r), cov)
-        obj.rotation = round(best[1] % period, 3)
-        return best[0], obj.rotation, best[2]
-
-    def render_rotations(self, obj: SceneObject, rotations: list[float], shape: tuple[int, int], origin: tuple[int, int],
-                          side: int) -> list[np.ndarray]:
-        """:meth:`render_patch` of the polygon ``obj`` at each of ``rotations``, pixel for pixel,
-        drawn in one Pillow image: the patches are stacked vertically (Pillow's scan-line fill
-        computes each row's crossings from integer row differences, so a whole-row shift moves the
-        polygon without changing a pixel), each in a band with room above and below for the part of
-        the polygon the patch clips, on multiples of the supersampling (the box reduction sees the
-        same blocks). ``obj.rotation`` is left at the last rotation."""
-        s = self.supersample
-        big = side * s
-        ox, oy = origin[0] * s, origin[1] * s
-        hs, ws = shape[0] * s, shape[1] * s
-        polys = []
-        for r in rotations:
-            obj.rotation = r
-            polys.append([(round(x) - ox, round(y) - oy) for x, y in obj.vertices(big)])
-        if len(polys) == 1:
-            return [self.render_patch(obj, shape, origin, side)]
-        lo = min(min(y for _, y in p) for p in polys)
-        hi = max(max(y for _, y in p) for p in polys)
-        pad = max(0, -lo, hi - (hs - 1)) + 1
-        pad = -(-pad // s) * s  # a multiple of the supersampling
-        band = hs + 2 * pad
-        img = Image.new("L", (ws, band * len(polys)), 0)
-        d = ImageDraw.Draw(img)
-        for k, p in enumerate(polys):
-            dy = k * band + pad
-            d.polygon([(x, y + dy) for x, y in p], fill=255)
-        if s > 1:
-            img = img.reduce(s)
-        a = np.asarray(img, dtype=np.float64) / 255.0
-        b, q = band // s, pad // s
-        return [a[k * b + q:k * b + q + shape[0]] for k in range(len(polys))]
+            cands = sorted({r % period for r in h.rotations}) if not fine else [rotation]
+        return [float(r) for r in cands]
 
     def render_patch(self, obj: SceneObject, shape: tuple[int, int], origin: tuple[int, int], side: int) -> np.ndarray:
-        """Coverage in [0, 1] of ``obj`` drawn exactly as :class:`renderers.pillow.PillowRenderer`
-        draws it (same supersampling and rounding), cropped to a patch at pixel ``origin``."""
+        """Coverage in [0, 1] (float64 ``shape``) of ``obj`` drawn exactly as
+        :class:`renderers.pillow.PillowRenderer` draws it (same supersampling and rounding),
+        cropped to a patch at pixel ``origin`` ``(x0, y0)``."""
         s = self.supersample
         big = side * s
         ox, oy = origin[0] * s, origin[1] * s
@@ -212,6 +239,35 @@ class ShapeFitter:
         return np.asarray(img, dtype=np.float64) / 255.0
 
 
+@dataclass
+class _Hyp:
+    """One shape hypothesis of one item of :meth:`ShapeFitter.fit_many` while it is fitted."""
+
+    h: ShapeHypothesis
+    obj: SceneObject
+    r_px: float
+    cands: list[float] | None  # rotations tried at the current step (None: a circle)
+    group: int | None  # their canvas group
+    iou: float = 0.0
+    raw: float = 0.0  # the best candidate rotation, before reduction modulo the symmetry
+    cov: np.ndarray | None = None  # float64 [h, w] coverage of the best candidate
+
+
+def _best(patch: np.ndarray, h: ShapeHypothesis, obj: SceneObject, cands: list[float] | None,
+          covs: np.ndarray) -> tuple[float, float, np.ndarray]:
+    """The best of the rendered candidates ``covs`` (float64 ``[R, h, w]``, one per rotation of
+    ``cands``; one disk for a circle) against ``patch``: ``(IoU, rotation as tried, coverage)``, the first best on ties;
+    ``obj.rotation`` is set to that rotation modulo the shape's symmetry, rounded to 0.001 deg."""
+    if cands is None:
+        return soft_iou(patch, covs[0]), 0.0, covs[0]
+    best = None
+    for r, cov, iou in zip(cands, covs, soft_ious(patch, covs)):
+        if best is None or iou > best[0]:
+            best = (iou, float(r), cov)
+    obj.rotation = round(best[1] % SYMMETRY_DEG[h.shape], 3)
+    return best
+
+
 def merge_rotations(a, b):
     """The rotations two templates allow together: a (lo, hi) range when either is a range, else the union list."""
     if isinstance(a, tuple) or isinstance(b, tuple):
@@ -221,19 +277,16 @@ def merge_rotations(a, b):
     return sorted(set(a) | set(b))
 
 
-def soft_ious(a: np.ndarray, bs: list[np.ndarray]) -> list[float]:
-    """:func:`soft_iou` of ``a`` against each of ``bs`` (same shape), the minimum and maximum taken
-    over all of them at once; each sum is over one contiguous ``[H, W]`` block, as in
-    :func:`soft_iou`, so the values are the same to the bit."""
-    if len(bs) == 1:
-        return [soft_iou(a, bs[0])]
-    stack = np.stack(bs)
-    lo, hi = np.minimum(a, stack), np.maximum(a, stack)
-    out = []
-    for k in range(len(bs)):
-        den = float(hi[k].sum())
-        out.append(float(lo[k].sum()) / den if den > 0 else 0.0)
-    return out
+def soft_ious(a: np.ndarray, bs) -> list[float]:
+    """:func:`soft_iou` of ``a`` ``[H, W]`` against each of ``bs`` (a list of ``[H, W]`` maps or a
+    ``[K, H, W]`` stack), the minimum and maximum taken over all of them at once; each sum is
+    numpy's pairwise sum over one contiguous ``[H, W]`` block, as in :func:`soft_iou`, so the
+    values are the same to the bit."""
+    stack = bs if isinstance(bs, np.ndarray) else np.stack(bs)
+    k = stack.shape[0]
+    lo = np.minimum(a, stack).reshape(k, -1).sum(1).tolist()
+    hi = np.maximum(a, stack).reshape(k, -1).sum(1).tolist()
+    return [n / d if d > 0 else 0.0 for n, d in zip(lo, hi)]
 
 
 def soft_iou(a: np.ndarray, b: np.ndarray) -> float:
