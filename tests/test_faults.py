@@ -158,6 +158,32 @@ def test_a_damaged_latest_checkpoint_is_named_and_the_previous_one_used(tmp_path
     assert (out / "checkpoints" / "checkpoint-0000002.damaged").is_dir()
 
 
+def test_a_damaged_checkpoint_that_cannot_be_renamed_is_said_and_skipped(tmp_path, dataset, monkeypatch):
+    """A damaged checkpoint whose rename to .damaged fails (a read-only folder, say) is not passed
+    over in silence: the run says it stays in place, resumes from the previous one, and leaves it."""
+    import os as _os
+
+    import mosaic.lab.loop as loop
+
+    out = tmp_path / "run"
+    run(_cfg(out, dataset), _Family(), say=lambda s: None)
+    _interrupted(out)
+    latest = out / "checkpoints" / "checkpoint-0000002"
+    (latest / "state.safetensors").unlink()
+    real = _os.replace
+
+    def refuse(src, dst, *a, **k):
+        if str(dst).endswith(".damaged"):
+            raise PermissionError(13, "Permission denied")
+        return real(src, dst, *a, **k)
+
+    monkeypatch.setattr(loop.os, "replace", refuse)
+    said = []
+    m = run(_cfg(out, dataset), _Family(), say=said.append)
+    assert any("could not rename" in s and "checkpoint-0000002" in s and "Permission denied" in s for s in said), said
+    assert m["train"]["resumed_at"] == 1 and (out / "DONE").is_file()
+
+
 def test_every_checkpoint_damaged_is_an_error_naming_each(tmp_path, dataset):
     out = tmp_path / "run"
     run(_cfg(out, dataset), _Family(), say=lambda s: None)

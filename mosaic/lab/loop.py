@@ -205,8 +205,9 @@ def load_latest_good_checkpoint(run: RunFolder, accelerator, state: dict, say: C
             if accelerator.is_main_process:
                 try:
                     os.replace(ck, ck.with_name(ck.name + ".damaged"))
-                except OSError:
-                    pass
+                except OSError as err:  # e.g. a read-only run folder: said, and read again next time
+                    say(f"could not rename {ck} to {ck.name}.damaged ({err.strerror or err}); it stays in place "
+                        "and is skipped again on the next resume: move it aside by hand to keep it for inspection")
             continue
         state.update(st)
         if damaged:
