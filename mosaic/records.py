@@ -32,6 +32,7 @@ from mosaic.holdout import combination_of, is_held_out
 from mosaic.labels import _caption, _read_labels, assign_templates
 from mosaic.scene import Scene
 from mosaic.png import encode_png
+from mosaic.recordline import record_line
 from mosaic.sampling import sample_scene
 from mosaic.spec import Spec, parse_spec
 from mosaic.vocab import SHAPES
@@ -113,13 +114,16 @@ def sample_record(spec: Spec, split: str, index: int) -> tuple[dict, "object"]:
     of one sample (no image).
 
     The templates are assigned to the objects once per scene and shared by the labels and the
-    caption; the scene graph of a flat scene is built by :func:`scene_graph`.
+    caption (:func:`mosaic.recordline.record_line` for a flat scene, from its spec's plan); the
+    scene graph of a flat scene is built by :func:`scene_graph`.
 
     Raises:
         LayoutError: the layout search failed, or the labels read back from the scene differ from
             the sampled values (a bug).
     """
-    rec, scene = _record(spec, split, index)
+    scene, values = sample_scene(spec, split, index)
+    fast = record_line(spec, scene, values, split, index, graph=False)
+    rec = fast[1] if fast is not None else _record(spec, split, index, scene, values)
     rec["scene"] = scene_graph(scene)
     return rec, scene
 
@@ -127,13 +131,17 @@ def sample_record(spec: Spec, split: str, index: int) -> tuple[dict, "object"]:
 def sample_line(spec: Spec, split: str, index: int, mask_file_name: str | None = None) -> tuple[str, dict, "object"]:
     """The JSON line of one sample's record (``json.dumps(record, sort_keys=True)`` of
     :func:`sample_record`'s record, plus ``mask_file_name`` when given, byte for byte), the record
-    without its ``scene`` graph, and the scene. The scene graph of a flat scene is written straight
-    from the scene as text (:func:`scene_graph_json`), never built as dicts.
+    without its ``scene`` graph, and the scene. A flat scene's line is joined from text
+    (:func:`mosaic.recordline.record_line`), never built as dicts.
 
     Raises:
         LayoutError: as :func:`sample_record`.
     """
-    rec, scene = _record(spec, split, index)
+    scene, values = sample_scene(spec, split, index)
+    fast = record_line(spec, scene, values, split, index, mask_file_name)
+    if fast is not None:
+        return fast[0], fast[1], scene
+    rec = _record(spec, split, index, scene, values)
     if mask_file_name is not None:
         rec["mask_file_name"] = mask_file_name
     rec["scene"] = _SCENE_MARK
@@ -147,9 +155,9 @@ _SCENE_MARK = "\x00scene\x00"
 _SCENE_MARK_JSON = json.dumps(_SCENE_MARK)
 
 
-def _record(spec: Spec, split: str, index: int) -> tuple[dict, Scene]:
-    """The record of :func:`sample_record` without its ``scene`` graph, and the scene."""
-    scene, values = sample_scene(spec, split, index)
+def _record(spec: Spec, split: str, index: int, scene: Scene, values: dict) -> dict:
+    """The record of :func:`sample_record` without its ``scene`` graph, the general way (any scene
+    type; the labels' problems worded)."""
     assigned = assign_templates(scene, spec)
     reading = _read_labels(scene, spec, assigned)
     if reading.problems or reading.values != values:  # labels(scene) must give back what was sampled
@@ -158,7 +166,7 @@ def _record(spec: Spec, split: str, index: int) -> tuple[dict, Scene]:
             f"vs sampled {values}); this is a bug in mosaic, please report it with the spec"
         )
     combo = combination_of(spec, reading.values)
-    rec = hf_record(spec, {
+    return hf_record(spec, {
         "file_name": f"images/{index:06d}.png",
         "index": index,
         "split": split,
@@ -168,7 +176,6 @@ def _record(spec: Spec, split: str, index: int) -> tuple[dict, Scene]:
         "caption": _caption(scene, spec, assigned[0]),
         "num_objects": len(scene.objects),
     })
-    return rec, scene
 
 
 # -- the scene graph, once per scene ----------------------------------------------------------------
