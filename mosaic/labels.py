@@ -82,8 +82,14 @@ def assign_templates(scene: Scene, spec: Spec) -> tuple[dict[str, list[int]], li
     groups: dict[str, list[int]] = {n: [] for n in names}
     unmatched: list[int] = []
     pending: dict[tuple, list[int]] = {}  # look-alike template names -> objects
+    looks = plan.looks
     for i, o in enumerate(scene.objects):
-        cand = plan.candidates(o.shape, o.color)
+        cand = looks.get((o.shape, o.color))
+        if cand is None:
+            cand = plan.candidates(o.shape, o.color)
+        if len(cand) == 1:  # one template has this look (most objects): no size to compare
+            groups[names[cand[0]]].append(i)
+            continue
         if len(cand) > 1:
             # templates told apart by size only: take the nearest size interval
             def dist(k):

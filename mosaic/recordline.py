@@ -10,16 +10,18 @@ joined from text.
 What repeats across scenes is computed once and looked up (bounded caches, :data:`CACHE_MAX`
 entries each): per spec, each concept's reader, the positions, relations and merged templates of
 the caption with their size concepts; per combination of concept values, the JSON text of
-``combination``, ``concepts``, ``held_out`` and ``labels``; per look (colour, rgb, shape,
-template), the JSON text around an object's rotation and size; per noun phrase (colour, shape,
-count, size word), its words; per (shape, rotation), the extremes of the rotated unit polygon; per
-number of objects, the JSON text of every relation.
+``combination``, ``concepts``, ``held_out`` and ``labels``; per look and pose of an object
+(colour, rgb, shape, template, rotation, size), the extremes of its rotated unit polygon and the
+JSON text after its centre (keyed by value, so rotation and size must be floats; a sampled
+rotation is in ``[0, 360)``, never ``-0.0``); per noun phrase (colour, shape, count, size word),
+its words; per number of objects, the JSON text of every relation. Of an object only the centre
+(and so its box) is written anew.
 
 Bounding boxes: :meth:`mosaic.scene.SceneObject.bbox` takes the minimum over the vertices of
 ``cx + r * a_k`` with ``a_k = ux * cos - uy * sin``. With ``r >= 0``, float multiplication by
 ``r`` and addition of ``cx`` are monotonic (correctly rounded), so that minimum is
-``cx + r * min(a_k)``, the same float; only the extremes of ``a_k`` are kept per (shape,
-rotation). A circle's ``cx - r`` is ``cx + r * -1.0`` exactly.
+``cx + r * min(a_k)``, the same float; only the extremes of ``a_k`` are kept per pose. A circle's
+``cx - r`` is ``cx + r * -1.0`` exactly.
 
 Whatever this fast path does not cover returns None, and the caller builds the record the general
 way (:mod:`mosaic.records`): a scene that is not a flat :class:`~mosaic.scene.Scene`, a concept
@@ -42,6 +44,8 @@ from mosaic.vocab import SHAPES, number_word, plural
 
 #: most entries a cache of a plan holds (past that, misses are computed and not kept)
 CACHE_MAX = 100_000
+#: most poses (look, rotation, size) a plan keeps (a free rotation makes most of them new)
+POSES = 20_000
 
 _COLOR, _SHAPE, _SIZE, _COUNT, _POSITION, _RELATION = range(6)
 _REL_NAMES = ("left_of", "right_of", "above", "below")
@@ -127,8 +131,8 @@ class LinePlan:
         self.values: dict[tuple, tuple] = {}
         self.phrases: dict[tuple, str] = {}
         self.size_words: dict[tuple, str] = {}
-        self.looks: dict[tuple, tuple[str, str, str]] = {}
-        self.ext: dict[tuple, tuple] = {}
+        self.looks: dict[tuple, tuple[tuple, str]] = {}  # look and pose -> (extents, text)
+        self.look_text: dict[tuple, tuple[str, str, str]] = {}  # look -> JSON text around rotation and size
         self.rel_text: dict[int, list] = {}
         self.json_text: dict = {}
 
@@ -264,16 +268,21 @@ class LinePlan:
         return _join(parts) if parts else "an empty scene"
 
     # -- scene graph ----------------------------------------------------------------------------
-    def _look(self, o) -> tuple[str, str, str]:
-        key = (o.color, o.rgb, o.shape, o.template)
-        t = self.looks.get(key)
+    def _look(self, o) -> tuple[tuple, str]:
+        """``(extents, JSON text of the object after its centre)`` of a look and pose (colour,
+        rgb, shape, template, rotation, size), cached (at most :data:`POSES` of them)."""
+        look = (o.color, o.rgb, o.shape, o.template)
+        t = self.look_text.get(look)
         if t is None:
             d = json.dumps
             t = (f'"color": {d(o.color)}, "rgb": {d(list(o.rgb))}, "rotation": ', f', "shape": {d(o.shape)}, "size": ',
                  f', "template": {d(o.template)}}}')
-            if len(self.looks) < CACHE_MAX:
-                self.looks[key] = t
-        return t
+            if len(self.look_text) < CACHE_MAX:
+                self.look_text[look] = t
+        hit = (extents(o.shape, o.rotation), f"{t[0]}{o.rotation!r}{t[1]}{o.size!r}{t[2]}")
+        if len(self.looks) < POSES:
+            self.looks[(*look, o.rotation, o.size)] = hit
+        return hit
 
     def _relations(self, n: int) -> list:
         t = self.rel_text.get(n)
@@ -286,19 +295,17 @@ class LinePlan:
         """``json.dumps(scene.to_dict(), sort_keys=True)``; None when a number of an object is not a
         finite float or int (the general way encodes it)."""
         side = scene.image_size
-        looks, exts = self.looks, self.ext
+        looks = self.looks
         floor, ceil = math.floor, math.ceil
         parts = []
         check = 0.0
         for o in objs:
-            shape, rot, size = o.shape, o.rotation, o.size
+            rot, size = o.rotation, o.size
+            if type(rot) is not float or type(size) is not float:  # the cached text is keyed by value: 0 == 0.0
+                return None
             cx, cy = o.center
             check += cx + cy + rot + size
-            e = exts.get((shape, rot))
-            if e is None:
-                e = extents(shape, rot)
-                if len(exts) < CACHE_MAX:
-                    exts[(shape, rot)] = e
+            e, tail = looks.get((o.color, o.rgb, o.shape, o.template, rot, size)) or self._look(o)
             r = size / 2.0 * side
             px, py = cx * side, cy * side
             x0, y0, x1, y1 = floor(px + r * e[0]), floor(py + r * e[2]), ceil(px + r * e[1]), ceil(py + r * e[3])
@@ -310,8 +317,7 @@ class LinePlan:
                 x1 = side
             if y1 > side:
                 y1 = side
-            lk = looks.get((o.color, o.rgb, shape, o.template)) or self._look(o)
-            parts.append(f'{{"bbox": [{x0}, {y0}, {x1}, {y1}], "center": [{cx!r}, {cy!r}], {lk[0]}{rot!r}{lk[1]}{size!r}{lk[2]}')
+            parts.append(f'{{"bbox": [{x0}, {y0}, {x1}, {y1}], "center": [{cx!r}, {cy!r}], {tail}')
         if type(check) is not float or check - check != 0.0:
             return None
         n = len(objs)
