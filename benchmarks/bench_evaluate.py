@@ -2,7 +2,7 @@
 same images, measured in the same run.
 
     python benchmarks/bench_evaluate.py [--n 400] [--repeat 3] [--specs count position_complex ...]
-                                        [--learned DIR]
+                                        [--learned DIR] [--compare DIR] [--parser-only]
 
 For each spec: the baseline is sampling + rendering the ``evaluator_check`` images (one process);
 then the parser and the learned evaluator read the same images. Each figure is the median of
@@ -13,13 +13,22 @@ average is printed beside each spec. Without ``--learned`` the learned evaluator
 network of the default configuration (same cost as a trained one); it is measured on the CPU and,
 with ``--device cuda``, batched on the accelerator as validation scores with
 ``evaluation.val_evaluator`` (images/s by wall time there, synchronised).
+
+``--compare DIR`` also measures the scene parser of another checkout (e.g.
+``git archive OLD mosaic renderers | tar -x -C DIR``) on the same images, in a child process with
+``PYTHONPATH=DIR``, alternating with this checkout's parser ``--repeat`` times; it prints both in
+CPU ms per image and their ratio (median over the alternations). The child reports the CPU time of
+its own ``read`` calls only, so start-up is not counted.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -45,6 +54,20 @@ def _rate(fn, n: int, repeat: int, clock=time.process_time) -> float:
     return n / max(statistics.median(times), 1e-9)
 
 
+def _parser_ms(name: str, n: int, images=None) -> float:
+    """CPU ms per image of ``SceneParser.read`` (abstention on) on the first ``n`` ``evaluator_check``
+    images of spec ``name`` (rendered here unless given), after a warm-up read of 3."""
+    spec = load_spec(ROOT / "experiments" / "specs" / f"{name}.yaml")
+    if images is None:
+        rend = get_renderer("pillow", supersample=spec.image.supersample)
+        images, _ = rend.render([sample_scene(spec, "evaluator_check", i)[0] for i in range(n)])
+    parser = SceneParser(spec)
+    parser.read(images[:3])
+    t = time.process_time()
+    parser.read(images)
+    return (time.process_time() - t) / len(images) * 1e3
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=400, help="images per measurement")
@@ -53,7 +76,13 @@ def main() -> None:
     ap.add_argument("--learned", default=None, help="a trained evaluator directory (default: untrained network)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--device", default=None, help="also score with the learned evaluator batched on this device (e.g. cuda)")
+    ap.add_argument("--compare", default=None, help="another checkout's root (mosaic/ and renderers/): its parser beside this one")
+    ap.add_argument("--parser-only", action="store_true", help="skip the learned evaluator")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        print(json.dumps(_parser_ms(args.child, args.n)))
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"{args.n} images per measurement, median of {args.repeat}; torch threads {torch.get_num_threads()}; "
@@ -74,6 +103,20 @@ def main() -> None:
         parser = SceneParser(spec)  # abstention on, as everywhere
         r = _rate(lambda: parser.read(images), args.n, args.repeat)
         print(f"{name:<18} {'scene parser (abstention on)':<40} {r:>10.0f} {r / base:>9.2f}x {1e3 / r:>11.3f}")
+        if args.compare:
+            pairs = []
+            for _ in range(args.repeat):  # alternate: the other checkout, then this one
+                env = {**os.environ, "PYTHONPATH": str(Path(args.compare).resolve())}
+                out = subprocess.run([sys.executable, __file__, "--child", name, "--n", str(args.n)], env=env,
+                                     capture_output=True, text=True, check=True, cwd=str(Path(args.compare).resolve()))
+                pairs.append((json.loads(out.stdout.strip().splitlines()[-1]), _parser_ms(name, args.n, images)))
+            other = statistics.median(p[0] for p in pairs)
+            this = statistics.median(p[1] for p in pairs)
+            ratio = statistics.median(p[0] / p[1] for p in pairs)
+            print(f"{name:<18} {'parser of --compare checkout':<40} {1e3 / other:>10.0f} {1e3 / other / base:>9.2f}x {other:>11.3f}   "
+                  f"(this one {this:.3f} ms: {ratio:.2f}x faster, median of {len(pairs)} alternations; load {os.getloadavg()[0]:.1f})")
+        if args.parser_only:
+            continue
         if args.learned:
             ev = load_evaluator(spec, args.learned)
         else:

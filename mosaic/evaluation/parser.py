@@ -49,7 +49,7 @@ from mosaic.scene import Scene, SceneObject
 from mosaic.spec import Spec, allowed_values, template_sets
 from mosaic.vocab import plural, srgb_to_lab
 from mosaic.errors import MosaicError
-from mosaic.evaluation.raster import Canvas, gaussian
+from mosaic.evaluation.raster import Canvas, clip, gaussian, median
 from mosaic.evaluation.shape_fit import SHAPE_MARGIN, ShapeFitter, ShapeHypothesis, merge_rotations, soft_iou, unit_area
 
 #: Coverage interior pixels keep under blur: the interior colour is matched to ``bg + a (c - bg)``.
@@ -210,11 +210,16 @@ class SceneParser:
         image = np.asarray(image)
         if image.ndim != 3 or image.shape[2] != 3:
             raise ValueError(f"parse() needs one uint8 image [H, W, 3], got shape {image.shape}")
+        if image.dtype != np.uint8:  # integer sRGB in another dtype reads the same
+            u8 = image.astype(np.uint8)
+            if not np.array_equal(u8, image):
+                raise ValueError(f"parse() needs sRGB bytes (uint8 [H, W, 3]), got {image.dtype} values outside 0-255 or not whole")
+            image = u8
         side = image.shape[0]
         px = image.astype(np.float64)
         notes: list[str] = []
         specks: list[float] = []
-        regions, bg = self._regions(px, notes, specks)
+        regions, bg = self._regions(image, px, notes, specks)
         objects, ious, shares, maps = [], [], [], []
         if regions:
             # every pixel near an object belongs to its nearest region (within R px): the faint,
@@ -286,7 +291,7 @@ class SceneParser:
             obj, a, dom, origin, g, _ = w
             cov = covs[g][0]
             core = _erode(cov >= 0.999) & dom
-            level = min(1.25, max(0.75, float(np.median(a[core])))) if core.sum() >= 4 else 1.0
+            level = min(1.25, max(0.75, median(a[core]))) if np.count_nonzero(core) >= 4 else 1.0
             w[5] = level
             if level != 1.0:  # the parser sized the object by its (dimmed) area: undo that
                 obj = SceneObject(obj.shape, obj.color, obj.rgb, obj.size / math.sqrt(level), obj.center, obj.rotation)
@@ -298,11 +303,11 @@ class SceneParser:
         sm = _MATCH_SMOOTH
         for _, a, dom, _, g, level in work:
             cov = g if level == 1.0 else covs[g][0]
-            a = np.clip(gaussian(a / level, sm), 0.0, 1.0)
+            a = clip(gaussian(a / level, sm), 0.0, 1.0)
             best = 0.0
             for b in self._fitter.blurs:  # sharp to blurred; the IoU rises to the image's blur, then falls: stop there
                 c = gaussian(cov, b * side / 64.0) if b else cov
-                iou = soft_iou(a, np.clip(gaussian(np.where(dom, c, 0.0), sm), 0.0, 1.0))
+                iou = soft_iou(a, clip(gaussian(np.where(dom, c, 0.0), sm), 0.0, 1.0))
                 if iou < best:
                     break
                 best = iou
@@ -384,24 +389,34 @@ class SceneParser:
             notes.append(f"re-read a {objects[i].color} {old} as a {sh} (IoU {margin:.2f} lower) to match the spec's object counts")
 
     # -- segmentation ----------------------------------------------------------------------------
-    def _regions(self, px: np.ndarray, notes: list[str], specks: list[float] | None = None) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
-        """Single-colour connected regions ``[(colour index, bool mask [H, W])]`` and the image's
-        background colour (median of the background pixels: follows a colour shift). The areas
+    def _regions(self, image: np.ndarray, px: np.ndarray, notes: list[str],
+                 specks: list[float] | None = None) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
+        """Single-colour connected regions ``[(colour index, bool mask [H, W])]`` of an image
+        (uint8 ``[H, W, 3]``; ``px`` is the same as float64) and the image's background colour
+        (float64 ``[3]``: median of the background pixels, follows a colour shift). The areas
         (px²) of dropped specks of at least ``_SPECK_MIN_PX`` are appended to ``specks``."""
         H, W, _ = px.shape
-        lab = srgb_to_lab(px)  # [H, W, 3]
-        d = _sqdist(lab, self._lab)  # [H, W, K+1]
-        fg = d.argmin(-1) != 0
-        bg = np.median(px[~fg], axis=0) if (~fg).sum() >= 16 else self.bg
+        # every colour is classified once, however many pixels show it (the same bits as per
+        # pixel: the colour science is element-wise and row-wise)
+        code = (image[..., 0].astype(np.int32) << 16) | (image[..., 1].astype(np.int32) << 8) | image[..., 2]
+        u, inv = np.unique(code.ravel(), return_inverse=True)
+        cols = np.stack([u >> 16, (u >> 8) & 255, u & 255], 1).astype(np.uint8)  # [U, 3], the distinct colours
+        lab_u = srgb_to_lab(cols.astype(np.float64))  # [U, 3]
+        fg_u = _sqdist(lab_u, self._lab).argmin(-1) != 0  # [U]: nearer an object colour than the background
+        fg = fg_u[inv].reshape(H, W)
+        n_bg = H * W - int(np.count_nonzero(fg))
+        bg = _median_rgb(cols[~fg_u], np.bincount(inv, minlength=len(cols))[~fg_u]) if n_bg >= 16 else self.bg
         comp, n = ndimage.label(fg)
         out: list[tuple[int, np.ndarray]] = []
         if n == 0:
             return out, bg
-        interior = ndimage.binary_erosion(fg, border_value=0)
+        lab = lab_u[inv].reshape(H, W, 3)
+        interior = _erode(fg)
         side2 = float(H * W)
         # interior-colour distance of every foreground pixel: nearest model bg + a (c - bg), a in [0.7, 1]
-        di_all = np.zeros((H, W, len(self.colors)))
-        di_all[fg] = _sqdist(lab[fg][:, None, :], self._interior_lab).min(-1)  # [P, K]
+        di_u = np.zeros((len(cols), len(self.colors)))
+        di_u[fg_u] = _sqdist(lab_u[fg_u][:, None, :], self._interior_lab).min(-1)  # [U_fg, K]
+        di_all = di_u[inv].reshape(H, W, len(self.colors))
         for k, sl in enumerate(ndimage.find_objects(comp), start=1):
             if sl is None:
                 continue
@@ -433,7 +448,7 @@ class SceneParser:
             for c, m in parts:
                 full = np.zeros((H, W), bool)
                 full[sl] = m
-                area = float(np.clip(self._coverage(px, bg, self.colors[c])[full], 0, 1).sum())  # cached per colour
+                area = float(clip(self._coverage(px, bg, self.colors[c])[full], 0.0, 1.0).sum())  # cached per colour
                 if area < _SPECK_FRACTION * self._min_area[self.colors[c]] * side2:
                     if area >= 2.0:
                         notes.append(f"dropped a {self.colors[c]} speck of {area:.1f} px (smaller than any object of that colour)")
@@ -452,7 +467,7 @@ class SceneParser:
             self._cov_cache = {"key": (id(px), tuple(bg))}
         if key not in self._cov_cache:
             c = np.asarray(self.spec.rgb(color), dtype=np.float64) - bg
-            self._cov_cache[key] = np.clip(((px - bg) @ c) / float(c @ c), -1.0, 1.0)
+            self._cov_cache[key] = clip(((px - bg) @ c) / float(c @ c), -1.0, 1.0)
         return self._cov_cache[key]
 
     # -- objects ---------------------------------------------------------------------------------
@@ -474,7 +489,7 @@ class SceneParser:
             smallest = self._min_area[color] * side * side
             if fit is not None and fit[1] < _SPLIT_IOU and alpha.sum() >= 1.6 * smallest:
                 kmax = min(int(alpha.sum() / smallest + 0.5), 12)
-                clipped = np.clip(alpha, 0, 1)
+                clipped = clip(alpha, 0.0, 1.0)
                 splits.append((r, [_kmeans_split(clipped, k) for k in range(2, kmax + 1)]))
         flat = [(p, items[r][1]) for r, ks in splits for parts in ks for p in parts]
         part_fits = iter(self._fitter.fit_many(flat, side) if flat else [])
@@ -503,6 +518,20 @@ class SceneParser:
         return out
 
 
+def _median_rgb(colors: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``np.median(pixels, axis=0)`` (float64 ``[3]``) of pixels given as distinct uint8 colours
+    ``[U, 3]`` and their pixel counts ``[U]``, from per-channel histograms: the middle value,
+    or the mean of the two middle ones (exact: they are integers)."""
+    n = int(counts.sum())
+    ks = [(n - 1) // 2] if n % 2 else [n // 2 - 1, n // 2]
+    out = np.empty(3)
+    for ch in range(3):
+        cum = np.cumsum(np.bincount(colors[:, ch], weights=counts, minlength=256))
+        vals = np.searchsorted(cum, np.array(ks, dtype=np.float64), side="right").astype(np.float64)
+        out[ch] = vals[0] if len(vals) == 1 else (vals[0] + vals[1]) / 2.0
+    return out
+
+
 def _erode(b: np.ndarray) -> np.ndarray:
     """``scipy.ndimage.binary_erosion(b)`` of a bool ``[H, W]`` map (4-connected cross, outside
     counted as False), in five shifted ANDs."""
@@ -515,7 +544,7 @@ def _main_share(alpha: np.ndarray) -> float:
     """Share of a coverage map's mass (``alpha`` clipped to [0, 1]) in its main connected region:
     the hard mask ``alpha >= 0.5`` is split into 8-connected regions, every covered pixel goes to
     the nearest one, and the heaviest region's mass is divided by the total (1.0 = one piece)."""
-    a = np.clip(alpha, 0.0, 1.0)
+    a = clip(alpha, 0.0, 1.0)
     hard = a >= 0.5
     lab, n = ndimage.label(hard, structure=np.ones((3, 3), bool))
     if n <= 1:

@@ -27,23 +27,22 @@ from mosaic.vocab import SHAPES
 _UNIT = {k: (None if v is None else (np.array([p[0] for p in v]), np.array([p[1] for p in v]))) for k, v in SHAPES.items()}
 
 
-def polygon_coords(obj: SceneObject, rotations: list[float], big: int, ox: int, oy: int) -> np.ndarray:
-    """int64 ``[R, V, 2]``: the vertices of the polygon ``obj`` at each of ``rotations`` (degrees),
-    as :meth:`SceneObject.vertices` computes them at scale ``big`` (px of the supersampled image),
-    rounded as the renderer rounds them and shifted by ``-(ox, oy)`` (supersampled px). The
-    arithmetic is that of :meth:`SceneObject.vertices`, element for element (``math`` cosines,
-    the same products and sums; no fused multiply-add), so the values are the same to the bit."""
-    ux, uy = _UNIT[obj.shape]
-    r = (obj.size / 2.0) * big
-    cx, cy = obj.center[0] * big, obj.center[1] * big
-    ang = [math.radians(-float(rot)) for rot in rotations]
+def polygon_coords(shape: str, r: np.ndarray, cx: np.ndarray, cy: np.ndarray, rotations: list[float],
+                   ox: np.ndarray, oy: np.ndarray) -> np.ndarray:
+    """int64 ``[N, V, 2]``: the vertices of ``N`` polygons of one shape, as
+    :meth:`SceneObject.vertices` computes them and the renderer rounds them, shifted by
+    ``-(ox, oy)``. Per polygon (float64 ``[N]`` each): circumradius ``r``, centre ``(cx, cy)``
+    (supersampled px), rotation (degrees, a list of N) and offset ``(ox, oy)`` (int64, supersampled
+    px). The arithmetic is that of :meth:`SceneObject.vertices` element for element (``math``
+    cosines, the same products and sums, no fused multiply-add), so the values are the same to the bit."""
+    ux, uy = _UNIT[shape]
+    ang = [math.radians(-rot) for rot in rotations]
     ca = np.array([math.cos(a) for a in ang])[:, None]
     sa = np.array([math.sin(a) for a in ang])[:, None]
-    x = cx + r * (ux * ca - uy * sa)
-    y = cy + r * (ux * sa + uy * ca)
-    out = np.empty(x.shape + (2,), np.int64)
-    out[..., 0] = np.rint(x).astype(np.int64) - ox  # round half to even, as Python's round()
-    out[..., 1] = np.rint(y).astype(np.int64) - oy
+    r, cx, cy = r[:, None], cx[:, None], cy[:, None]
+    out = np.empty((len(ang), len(ux), 2), np.int64)
+    out[..., 0] = np.rint(cx + r * (ux * ca - uy * sa)).astype(np.int64) - ox[:, None]  # half to even, as round()
+    out[..., 1] = np.rint(cy + r * (ux * sa + uy * ca)).astype(np.int64) - oy[:, None]
     return out
 
 
@@ -61,7 +60,7 @@ class Canvas:
         self.s = int(supersample)
         self.side = int(side)
         self.big = self.side * self.s
-        self._groups: list[tuple[int, int, str, object]] = []  # (h, w, kind, int coords)
+        self._groups: list[tuple] = []  # (h, w, shape, radius, cx, cy, rotations | None, ox, oy)
 
     def __len__(self) -> int:
         return len(self._groups)
@@ -69,64 +68,91 @@ class Canvas:
     def add(self, obj: SceneObject, shape: tuple[int, int], origin: tuple[int, int]) -> int:
         """Queue ``obj`` at its own rotation (a disk for a circle), cropped to a patch of
         ``shape`` ``(h, w)`` px at pixel ``origin`` ``(x0, y0)``; returns the group index."""
-        if _UNIT[obj.shape] is not None:
-            return self.add_rotations(obj, [obj.rotation], shape, origin)
-        s, big = self.s, self.big
-        ox, oy = int(origin[0]) * s, int(origin[1]) * s
-        r = obj.radius * big
-        cx, cy = obj.center[0] * big, obj.center[1] * big
-        box = [round(cx - r) - ox, round(cy - r) - oy, round(cx + r) - 1 - ox, round(cy + r) - 1 - oy]
-        self._groups.append((int(shape[0]), int(shape[1]), "e", box))
-        return len(self._groups) - 1
+        return self.add_rotations(obj, None if _UNIT[obj.shape] is None else [obj.rotation], shape, origin)
 
-    def add_rotations(self, obj: SceneObject, rotations: list[float], shape: tuple[int, int],
+    def add_rotations(self, obj: SceneObject, rotations: list[float] | None, shape: tuple[int, int],
                       origin: tuple[int, int]) -> int:
-        """Queue the polygon ``obj`` at each of ``rotations`` (degrees; ``obj`` is not changed),
-        each cropped like :meth:`add`; returns the group index."""
-        s = self.s
-        pts = polygon_coords(obj, rotations, self.big, int(origin[0]) * s, int(origin[1]) * s)
-        self._groups.append((int(shape[0]), int(shape[1]), "p", pts))
+        """Queue the polygon ``obj`` at each of ``rotations`` (degrees; ``obj`` is not changed;
+        None: a disk), each cropped like :meth:`add`; returns the group index."""
+        big, s = self.big, self.s
+        self._groups.append((int(shape[0]), int(shape[1]), obj.shape, obj.radius * big, obj.center[0] * big,
+                             obj.center[1] * big, rotations, int(origin[0]) * s, int(origin[1]) * s))
         return len(self._groups) - 1
 
     def render(self) -> list[np.ndarray]:
         """Per queued group, in order: float64 coverage in [0, 1], C-contiguous ``[R, h, w]`` (R
-        rotations; 1 for :meth:`add`). The queue is emptied."""
+        rotations; 1 for a disk or :meth:`add`). The queue is emptied."""
         groups, self._groups = self._groups, []
         if not groups:
             return []
         s = self.s
+        coords: list = [None] * len(groups)
+        by_shape: dict[str, list[int]] = {}
+        for g, (h, w, shape, r, cx, cy, rots, ox, oy) in enumerate(groups):
+            if rots is None:  # a disk: the renderer's box
+                coords[g] = [round(cx - r) - ox, round(cy - r) - oy, round(cx + r) - 1 - ox, round(cy + r) - 1 - oy]
+            else:
+                by_shape.setdefault(shape, []).append(g)
+        for shape, gs in by_shape.items():  # every polygon of a shape in one pass
+            n = [len(groups[g][6]) for g in gs]
+            col = [np.repeat(np.array([groups[g][k] for g in gs]), n) for k in (3, 4, 5, 7, 8)]
+            pts = polygon_coords(shape, col[0], col[1], col[2], [x for g in gs for x in groups[g][6]], col[3], col[4])
+            at = 0
+            for g, k in zip(gs, n):
+                coords[g] = pts[at:at + k]
+                at += k
         layout, width, y = [], s, 0
-        for h, w, kind, c in groups:
-            hs = h * s
-            if kind == "e":
+        for (h, w, _, _, _, _, rots, _, _), c in zip(groups, coords):
+            if rots is None:
                 n, lo, hi = 1, c[1], c[3]
             else:
                 n, ys = c.shape[0], c[:, :, 1]
                 lo, hi = int(ys.min()), int(ys.max())
-            pad = max(0, -lo, hi - (hs - 1)) + 1
+            pad = max(0, -lo, hi - (h * s - 1)) + 1
             pad = -(-pad // s) * s  # a multiple of the supersampling
-            band = hs + 2 * pad
+            band = h * s + 2 * pad
             layout.append((y, n, band, pad))
             y += n * band
             width = max(width, w * s)
         img = Image.new("L", (width, y), 0)
         d = ImageDraw.Draw(img).draw
-        for (h, w, kind, c), (y0, n, band, pad) in zip(groups, layout):
-            if kind == "e":
+        for g, (y0, n, band, pad) in enumerate(layout):
+            c = coords[g]
+            if groups[g][6] is None:
                 d.draw_ellipse([c[0], c[1] + y0 + pad, c[2], c[3] + y0 + pad], 255, 1)
                 continue
-            q = c.copy()
-            q[:, :, 1] += (y0 + pad + band * np.arange(n))[:, None]
-            for p in q.tolist():
+            c[:, :, 1] += (y0 + pad + band * np.arange(n))[:, None]
+            for p in c.tolist():
                 d.draw_polygon(p, 255, 1)
         if s > 1:
             img = img.reduce(s)
         a = np.frombuffer(img.tobytes(), np.uint8).reshape(img.size[1], img.size[0])
         out = []
-        for (h, w, _, _), (y0, n, band, pad) in zip(groups, layout):
+        for (h, w, *_), (y0, n, band, pad) in zip(groups, layout):
             y0, band, pad = y0 // s, band // s, pad // s
             out.append(a[y0:y0 + n * band].reshape(n, band, a.shape[1])[:, pad:pad + h, :w] / 255.0)
         return out
+
+
+# -- element-wise helpers --------------------------------------------------------------------------
+try:  # the ufunc np.clip calls, without its dispatch (same bits, -0.0 kept as np.clip keeps it)
+    from numpy._core.umath import clip
+except ImportError:  # pragma: no cover - numpy 1.x
+    from numpy.core.umath import clip
+
+
+def median(x: np.ndarray) -> float:
+    """``float(np.median(x))`` of a 1-D float64 array, from one ``np.partition`` (the middle value,
+    or the sum of the two middle ones halved, as numpy computes it)."""
+    n = x.size
+    if n == 0 or np.isnan(x).any():
+        return float(np.median(x))
+    if n % 2:
+        k = (n - 1) // 2
+        return float(np.partition(x, k)[k])
+    k = n // 2
+    p = np.partition(x, [k - 1, k])
+    return float((p[k - 1] + p[k]) / 2.0)
 
 
 # -- Gaussian smoothing --------------------------------------------------------------------------

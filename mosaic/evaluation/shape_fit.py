@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 from scipy import ndimage
 
-from mosaic.evaluation.raster import Canvas, gaussian
+from mosaic.evaluation.raster import Canvas, clip, gaussian
 from mosaic.scene import SceneObject
 from mosaic.spec import Spec
 from mosaic.vocab import SHAPES
@@ -109,7 +109,7 @@ class ShapeFitter:
             area = float(alpha.sum())  # signed: noise averages out
             if area <= 0:
                 continue
-            alpha = np.clip(alpha, 0.0, 1.0)
+            alpha = clip(alpha, 0.0, 1.0)
             ys, xs = np.nonzero(alpha)
             w = alpha[ys, xs]
             if w.sum() <= 0:
