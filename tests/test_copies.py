@@ -83,7 +83,7 @@ def test_training_copies_measures_only_seen_samples_and_names_its_splits(tmp_pat
 
 
 def test_training_copies_refuses_what_it_cannot_compare(tmp_path, dataset):
-    with pytest.raises(MosaicError, match="no test_id, test or val split"):
+    with pytest.raises(MosaicError, match="not a mosaic dataset: manifest.json is missing"):
         training_copies(dataset / "train", tmp_path)  # not a dataset
     with pytest.raises(MosaicError, match="no metadata.jsonl"):
         training_copies(tmp_path, dataset)  # not a samples folder
@@ -110,3 +110,32 @@ def test_evaluate_copies_prints_and_writes_the_measure_and_a_bad_dataset_exits_2
                                  "-o", str(tmp_path / "o2")])
     assert r.exit_code == 2 and "Traceback" not in r.output and "--copies" in r.output
     assert not (tmp_path / "o2" / "metrics.json").exists()
+
+
+def test_the_dataset_is_checked_before_its_images_are_read(dataset, tmp_path):
+    """--copies reads the training set like every other reader: damage, stray files, a folder that is
+    no dataset and a decompression bomb in a split are refused with a named error, nothing decoded."""
+    from PIL import Image
+
+    samples = _folder_from(dataset / "test_id", tmp_path / "samples")
+    # a folder of splits without a manifest is no dataset
+    fake = tmp_path / "fake"
+    shutil.copytree(dataset / "train", fake / "train")
+    shutil.copytree(dataset / "test_id", fake / "test_id")
+    with pytest.raises(MosaicError, match="manifest"):
+        training_copies(samples, fake)
+    # a stray file and an overwritten image: refused (the quick check), named
+    dmg = tmp_path / "dmg"
+    shutil.copytree(dataset, dmg)
+    (dmg / "train" / "stray.txt").write_text("x")
+    shutil.copy(dmg / "train" / "images" / "000001.png", dmg / "train" / "images" / "000000.png")
+    with pytest.raises(MosaicError, match=r"--copies.*checked|damaged") as e:
+        training_copies(samples, dmg)
+    assert "stray.txt" in str(e.value) or "000000.png" in str(e.value)
+    res = CliRunner().invoke(app, ["evaluate", str(samples), "--spec", str(dataset), "--copies", str(dmg), "--check-n", "0"])
+    assert res.exit_code == 2 and "Traceback" not in res.output and "damaged" in res.output
+    # a large image of a small file among the samples is refused from its header (the spec's pixel bound)
+    bomb = _folder_from(dataset / "test_id", tmp_path / "bomb")
+    Image.new("RGB", (6000, 6000)).save(bomb / "images" / "000000.png")
+    with pytest.raises(MosaicError, match="pixel"):
+        training_copies(bomb, dataset)

@@ -295,7 +295,8 @@ def training_copies(samples_dir: str | Path, dataset_dir: str | Path, *, referen
     """
     d = Path(samples_dir)
     records = _records_of(d, "the samples folder")
-    return _copies(records, load_images(d, records), d, _training_side(dataset_dir, reference, train_split))
+    side = _training_side(dataset_dir, reference, train_split)  # the dataset checked (and its spec read) first
+    return _copies(records, load_images(d, records, side[2]["spec"]), d, side)
 
 
 def _records_of(folder: Path, what: str) -> list[dict]:
@@ -316,6 +317,16 @@ def _training_side(dataset_dir: str | Path, reference: str | None, train_split: 
     """The training images and the reference split's images of ``dataset_dir`` (uint8 ``[M, H, W, 3]``,
     ``[R, H, W, 3]``) and what they are (``reference``, ``train_split``, ``dataset``)."""
     ds = Path(dataset_dir)
+    # a reader like every other: the quick check first (not a dataset, damaged, stray files, a spec edited after
+    # generation: refused, named), then images decoded only up to the pixel bound of the dataset's own spec
+    from mosaic.records import spec_of
+    from mosaic.verify import check_before_read
+
+    try:
+        check_before_read(ds)
+    except MosaicError as e:
+        raise MosaicError([("--copies", f"{str(ds)!r}: the dataset the model trained on is checked before it is read")] + e.problems) from None
+    ds_spec = spec_of(ds)
     if reference is None:
         reference = next((s for s in ("test_id", "test", "val") if (ds / s / "metadata.jsonl").is_file()), None)
         if reference is None:
@@ -324,12 +335,12 @@ def _training_side(dataset_dir: str | Path, reference: str | None, train_split: 
     sides = []
     for split in (train_split, reference):
         what = f"the {split!r} split"
-        sides.append(_stack(load_images(ds / split, _records_of(ds / split, what)), ds / split, what))
+        sides.append(_stack(load_images(ds / split, _records_of(ds / split, what), ds_spec), ds / split, what))
     train, ref = sides
     if ref.shape[1:] != train.shape[1:]:
         raise MosaicError(f"the {reference!r} images of {ds} are {ref.shape[2]}x{ref.shape[1]} px and its training images "
                           f"{train.shape[2]}x{train.shape[1]} px: give a mosaic dataset")
-    return train, ref, {"reference": reference, "train_split": train_split, "dataset": str(ds)}
+    return train, ref, {"reference": reference, "train_split": train_split, "dataset": str(ds), "spec": ds_spec}
 
 
 def _copies(records: list[dict], images: list[np.ndarray], folder: Path, side: tuple[np.ndarray, np.ndarray, dict]) -> dict:
