@@ -341,7 +341,22 @@ def dataset_around(path: str | Path) -> Path | None:
     return None
 
 
-def output_dir_problem(path: str | Path, *, dataset: bool = False) -> str | None:
+#: the parts of a training run folder that hold its own weights: nothing else is ever written into them
+RUN_WEIGHTS = ("checkpoints", "best", "final")
+
+
+def run_around(path: str | Path) -> tuple[Path, tuple[str, ...]] | None:
+    """The training run folder that ``path`` is or lies inside (links resolved; the nearest of it
+    and its ancestors holding a ``run.json`` file), with ``path``'s parts below it; None outside
+    any run."""
+    p = Path(os.path.realpath(os.path.abspath(path)))
+    for folder in (p, *p.parents):
+        if (folder / "run.json").is_file():
+            return folder, p.relative_to(folder).parts
+    return None
+
+
+def output_dir_problem(path: str | Path, *, dataset: bool = False, run: bool = False) -> str | None:
     """Why ``path`` cannot be (or be created as) a writable folder, or None when it can.
 
     Checked without writing anything: an existing ``path`` must be a folder (not a regular file,
@@ -350,8 +365,12 @@ def output_dir_problem(path: str | Path, *, dataset: bool = False) -> str | None
     be, or lie inside, a mosaic dataset (:func:`dataset_around`): a dataset holds only what
     ``generate`` wrote, and a file written into it (an evaluation's metrics, a run) makes ``verify``
     and every reader refuse it. ``dataset=True`` (``generate``, ``export``: writers of a dataset)
-    allows ``path`` itself to be a dataset, not a folder inside another. The one check of every
-    output folder (``--out`` of each command, a config's ``out``, a dataset root).
+    allows ``path`` itself to be a dataset, not a folder inside another. Nor may it be a training run's
+    folder (:func:`run_around`: its ``metrics.json`` and weights are the run's own) unless
+    ``run=True`` (``mosaic train``: the run itself), nor lie inside the run's weights
+    (:data:`RUN_WEIGHTS`: ``checkpoints``, ``best``, ``final``) for any writer; a folder elsewhere
+    in a run (``RUN/samples/NAME``, ``RUN/audit``) is fine. The one check of every output folder
+    (``--out`` of each command, a config's ``out``, a dataset root).
     """
     import stat
 
@@ -364,6 +383,15 @@ def output_dir_problem(path: str | Path, *, dataset: bool = False) -> str | None
         where = "is the mosaic dataset" if is_ds else f"lies inside the mosaic dataset {ds}"
         return (f"{where} (it holds that dataset's manifest.json): a dataset holds only what `mosaic generate` wrote, and any "
                 "other file in it makes `mosaic verify` and every reader refuse it; give another folder, outside the dataset")
+    rr = run_around(p)
+    if rr is not None:
+        root, parts = rr
+        if parts and parts[0] in RUN_WEIGHTS:
+            return (f"lies inside {root / parts[0]}, the weights of the training run {root}: a file written there makes the run "
+                    "refuse its own checkpoint or weights; give a folder outside them, e.g. " + str(root / "samples" / "NAME"))
+        if not parts and not run:
+            return (f"is the training run folder {root} (it holds run.json): its metrics.json and weights are the run's own and "
+                    "would be overwritten; give a folder outside it, or under it such as " + str(root / "samples" / "NAME"))
     try:
         st = p.stat()
     except FileNotFoundError:
@@ -398,7 +426,7 @@ def output_dir_problem(path: str | Path, *, dataset: bool = False) -> str | None
     return None
 
 
-def check_output_dir(path: str | Path, field: str = "out", *, dataset: bool = False) -> Path:
+def check_output_dir(path: str | Path, field: str = "out", *, dataset: bool = False, run: bool = False) -> Path:
     """Refuse an output folder :func:`output_dir_problem` finds a problem with, before anything is
     read or written; returns ``Path(path)``. The one check of every output folder, from the CLI
     (``--out``) and from the Python API alike.
@@ -406,19 +434,19 @@ def check_output_dir(path: str | Path, field: str = "out", *, dataset: bool = Fa
     Raises:
         mosaic.errors.MosaicError: naming ``field`` (``--out``, ``out``), the value and the fix.
     """
-    problem = output_dir_problem(path, dataset=dataset)
+    problem = output_dir_problem(path, dataset=dataset, run=run)
     if problem:
         raise MosaicError([(field, f"{str(path)!r} {problem}: give a folder (created if missing) in a writable place")])
     return Path(path)
 
 
-def make_output_dir(path: str | Path, field: str = "out", *, dataset: bool = False) -> Path:
+def make_output_dir(path: str | Path, field: str = "out", *, dataset: bool = False, run: bool = False) -> Path:
     """:func:`check_output_dir`, then create the folder (and its parents). Returns ``Path(path)``.
 
     Raises:
         mosaic.errors.MosaicError: as :func:`check_output_dir`.
     """
-    out = check_output_dir(path, field, dataset=dataset)
+    out = check_output_dir(path, field, dataset=dataset, run=run)
     out.mkdir(parents=True, exist_ok=True)
     return out
 

@@ -514,3 +514,30 @@ def test_the_python_api_refuses_a_file_or_device_as_output_folder(tmp_path, vict
         assert str(bad) in str(e.value)
     assert victim.read_text() == "precious data"
 
+
+
+def test_no_writer_but_the_run_writes_into_a_run_folder_or_its_weights(tmp_path, diffusion_run):
+    """evaluate / sample / audit --out at a run's own folder (its metrics.json) or inside its
+    checkpoints, best or final weights is refused before anything is read or written (attack case 08);
+    the run itself may resume into its folder, and RUN/samples/NAME stays a fine output."""
+    src, data = diffusion_run
+    run = tmp_path / "run"
+    shutil.copytree(src, run, symlinks=True)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and not p.is_symlink()}
+    samples = next(d for d in sorted(data.iterdir()) if (d / "metadata.jsonl").is_file())  # any folder of images + records
+    for out in (run, run / "checkpoints" / "checkpoint-0000002", run / "best" / "x", run / "final"):
+        assert output_dir_problem(out) is not None
+        with pytest.raises(MosaicError, match="training run"):
+            from mosaic.io import check_output_dir
+
+            check_output_dir(out, "--out")
+        res = CliRunner().invoke(app, ["evaluate", str(samples), "--spec", str(data), "--out", str(out), "--check-n", "0"])
+        assert res.exit_code == 2 and "Traceback" not in res.output and "training run" in res.output, res.output
+    assert output_dir_problem(run, run=True) is None  # the run's own resume
+    assert output_dir_problem(run / "samples" / "mine") is None and output_dir_problem(run / "audit") is None
+    assert output_dir_problem(run / "checkpoints" / "checkpoint-0000002", run=True) is not None
+    link = tmp_path / "alias"
+    os.symlink(run, link)
+    assert "training run" in output_dir_problem(link)  # through a link too
+    after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and not p.is_symlink()}
+    assert after == before

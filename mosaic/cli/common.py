@@ -95,12 +95,13 @@ def load(spec_path: Path, overrides: list[str] | None):
     return load_spec(spec_path, overrides)
 
 
-def check_out(path: Path | None, option: str = "--out", kind: str = "folder", dataset: bool = False) -> None:
+def check_out(path: Path | None, option: str = "--out", kind: str = "folder", dataset: bool = False, run: bool = False) -> None:
     """The one check of a command's output path, before anything is read or written: a ``folder``
     must be (or be creatable as) a writable folder, a ``file`` a regular file in a writable folder
     (:func:`mosaic.io.output_dir_problem`, :func:`mosaic.io.output_file_problem`), neither inside a
     mosaic dataset (``dataset=True``: the command writes a dataset, which may be the folder
-    itself). None: nothing to check.
+    itself), nor a training run's folder (``run=True``: ``mosaic train``, the run itself) or its
+    weights (:func:`mosaic.io.output_dir_problem`). None: nothing to check.
 
     Raises:
         mosaic.errors.MosaicError: naming the option and the value (``/dev/null``, a FIFO, an
@@ -111,7 +112,7 @@ def check_out(path: Path | None, option: str = "--out", kind: str = "folder", da
     from mosaic.io import check_output_dir, output_file_problem
 
     if kind == "folder":
-        check_output_dir(path, option, dataset=dataset)
+        check_output_dir(path, option, dataset=dataset, run=run)
         return
     problem = output_file_problem(path)
     if problem:

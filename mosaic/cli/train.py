@@ -44,7 +44,7 @@ def _train(config_cls, run, config: Path, set_, out, unit: str, inside: str = ""
         from mosaic.lab.config import load_config
 
         sets = list(set_ or [])
-        check_out(out)
+        check_out(out, run=True)  # a run's own folder may be given again (resume)
         if out is not None:
             sets.append(f"out={out}")
         cfg = load_config(config_cls, config, sets)

@@ -139,7 +139,7 @@ def check_outputs(cfg: RunConfig) -> None:
 
     problems = []
     out = cfg.run_dir()
-    if (p := output_dir_problem(out)) is not None:
+    if (p := output_dir_problem(out, run=True)) is not None:  # the run's own folder (a resume)
         problems.append(("out", f"the run folder {str(out)!r} {p}: give a folder (created if missing) in a writable place"))
     root = Path(cfg.dataset.root)  # an existing read-only root may hold the dataset already: only a non-folder is refused here
     if cfg.dataset.spec is not None and not root.is_dir() and (p := output_dir_problem(root)) is not None:
