@@ -21,6 +21,8 @@ from mosaic.evaluation.quality import quality_summary, read_images
 from mosaic.holdout import is_held_out
 from mosaic.png import FOREIGN_FORMATS, decode_image, eval_pixel_bound
 from mosaic.io import atomic_text_writer, check_output_dir
+from mosaic.records import spec_of
+from mosaic.verify import check_before_read
 
 
 #: most bytes a metadata.jsonl to evaluate may hold (a record is about 1 KB: 1 GiB is a million images)
@@ -319,9 +321,6 @@ def _training_side(dataset_dir: str | Path, reference: str | None, train_split: 
     ds = Path(dataset_dir)
     # a reader like every other: the quick check first (not a dataset, damaged, stray files, a spec edited after
     # generation: refused, named), then images decoded only up to the pixel bound of the dataset's own spec
-    from mosaic.records import spec_of
-    from mosaic.verify import check_before_read
-
     try:
         check_before_read(ds)
     except MosaicError as e:
