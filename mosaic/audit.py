@@ -234,12 +234,15 @@ def _write_audit(root: Path, out: Path, items: list[dict], aid: str, seed: int) 
     marks = {}
     saved = out / "audit.json"
     if saved.is_file():
+        # the marks of an earlier save of this audit are kept; a damaged or foreign audit.json keeps none (it is left
+        # in place, never read as marks): any JSON shape, non-UTF-8 bytes or nesting too deep
         try:
-            old = json.loads(saved.read_text())
-            if old.get("audit_id") == aid:
-                marks = {m["id"]: {"mark": m.get("mark"), "note": m.get("note", "")} for m in old.get("marks", []) if m.get("mark")}
-        except (json.JSONDecodeError, KeyError, TypeError):
-            pass
+            old = json.loads(saved.read_bytes().decode("utf-8"))
+            if isinstance(old, dict) and old.get("audit_id") == aid and isinstance(old.get("marks"), list):
+                marks = {m["id"]: {"mark": m.get("mark"), "note": m.get("note", "") if isinstance(m.get("note", ""), str) else ""}
+                         for m in old["marks"] if isinstance(m, dict) and type(m.get("id")) is int and m.get("mark") in ("correct", "incorrect")}
+        except (ValueError, KeyError, TypeError, RecursionError, OSError):
+            marks = {}
     meta = {"audit_id": aid, "run": str(root), "seed": seed, "n": len(items), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     page = out / "audit.html"
     atomic_write(out / "items.json", json.dumps({"meta": meta, "items": [{k: v for k, v in it.items() if k != "image"} for it in items]},
@@ -308,9 +311,16 @@ def _audit_items(out: Path) -> tuple[str, list[dict]]:
     """The audit id and items of the audit page in ``out`` (``items.json``)."""
     data = _read_json(out / "items.json", f"re-make the audit page with `mosaic audit` (it writes {out / 'items.json'})")
     try:
-        return str(data["meta"]["audit_id"]), list(data["items"])
+        aid, items = str(data["meta"]["audit_id"]), list(data["items"])
     except (KeyError, TypeError):
         raise MosaicError(f"{out / 'items.json'} is damaged (no meta.audit_id or items): re-make the audit page with `mosaic audit`") from None
+    # every item as the page wrote it: a mapping whose id is a whole number, source and file_name strings
+    bad = next((k for k, it in enumerate(items) if not isinstance(it, dict) or type(it.get("id")) is not int
+                or not isinstance(it.get("source"), str) or not isinstance(it.get("file_name"), str)), None)
+    if bad is not None:
+        raise MosaicError(f"{out / 'items.json'} is damaged (item {bad} is not an item with an integer id, source and file_name): "
+                          "re-make the audit page with `mosaic audit`")
+    return aid, items
 
 
 def import_audit(root: str | Path, file: str | Path, out: str | Path | None = None) -> Path:

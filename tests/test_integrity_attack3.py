@@ -541,3 +541,52 @@ def test_no_writer_but_the_run_writes_into_a_run_folder_or_its_weights(tmp_path,
     assert "training run" in output_dir_problem(link)  # through a link too
     after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and not p.is_symlink()}
     assert after == before
+
+
+def test_truncated_exported_weights_are_a_named_error_not_a_traceback(tmp_path, diffusion_run):
+    """mosaic sample on a run whose best/ weights file was cut short: exit 2, the file named (attack case 06)."""
+    src, _ = diffusion_run
+    run = tmp_path / "run"
+    shutil.copytree(src, run, symlinks=True)
+    for part in ("best", "final"):
+        f = run / part / "backbone" / "diffusion_pytorch_model.safetensors"
+        if f.is_file():
+            f.write_bytes(f.read_bytes()[:1000])
+    res = CliRunner().invoke(app, ["sample", str(run), "--out", str(tmp_path / "s"), "--no-score"])
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output and "damaged" in res.output and "diffusion_pytorch_model.safetensors" in res.output
+
+
+@pytest.mark.parametrize("saved", [b"[1, 2]", b"\xff\xfe not utf-8", b'{"audit_id": "X", "marks": ["x", 3]}', b"[" * 100000])
+def test_remaking_an_audit_over_a_damaged_audit_json_keeps_no_marks_and_never_crashes(tmp_path, audit_src, saved):
+    """mosaic audit again after audit.json was damaged (any JSON shape, non-UTF-8, 100k-deep): exit 0, the
+    page re-made, the damaged file left in place (attack case 11)."""
+    root = tmp_path / "run"
+    shutil.copytree(audit_src, root)
+    assert CliRunner().invoke(app, ["audit", str(root), "--n", "4"]).exit_code == 0
+    (root / "audit" / "audit.json").write_bytes(saved)
+    res = CliRunner().invoke(app, ["audit", str(root), "--n", "4"])
+    assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+    assert (root / "audit" / "audit.json").read_bytes() == saved
+
+
+@pytest.mark.parametrize("bad_id", [[1], "0", 1.5, None, True])
+def test_an_items_json_with_an_id_that_is_no_integer_is_named(tmp_path, audit_src, bad_id):
+    """--import and --summary over an items.json whose item id is a list, string, float, null or bool:
+    exit 2 naming items.json (attack case 12)."""
+    root = tmp_path / "run"
+    shutil.copytree(audit_src, root)
+    assert CliRunner().invoke(app, ["audit", str(root), "--n", "4"]).exit_code == 0
+    items = root / "audit" / "items.json"
+    data = json.loads(items.read_text())
+    marks = {"version": 1, "audit_id": data["meta"]["audit_id"], "run": str(root), "seed": 0, "saved": "x",
+             "marks": [{"id": it["id"], "source": it["source"], "file_name": it["file_name"], "verdict": it["verdict"],
+                        "mark": "correct", "note": ""} for it in data["items"]]}
+    f = tmp_path / "a.json"
+    f.write_text(json.dumps(marks))
+    assert CliRunner().invoke(app, ["audit", str(root), "--import", str(f)]).exit_code == 0
+    data["items"][0]["id"] = bad_id
+    items.write_text(json.dumps(data))
+    for args in (["--import", str(f)], ["--summary"]):
+        res = CliRunner().invoke(app, ["audit", str(root), *args])
+        assert res.exit_code == 2 and "Traceback" not in res.output and "items.json" in res.output, (args, res.output)

@@ -315,7 +315,8 @@ class DiffusionTask(Task):
         """Load weights written by :meth:`export` into ``self.model``.
 
         Raises:
-            TrainingError: the folder is missing or holds other shapes.
+            TrainingError: the folder is missing, a file is damaged (truncated, not safetensors), or it
+                holds other shapes.
         """
         from safetensors.torch import load_file
 
@@ -323,11 +324,18 @@ class DiffusionTask(Task):
         cf = weights_dir / "conditioner.safetensors"
         if not bb.is_file() or not cf.is_file():
             raise TrainingError(f"no exported weights in {weights_dir} (expected backbone/ and conditioner.safetensors)")
-        try:
-            self.model.backbone.load_state_dict(load_file(str(bb)))
-            self.model.conditioner.load_state_dict(load_file(str(cf)))
-        except RuntimeError as e:
-            raise TrainingError(f"weights in {weights_dir} do not fit the run's model config: {str(e).splitlines()[0]}") from None
+        from safetensors import SafetensorError
+
+        for f in (bb, cf):  # a truncated or altered file is named, never a traceback
+            try:
+                state = load_file(str(f))
+            except (SafetensorError, OSError, ValueError) as e:
+                raise TrainingError(f"{f} is damaged ({str(e).splitlines()[0] if str(e) else type(e).__name__}): restore it, or "
+                                    "re-export the weights by rerunning the run's `mosaic train` command") from None
+            try:
+                (self.model.backbone if f == bb else self.model.conditioner).load_state_dict(state)
+            except RuntimeError as e:
+                raise TrainingError(f"weights in {weights_dir} do not fit the run's model config: {str(e).splitlines()[0]}") from None
 
 
 def _process_state():
