@@ -130,6 +130,16 @@ def read_manifest_checked(root: str | Path) -> dict:
     if bad:
         raise DatasetError(f"{path} is damaged (split {bad[0]!r}: its count is not a whole number >= 0): restore the file from a "
                            f"copy, or regenerate with `mosaic generate SPEC --out {root} --overwrite`")
+    # a split is a folder name of this dataset: never a path (``../x``), a hidden name or empty
+    odd = [sp for sp in man["splits"] if not sp or sp.startswith(".") or "/" in sp or "\\" in sp or "\x00" in sp]
+    if odd:
+        raise DatasetError(f"{path} is damaged (split name {odd[0]!r} is not a folder name of the dataset): restore the file from "
+                           f"a copy, or regenerate with `mosaic generate SPEC --out {root} --overwrite`")
+    rec = man.get("checksums")
+    if rec is not None and rec != {} and not (isinstance(rec, dict) and isinstance(rec.get("file", CHECKSUMS), str)
+                                              and "/" not in rec.get("file", CHECKSUMS) and isinstance(rec.get("sha256"), str)):
+        raise DatasetError(f"{path} is damaged (its checksums record is not a mapping naming {CHECKSUMS} and its sha256): restore "
+                           f"the file from a copy, or regenerate with `mosaic generate SPEC --out {root} --overwrite`")
     return man
 
 

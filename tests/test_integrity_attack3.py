@@ -590,3 +590,27 @@ def test_an_items_json_with_an_id_that_is_no_integer_is_named(tmp_path, audit_sr
     for args in (["--import", str(f)], ["--summary"]):
         res = CliRunner().invoke(app, ["audit", str(root), *args])
         assert res.exit_code == 2 and "Traceback" not in res.output and "items.json" in res.output, (args, res.output)
+
+
+@pytest.mark.parametrize("edit", ["checksums_list", "checksums_path", "split_dotdot", "split_hidden"])
+def test_a_manifest_with_fields_of_the_wrong_shape_is_named_by_every_reader(tmp_path, dataset, edit):
+    """verify, verify --repair and MosaicDataset on a manifest whose checksums record is not a mapping or
+    points elsewhere, or that lists a split named like a path: exit 2 / DatasetError naming manifest.json,
+    never an AttributeError or KeyError (attack cases 20, 21)."""
+    from mosaic.torch_data import MosaicDataset
+
+    ds = tmp_path / "ds"
+    shutil.copytree(dataset, ds)
+    man = json.loads((ds / "manifest.json").read_text())
+    if edit == "checksums_list":
+        man["checksums"] = [1]
+    elif edit == "checksums_path":
+        man["checksums"]["file"] = "../other/checksums.sha256"
+    else:
+        man["splits"]["../x" if edit == "split_dotdot" else ".hidden"] = {"count": 1}
+    (ds / "manifest.json").write_text(json.dumps(man))
+    for args in (["verify", str(ds)], ["verify", str(ds), "--repair"]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2 and "Traceback" not in res.output and "manifest.json" in res.output, (args, res.output)
+    with pytest.raises(DatasetError, match="manifest.json is damaged"):
+        MosaicDataset(ds, "train")
