@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mosaic.scene import Scene, SceneObject, angle_deg
-from mosaic.spec import ObjectTemplate, Spec, Value, allowed_values, interchangeable, template_sets
+from mosaic.spec import ObjectTemplate, Spec, Value, allowed_values, interchangeable, per_spec, template_sets
 from mosaic.vocab import number_word, plural
 
 
@@ -56,19 +56,8 @@ class _Plan:
         return c
 
 
-_PLANS: dict[int, tuple[Spec, _Plan]] = {}
-
-
-def _plan(spec: Spec) -> _Plan:
-    """The :class:`_Plan` of ``spec`` (cached per spec object; at most 64 are kept)."""
-    hit = _PLANS.get(id(spec))
-    if hit is not None and hit[0] is spec:
-        return hit[1]
-    if len(_PLANS) >= 64:
-        _PLANS.pop(next(iter(_PLANS)))
-    plan = _Plan(spec)
-    _PLANS[id(spec)] = (spec, plan)
-    return plan
+#: the :class:`_Plan` of a spec, built once per spec object
+_plan = per_spec(_Plan)
 
 
 def assign_templates(scene: Scene, spec: Spec) -> tuple[dict[str, list[int]], list[int]]:

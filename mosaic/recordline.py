@@ -39,7 +39,7 @@ from mosaic.hf import labels_of
 from mosaic.holdout import combination_of, is_held_out
 from mosaic.labels import _merged, _nearest_of, _plan as _label_plan, assign_templates
 from mosaic.scene import Scene, angle_deg, relation
-from mosaic.spec import Spec
+from mosaic.spec import Spec, per_spec
 from mosaic.vocab import SHAPES, number_word, plural
 
 #: most entries a cache of a plan holds (past that, misses are computed and not kept)
@@ -349,19 +349,8 @@ class LinePlan:
         return t
 
 
-_PLANS: dict[int, tuple[Spec, LinePlan]] = {}
-
-
-def line_plan(spec: Spec) -> LinePlan:
-    """The :class:`LinePlan` of ``spec`` (cached per spec object; at most 64 are kept)."""
-    hit = _PLANS.get(id(spec))
-    if hit is not None and hit[0] is spec:
-        return hit[1]
-    if len(_PLANS) >= 64:
-        _PLANS.pop(next(iter(_PLANS)))
-    plan = LinePlan(spec)
-    _PLANS[id(spec)] = (spec, plan)
-    return plan
+#: the :class:`LinePlan` of a spec, built once per spec object
+line_plan = per_spec(LinePlan)
 
 
 def record_line(spec: Spec, scene, values: dict, split: str, index: int, mask_file_name: str | None = None,

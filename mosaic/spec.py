@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from pydantic import ValidationError, model_validator
 
@@ -37,6 +37,8 @@ from mosaic.splits import marginal_quotas, split_cells
 from mosaic.scene3d import CAMERA_RELATIONS, MATERIALS, SOLIDS
 from mosaic.vocab import RELATIONS, SHAPES, delta_e, unknown_name_message
 from mosaic.kinds import check_kind
+
+T = TypeVar("T")
 
 __all__ = [
     "MAX_CANVAS", "MAX_DOMAIN", "MAX_GRID_CELLS", "MAX_SPLIT", "ROLES", "AngleBins", "Concept", "Distribution",
@@ -529,3 +531,23 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> Spec:
         data = apply_overrides(data, overrides)
     source = str(path) + (f" (with --set {' '.join(overrides)})" if overrides else "")
     return parse_spec(data, source=source)
+
+
+def per_spec(build: Callable[[Spec], T], size: int = 64) -> Callable[[Spec], T]:
+    """``spec -> build(spec)``, cached per spec object (by identity, the object kept alive beside its
+    value so an id is never reused for another spec); at most ``size`` are kept, the oldest dropped.
+    For plans derived once per spec (labels, record lines)."""
+    cache: dict[int, tuple[Spec, T]] = {}
+
+    def get(spec: Spec) -> T:
+        hit = cache.get(id(spec))
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        if len(cache) >= size:
+            cache.pop(next(iter(cache)))
+        value = build(spec)
+        cache[id(spec)] = (spec, value)
+        return value
+
+    get.__doc__ = f"The {getattr(build, '__name__', 'plan')} of a spec, built once per spec object (:func:`mosaic.spec.per_spec`)."
+    return get

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from PIL import Image, ImageDraw
-from scipy import ndimage
 
 from mosaic.evaluation.raster import Canvas, clip, gaussian
 from mosaic.scene import SceneObject
