@@ -139,3 +139,14 @@ def test_the_dataset_is_checked_before_its_images_are_read(dataset, tmp_path):
     Image.new("RGB", (6000, 6000)).save(bomb / "images" / "000000.png")
     with pytest.raises(MosaicError, match="pixel"):
         training_copies(bomb, dataset)
+
+
+def test_a_file_name_the_file_system_refuses_is_named(dataset, tmp_path):
+    """evaluate on a folder whose record names a 300-character file: exit 2 naming the record's
+    file_name, not an OSError traceback (attack case 09)."""
+    s = _folder_from(dataset / "test_id", tmp_path / "s")
+    rows = [json.loads(line) for line in (s / "metadata.jsonl").read_text().splitlines()]
+    rows[0]["file_name"] = "images/" + "a" * 300 + ".png"
+    (s / "metadata.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = CliRunner().invoke(app, ["evaluate", str(s), "--spec", str(dataset), "--check-n", "0"])
+    assert res.exit_code == 2 and "Traceback" not in res.output and "cannot be opened" in res.output, res.output

@@ -144,9 +144,13 @@ def load_images(d: Path, records: list[dict], spec: Spec | None = None) -> list[
     files: dict[tuple[int, int], str] = {}  # (device, inode) -> file_name: two names linked to one file are one image
     for r in records:
         p = d / r["file_name"]
-        if not p.is_file():
+        try:
+            st = p.stat() if p.is_file() else None
+        except OSError as e:  # a name the file system refuses (too long, ...): named, never a traceback
+            raise MosaicError(f"image {r['file_name']!r} listed in {d / 'metadata.jsonl'} cannot be opened ({e.strerror or e}): "
+                              "give each record the file_name of its image in the folder") from None
+        if st is None:
             raise MosaicError(f"image {p} listed in {d / 'metadata.jsonl'} is missing")
-        st = p.stat()
         other = files.setdefault((st.st_dev, st.st_ino), r["file_name"])
         if other != r["file_name"]:
             raise MosaicError([(str(d / "metadata.jsonl"), f"records {other!r} and {r['file_name']!r} name one image file (a link): "
