@@ -35,11 +35,10 @@ import math
 
 import numpy as np
 
-from mosaic.scene3d import Scene3D, SolidObject
+from mosaic.scene3d import Scene3D
 from renderers.base import Renderer
+from renderers.shaded_geom import _INF, EPS, F, Plan, Solid, cast, cells, nearest, rects  # noqa: F401  (EPS: re-exported)
 
-F = np.float32
-EPS = 1e-3  # world units: shadow-ray offset along the normal and minimum hit distance
 AMBIENT = 0.16  # sky light, times (0.5 + 0.5 n_z)
 SKY = np.array([0.62, 0.64, 0.68], F)  # linear sky radiance at the horizon (metal reflections, rays that miss)
 _LUT_N = 16384
@@ -98,230 +97,97 @@ class _Cam:
         inv = F(1) / np.sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2])
         return d[0] * inv, d[1] * inv, d[2] * inv
 
-    def rect(self, pts: np.ndarray, clip: bool = True) -> tuple[int, int, int, int] | None:
-        """Sample rectangle ``(i0, i1, j0, j1)`` covering the projection of world points ``[M, 3]``
-        (all in front of the camera), clipped to the frame (None when empty)."""
-        q = (pts - self._C64) @ self._M
-        z = q[:, 2]
-        if z.min() <= 1e-6:
-            i0, i1, j0, j1 = 0, self.n, 0, self.n
-        else:
-            x = q[:, 0] / z * self._k + self.n / 2.0
-            y = self.n / 2.0 - q[:, 1] / z * self._k
-            j0 = math.floor(x.min() - 0.5)
-            j1 = math.ceil(x.max() + 0.5) + 1
-            i0 = math.floor(y.min() - 0.5)
-            i1 = math.ceil(y.max() + 0.5) + 1
-        if clip:
-            i0, j0, i1, j1 = max(i0, 0), max(j0, 0), min(i1, self.n), min(j1, self.n)
-            if i1 <= i0 or j1 <= j0:
-                return None
-        return i0, i1, j0, j1
+    def grid(self, rc: np.ndarray, q: bool = True, sub: bool = False) -> dict:
+        """The samples of rectangles ``rc`` (:func:`~renderers.shaded_geom.cells`) with their unit ray
+        directions ``D`` (the values :meth:`rays` gives: the per-row and per-column terms are summed
+        per sample as there), their index ``q`` in the sample planes (:func:`_planes`; -1 outside
+        the frame) and, with ``sub``, their supersample ``(i % s) * s + j % s``."""
+        n, s, side = self.n, self.s, self.side
+        lo, hi = min(0, int(rc[:, [0, 2]].min(initial=0))), max(n, int(rc[:, [1, 3]].max(initial=0)))
+        k = np.arange(lo, hi, dtype=F)
+        tabs = [(F(self.d0[c]) + k * F(self.dy[c]), k * F(self.dx[c]), lo) for c in range(3)]
+        if q:
+            i = np.arange(lo, hi)
+            inside = (i >= 0) & (i < n)
+            tabs.append((np.where(inside, (i % s) * s * side * side + (i // s) * side, -4 * n * n), np.where(inside, (i % s) * side * side + i // s, -4 * n * n), lo))
+        if sub:
+            i = np.arange(lo, hi)
+            tabs.append(((i % s) * s, i % s, lo))
+        out = cells(rc, tabs)
+        d = out[4:7]
+        inv = F(1) / np.sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2])
+        g = {"ii": out[0], "jj": out[1], "cnt": out[2], "seg": out[3], "D": (d[0] * inv, d[1] * inv, d[2] * inv)}
+        if q:
+            g["q"] = out[7]
+        if sub:
+            g["sub"] = out[-1]
+        return g
+
+    def no_sky(self) -> bool:
+        """Whether every sample's ray goes down to the ground (checked at the frame's corners: the
+        direction's z is a monotone sum of a row and a column term)."""
+        n = self.n
+        return all(F(self.d0[2]) + F(i) * F(self.dy[2]) + F(j) * F(self.dx[2]) < 0 for i in (0, n - 1) for j in (0, n - 1))
+
+
+def _planes(a: np.ndarray, s: int) -> np.ndarray:
+    """``[n, n]`` samples -> ``[s * s, side * side]``: plane ``a * s + b`` holds supersample (a, b) of
+    every pixel, so a pixel's supersamples are summed plane by plane."""
+    side = a.shape[0] // s
+    return np.ascontiguousarray(a.reshape(side, s, side, s).transpose(1, 3, 0, 2)).reshape(s * s, side * side)
 
 
 # ----------------------------------------------------------------------------------------------
-# solids: bounding boxes and ray intersection (structure of arrays: x, y, z apart)
+# a scene's solids (renderers.shaded_geom), cached on its objects and on the scene
 # ----------------------------------------------------------------------------------------------
 
-_INF = F(np.inf)
-
-
-class _Solid:
-    """One object's geometry in float32 world coordinates."""
-
-    def __init__(self, o: SolidObject):
-        self.o = o
-        x, y = o.position[0], o.position[1]
-        self.x, self.y = F(x), F(y)
-        self.r = F(o.radius_world)
-        self.h = F(o.height)
-        self.kind = "sphere" if o.shape == "sphere" else "cylinder" if o.shape in ("cylinder", "circle") else "prism"
-        self.poly = o.footprint() if self.kind == "prism" else None
-        self.planes = None
-        if self.poly is not None:
-            p = self.poly
-            nxt = np.r_[1:len(p), 0]
-            e = p[nxt] - p
-            cross = e[:, 0] * e[nxt, 1] - e[:, 1] * e[nxt, 0]
-            if np.all(cross > 0):  # convex: the solid is the intersection of its wall, top and ground half-spaces
-                ln = np.hypot(e[:, 0], e[:, 1])
-                nx, ny = e[:, 1] / ln, -e[:, 0] / ln
-                c = nx * p[:, 0] + ny * p[:, 1]
-                self.planes = [(F(a), F(b), F(0), F(d)) for a, b, d in zip(nx, ny, c)] + [(F(0), F(0), F(1), F(self.h))]
-            self.poly = p.astype(F)
-
-    def corners(self) -> np.ndarray:
-        """The 8 corners float64 ``[8, 3]`` of the axis-aligned bounding box."""
-        if self.poly is not None:
-            x0, y0 = self.poly.min(0)
-            x1, y1 = self.poly.max(0)
-        else:
-            x0, x1, y0, y1 = self.x - self.r, self.x + self.r, self.y - self.r, self.y + self.r
-        return np.array([[a, b, c] for a in (x0, x1) for b in (y0, y1) for c in (0.0, float(self.h))], np.float64)
-
-    def hit(self, O, D, normals: bool = True):
-        """First hit of rays ``O + t D`` beyond ``EPS``: ``O`` and ``D`` are ``(x, y, z)`` triples of
-        float32 arrays (or scalars for O), D unit. Returns ``t`` float32 (inf where missed) and the
-        unit normal ``(nx, ny, nz)`` (None unless ``normals``)."""
-        if self.kind == "sphere":
-            return self._sphere(O, D, normals)
-        if self.kind == "cylinder":
-            return self._cylinder(O, D, normals)
-        if self.planes is not None:
-            return self._convex(O, D, normals)
-        return self._prism(O, D, normals)
-
-    def _convex(self, O, D, normals):
-        """Cyrus-Beck clipping against the walls, the top (and the ground z >= 0): the entry point."""
-        ox, oy, oz = O
-        dx, dy, dz = D
-        shape = np.broadcast_shapes(np.shape(ox), np.shape(dx))
-        t_in = np.full(shape, -np.inf, F)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            t_out = np.where(dz < 0, -oz / dz, _INF)  # where the ray leaves z >= 0
-        which = np.full(np.shape(dx), len(self.planes), np.int8) if normals else None
-        for k, (a, b, c, d) in enumerate(self.planes):
-            den = a * dx + b * dy + c * dz
-            num = d - (a * ox + b * oy + c * oz)  # >= 0 inside the plane's half-space
-            with np.errstate(divide="ignore", invalid="ignore"):
-                t = num / den
-            enter = den < 0
-            upd = enter & (t > t_in)
-            t_in = np.where(upd, t, t_in)
-            if normals:
-                which[upd] = k
-            t_out = np.where(den > 0, np.minimum(t_out, t), t_out)
-            t_out = np.where((den == 0) & (num < 0), F(-np.inf), t_out)  # parallel and outside
-        ok = (t_in <= t_out) & (t_in > EPS)
-        t = np.where(ok, t_in, _INF).astype(F)
-        if not normals:
-            return t, None
-        wn = np.array([(a, b, c) for a, b, c, _ in self.planes] + [(0, 0, 1)], F)
-        return t, (wn[which, 0], wn[which, 1], wn[which, 2])
-
-    def _sphere(self, O, D, normals):
-        ox, oy, oz = O[0] - self.x, O[1] - self.y, O[2] - self.r
-        dx, dy, dz = D
-        b = ox * dx + oy * dy + oz * dz
-        cc = ox * ox + oy * oy + oz * oz - self.r * self.r
-        disc = b * b - cc
-        ok = disc >= 0
-        t = -b - np.sqrt(np.maximum(disc, F(0)))
-        t = np.where(ok & (t > EPS), t, _INF)
-        if not normals:
-            return t, None
-        tt = np.where(ok, t, F(0))
-        inv = F(1) / self.r
-        return t, ((ox + tt * dx) * inv, (oy + tt * dy) * inv, (oz + tt * dz) * inv)
-
-    def _cylinder(self, O, D, normals):
-        ox, oy, oz = O[0] - self.x, O[1] - self.y, O[2]
-        dx, dy, dz = D
-        a = dx * dx + dy * dy
-        b = ox * dx + oy * dy
-        c = ox * ox + oy * oy - self.r * self.r
-        disc = b * b - a * c
-        ok = (disc >= 0) & (a > 1e-12)
-        ts = (-b - np.sqrt(np.maximum(disc, F(0)))) / np.where(ok, a, F(1))
-        zs = oz + ts * dz
-        ts = np.where(ok & (ts > EPS) & (zs >= 0) & (zs <= self.h), ts, _INF)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            tc = (self.h - oz) / dz
-        xc, yc = ox + tc * dx, oy + tc * dy
-        tc = np.where((tc > EPS) & (xc * xc + yc * yc <= self.r * self.r), tc, _INF)
-        t = np.minimum(ts, tc)
-        if not normals:
-            return t, None
-        side = ts < tc
-        tt = np.where(side, ts, F(0))
-        inv = F(1) / self.r
-        return t, (np.where(side, (ox + tt * dx) * inv, F(0)), np.where(side, (oy + tt * dy) * inv, F(0)), np.where(side, F(0), F(1)))
-
-    def _prism(self, O, D, normals):
-        ox, oy, oz = O
-        dx, dy, dz = D
-        with np.errstate(divide="ignore", invalid="ignore"):
-            tc = (self.h - oz) / dz
-        px, py = ox + tc * dx, oy + tc * dy
-        P = self.poly
-        n_e = len(P)
-        inside = None
-        for k in range(n_e):  # top cap: even-odd point in polygon
-            x1, y1 = P[k]
-            x2, y2 = P[(k + 1) % n_e]
-            if y1 == y2:
-                continue
-            c = ((y1 > py) != (y2 > py)) & (px < x1 + (py - y1) * F((x2 - x1) / (y2 - y1)))
-            inside = c if inside is None else inside ^ c
-        best = np.where(inside & (tc > EPS), tc, _INF)
-        which = np.full(best.shape, n_e, np.int8) if normals else None  # n_e: cap, k: wall k
-        wn = np.zeros((n_e + 1, 3), F)
-        wn[n_e] = (0, 0, 1)
-        for k in range(n_e):
-            x1, y1 = P[k]
-            x2, y2 = P[(k + 1) % n_e]
-            ex, ey = float(x2 - x1), float(y2 - y1)
-            ln = math.hypot(ex, ey)
-            nx, ny = F(ey / ln), F(-ex / ln)  # outward for a counter-clockwise polygon
-            wn[k] = (nx, ny, 0)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                t = (nx * (x1 - ox) + ny * (y1 - oy)) / (nx * dx + ny * dy)
-            u = ((ox + t * dx - x1) * F(ex / (ln * ln)) + (oy + t * dy - y1) * F(ey / (ln * ln)))
-            z = oz + t * dz
-            ok = (t > EPS) & (t < best) & (u >= 0) & (u <= 1) & (z >= 0) & (z <= self.h)
-            best = np.where(ok, t, best)
-            if normals:
-                which[ok] = k
-        if not normals:
-            return best, None
-        return best, (wn[which, 0], wn[which, 1], wn[which, 2])
-
-
-def _solids(scene: Scene3D) -> list[_Solid]:
+def _plan(scene: Scene3D) -> Plan:
+    """The scene's :class:`~renderers.shaded_geom.Plan`: one :class:`~renderers.shaded_geom.Solid` per
+    object and geometry (cached on the object), reused by the mask, image and shadow passes and by
+    the layout's tries (an object that did not move keeps its solid)."""
     if len(scene.objects) > 255:
         raise ValueError(f"a scene has {len(scene.objects)} objects; masks hold at most 255")
     if getattr(scene, "view", None) is None:
         raise ValueError("the shaded renderer needs a 3-D scene (mosaic.scene3d.Scene3D with a view): generate it from a spec "
                          "with image.renderer: shaded")
     out = []
-    for o in scene.objects:  # one _Solid per object and geometry, reused by the mask, image and shadow passes
+    for o in scene.objects:
         key = (o.shape, o.size, tuple(o.center), o.rotation)
         c = o.__dict__.get("_solid")
         if c is None or c[0] != key:
-            c = (key, _Solid(o))
+            c = (key, Solid(o))
             o.__dict__["_solid"] = c
         out.append(c[1])
-    return out
+    plan = scene.__dict__.get("_plan")
+    if plan is None or len(plan.solids) != len(out) or any(a is not b for a, b in zip(plan.solids, out)):
+        plan = Plan(out)
+        scene.__dict__["_plan"] = plan
+    return plan
 
 
 # ----------------------------------------------------------------------------------------------
-# primary visibility
+# primary visibility and the instance mask
 # ----------------------------------------------------------------------------------------------
 
-def _primary(cam: _Cam, solids: list[_Solid], D, normals: bool = True):
-    """z-buffer of the n x n samples: ``t`` float32 [n, n] (inf for sky), ``ids`` uint8 [n, n]
-    (0 ground or sky), normals ``(nx, ny, nz)`` float32 [n, n] each (None unless asked)."""
-    n = cam.n
+def _primary(cam: _Cam, plan: Plan):
+    """The objects' samples of the z-buffer: ``(q, ids, t, D, normals)``, each ``[N]`` for the N samples
+    an object wins (``q`` their index in the sample planes, ``ids`` uint8 object + 1, ``t`` float32
+    distance, ``D`` and ``normals`` float32 triples)."""
+    g = cam.grid(rects(cam, plan.corners))
+    D = g["D"]
+    tk, _ = cast(plan, g["cnt"], cam.C, D)
+    h = np.flatnonzero(tk < _INF)
+    q = g["q"][h]
+    kid = (plan.order + 1).astype(np.uint8)[g["seg"][h]]
+    dz = D[2][h]
     with np.errstate(divide="ignore"):
-        t = np.where(D[2] < 0, -cam.C[2] / D[2], _INF).astype(F)
-    ids = np.zeros((n, n), np.uint8)
-    nrm = None
-    if normals:
-        nrm = (np.zeros((n, n), F), np.zeros((n, n), F), np.ones((n, n), F))
-    for k, so in enumerate(solids, start=1):
-        rc = cam.rect(so.corners())
-        if rc is None:
-            continue
-        i0, i1, j0, j1 = rc
-        tk, nk = so.hit(cam.C, tuple(d[i0:i1, j0:j1] for d in D), normals)
-        tv = t[i0:i1, j0:j1]
-        m = tk < tv
-        tv[m] = tk[m]
-        ids[i0:i1, j0:j1][m] = k
-        if normals:
-            for c in range(3):
-                nrm[c][i0:i1, j0:j1][m] = nk[c][m]
-    return t, ids, nrm
+        tg = np.where(dz < 0, -cam.C[2] / dz, _INF).astype(F)
+    w = nearest(cam.n * cam.n, q, tg, tk[h], kid)
+    win = h[w]
+    Dw = tuple(d[win] for d in D)
+    # the winners' normals: their rays cast again, with normals, against their own objects
+    tw, nw = cast(plan, np.bincount(g["seg"][win], minlength=len(plan.solids)), cam.C, Dw, normals=True)
+    return q[w], kid[w], tw, Dw, nw
 
 
 def instance_mask(scene: Scene3D) -> tuple[np.ndarray, np.ndarray]:
@@ -332,29 +198,27 @@ def instance_mask(scene: Scene3D) -> tuple[np.ndarray, np.ndarray]:
         silhouette: int64 ``[n_objects]``: pixels the object would cover rendered alone, counting
             pixels outside the frame (so an object half out of the frame has visible fraction 1/2).
     """
-    solids = _solids(scene)
+    plan = _plan(scene)
     cam = _Cam(scene, 1)
     n = cam.n
-    D = cam.rays(0, n, 0, n)
-    with np.errstate(divide="ignore"):
-        t = np.where(D[2] < 0, -cam.C[2] / D[2], _INF).astype(F)
+    K = len(plan.solids)
     mask = np.zeros((n, n), np.uint8)
-    sil = np.zeros(len(solids), np.int64)
-    for k, so in enumerate(solids, start=1):
-        i0, i1, j0, j1 = cam.rect(so.corners(), clip=False)
-        c0, c1, d0, d1 = max(i0, 0), min(i1, n), max(j0, 0), min(j1, n)
-        if (c0, c1, d0, d1) == (i0, i1, j0, j1):  # inside the frame: one pass gives both
-            tk, _ = so.hit(cam.C, tuple(d[i0:i1, j0:j1] for d in D), normals=False)
-        else:  # the silhouette runs out of the frame: rays beyond it too
-            tk, _ = so.hit(cam.C, cam.rays(i0, i1, j0, j1), normals=False)
-        sil[k - 1] = int(np.isfinite(tk).sum())
-        if c1 <= c0 or d1 <= d0:
-            continue
-        tk = tk[c0 - i0:c1 - i0, d0 - j0:d1 - j0]
-        tv = t[c0:c1, d0:d1]
-        m = tk < tv
-        tv[m] = tk[m]
-        mask[c0:c1, d0:d1][m] = k
+    sil = np.zeros(K, np.int64)
+    if not K:
+        return mask, sil
+    g = cam.grid(rects(cam, plan.corners, clip=False))  # the silhouette runs out of the frame too
+    D = g["D"]
+    tk, _ = cast(plan, g["cnt"], cam.C, D)
+    h = tk < _INF
+    sil[plan.order] = np.bincount(g["seg"][h], minlength=K)
+    h = np.flatnonzero(h & (g["q"] >= 0))
+    if len(h):
+        dz = D[2][h]
+        with np.errstate(divide="ignore"):
+            tg = np.where(dz < 0, -cam.C[2] / dz, _INF).astype(F)
+        pix, kid = g["q"][h], (plan.order + 1).astype(np.uint8)[g["seg"][h]]
+        w = nearest(n * n, pix, tg, tk[h], kid)
+        mask.ravel()[pix[w]] = kid[w]
     return mask, sil
 
 
@@ -363,23 +227,24 @@ def annotate(scene: Scene3D) -> np.ndarray:
     ``visible_fraction``, ``box``, ``pixel``) and return the instance mask uint8 ``[H, W]``."""
     mask, sil = instance_mask(scene)
     side = scene.image_size
-    counts = np.bincount(mask.ravel(), minlength=len(scene.objects) + 1)
-    rows_any = np.zeros((len(scene.objects) + 1, side), bool)
-    cols_any = np.zeros((len(scene.objects) + 1, side), bool)
+    K = len(scene.objects)
+    counts = np.bincount(mask.ravel(), minlength=K + 1)
+    rows_any = np.zeros((K + 1, side), bool)
+    cols_any = np.zeros((K + 1, side), bool)
     ii, jj = np.nonzero(mask)
-    rows_any[mask[ii, jj], ii] = True
-    cols_any[mask[ii, jj], jj] = True
+    kk = mask[ii, jj]
+    rows_any[kk, ii] = True
+    cols_any[kk, jj] = True
+    # first and last row / column of each object (meaningful where it has a pixel)
+    r0, r1 = rows_any.argmax(1), side - rows_any[:, ::-1].argmax(1)
+    c0, c1 = cols_any.argmax(1), side - cols_any[:, ::-1].argmax(1)
     pos = np.array([o.position for o in scene.objects], np.float64).reshape(-1, 3)
     pix = scene.view.project(pos, side) if len(pos) else np.zeros((0, 3))
     for k, o in enumerate(scene.objects, start=1):
         c = int(counts[k])
         o.visible_pixels = c
         o.visible_fraction = round(c / int(sil[k - 1]), 6) if sil[k - 1] else 0.0  # rounded as stored: the scene round-trips
-        if c:
-            r, q = np.nonzero(rows_any[k])[0], np.nonzero(cols_any[k])[0]
-            o.box = (int(q[0]), int(r[0]), int(q[-1]) + 1, int(r[-1]) + 1)
-        else:
-            o.box = None
+        o.box = (int(c0[k]), int(r0[k]), int(c1[k]), int(r1[k])) if c else None
         o.pixel = tuple(round(float(v), 4) for v in pix[k - 1])
     return mask
 
@@ -399,24 +264,20 @@ def _light_offsets(s: int, radius: float) -> np.ndarray:
     return off[order].reshape(s, s, 2)
 
 
-def _expand(a: np.ndarray, s: int) -> np.ndarray:
-    """[H, W] -> [H*s, W*s], each value repeated over its s x s block."""
-    if s == 1:
-        return a.copy()
-    H, W = a.shape
-    return np.broadcast_to(a[:, None, :, None], (H, s, W, s)).reshape(H * s, W * s).copy()
-
-
-def _shade(scene: Scene3D, s: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Linear radiance ``(r, g, b)``, each float32 ``[n, n]``, of the n = side * s samples."""
-    solids = _solids(scene)
+def _shade(scene: Scene3D, s: int) -> list[np.ndarray]:
+    """Linear radiance ``[r, g, b]`` of the n = side * s samples, each float32 ``[s * s, side * side]``
+    (:func:`_planes`: supersample planes)."""
+    plan = _plan(scene)
     cam = _Cam(scene, s)
     n, side = cam.n, scene.image_size
-    D = cam.rays(0, n, 0, n)
-    t, ids, N = _primary(cam, solids, D)
+    q_o, ids_o, to, (dx, dy, dz), (nx, ny, nz) = _primary(cam, plan)
+    ids = np.zeros(n * n, np.uint8)  # object + 1 of each sample (plane layout), 0 ground or sky
+    ids[q_o] = ids_o
+    tz = np.empty(n * n, F)  # the objects' distances, where ids > 0
+    tz[q_o] = to
     lights = [(np.asarray(p, np.float64), F(i), float(rad)) for _, p, i, rad in scene.view.lights]
 
-    # ground irradiance, smooth: at pixel centres, repeated over the supersamples
+    # ground irradiance, smooth: at pixel centres, the same for every supersample of a pixel
     cam1 = _Cam(scene, 1)
     D1 = cam1.rays(0, side, 0, side)
     with np.errstate(divide="ignore"):
@@ -430,59 +291,56 @@ def _shade(scene: Scene3D, s: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         e_all += e
         if li == 0:
             e_key = e
-    e_all, e_key = _expand(e_all, s), _expand(e_key, s)
 
-    # key-lamp shadows: a shadow ray from every sample in each object's shadow rectangle
-    hit = np.isfinite(t)
-    shadowed = np.zeros((n, n), bool)
+    # key-lamp shadows: a shadow ray from every sample in each object's shadow rectangle (the projection
+    # of its box and of the box's shadow on the ground from the four corners of the lamp's disk)
+    shadowed = np.zeros(n * n, bool)
     key, _, krad = lights[0]
-    off = np.tile(_light_offsets(s, krad), (side, side, 1)) if krad > 0 else None
-    for so in solids:
-        c = so.corners()
-        top = c[c[:, 2] > 0]
-        pts = [c]
-        for ox in (-krad, krad):
-            for oy in (-krad, krad):
-                Lc = key + np.array([ox, oy, 0.0])
-                if Lc[2] > top[:, 2].max() + 1e-6:
-                    pts.append(Lc + (top - Lc) * (Lc[2] / (Lc[2] - top[:, 2]))[:, None])
-        rc = cam.rect(np.concatenate(pts))
-        if rc is None:
-            continue
-        i0, i1, j0, j1 = rc
-        tr = np.where(hit[i0:i1, j0:j1], t[i0:i1, j0:j1], F(0))
-        P = tuple(cam.C[c_] + tr * D[c_][i0:i1, j0:j1] for c_ in range(3))
+    if len(plan.solids):
+        cor = plan.corners
+        top = cor[:, 1::2]  # the corners at z = h
+        Lc = key + np.array([[ox, oy, 0.0] for ox in (-krad, krad) for oy in (-krad, krad)])  # [4, 3]
+        valid = Lc[None, :, 2] > top[:, :, 2].max(1)[:, None] + 1e-6  # the lamp corner above the top: a shadow on the ground
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sh = Lc[None, :, None] + (top[:, None] - Lc[None, :, None]) * (Lc[None, :, None, 2] / (Lc[None, :, None, 2] - top[:, None, :, 2]))[..., None]
+        sh = np.where(valid[:, :, None, None], sh, top[:, None])
+        g = cam.grid(rects(cam, np.concatenate([cor, sh.reshape(len(cor), 16, 3)], 1)), sub=krad > 0)
+        q, D = g["q"], g["D"]
+        with np.errstate(divide="ignore"):
+            tr = np.where(ids[q] > 0, tz[q], np.where(D[2] < 0, -cam.C[2] / D[2], F(0)))  # the sample's visible point
+        P = tuple(cam.C[c_] + tr * D[c_] for c_ in range(3))
         lx = F(key[0]) - P[0]
         ly = F(key[1]) - P[1]
-        if off is not None:
-            lx = lx + off[i0:i1, j0:j1, 0]
-            ly = ly + off[i0:i1, j0:j1, 1]
+        if krad > 0:
+            off = _light_offsets(s, krad).reshape(s * s, 2)[g["sub"]]  # the lamp point of each supersample
+            lx = lx + off[:, 0]
+            ly = ly + off[:, 1]
         lz = F(key[2]) - P[2]
         dist = np.sqrt(lx * lx + ly * ly + lz * lz)
         inv = F(1) / dist
-        th, _ = so.hit(P, (lx * inv, ly * inv, lz * inv), normals=False)
-        shadowed[i0:i1, j0:j1] |= th < dist
+        th, _ = cast(plan, g["cnt"], P, (lx * inv, ly * inv, lz * inv))
+        shadowed[q[th < dist]] = True
 
+    # the ground: lit, or lit less the key lamp where shadowed
     ground = srgb_to_linear(scene.background)
-    e = e_all - np.where(shadowed, e_key, F(0))
-    col = [ground[c] * e for c in range(3)]
+    sh2 = shadowed.reshape(s * s, side * side)
+    e_sh = (e_all - e_key).ravel()
+    e_all = e_all.ravel()
+    col = [np.where(sh2, ground[c] * e_sh, ground[c] * e_all) for c in range(3)]
 
     # objects: full shading on their samples only
-    idx = np.flatnonzero(ids)
-    if len(idx):
-        oid = ids.ravel()[idx]
+    if len(q_o):
+        oid = ids_o
         alb_tab = np.concatenate([np.zeros((1, 3), F), srgb_to_linear([o.rgb for o in scene.objects]).reshape(-1, 3)]).astype(F)
         metal_tab = np.array([False] + [getattr(o, "material", "rubber") == "metal" for o in scene.objects])
         alb = alb_tab[oid]
         metal = metal_tab[oid]
-        dx, dy, dz = (d.ravel()[idx] for d in D)
-        nx, ny, nz = (a.ravel()[idx] for a in N)
-        to = t.ravel()[idx]
         px, py, pz = cam.C[0] + to * dx, cam.C[1] + to * dy, cam.C[2] + to * dz
-        sh = shadowed.ravel()[idx]
-        diffuse = np.full(len(idx), F(0))
-        spec_rub = np.zeros(len(idx), F)
-        spec_met = np.zeros(len(idx), F)
+        sh = shadowed[q_o]
+        N = len(q_o)
+        diffuse = np.full(N, F(0))
+        spec_rub = np.zeros(N, F)
+        spec_met = np.zeros(N, F)
         for li, (Lp, inten, _) in enumerate(lights):
             lx, ly, lz = F(Lp[0]) - px, F(Lp[1]) - py, F(Lp[2]) - pz
             inv = F(1) / np.sqrt(lx * lx + ly * ly + lz * lz)
@@ -519,26 +377,26 @@ def _shade(scene: Scene3D, s: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                 oc[c][m] = (am[:, c] * (F(0.9) * env + F(0.03) * irr[m]) + F(0.05) * env
                             + (F(0.5) + F(0.5) * am[:, c]) * (F(1.5) * spec_met[m] + F(0.25) * spec_rub[m]))
         for c in range(3):
-            col[c].ravel()[idx] = oc[c]
-    sky = ~hit
-    if sky.any():
+            col[c].reshape(-1)[q_o] = oc[c]
+    if not cam.no_sky():
+        sky = _planes(~(cam.rays(0, n, 0, n)[2] < 0), s).ravel() & (ids == 0)
         for c in range(3):
-            col[c][sky] = SKY[c]
-    return tuple(col)
+            col[c].reshape(-1)[sky] = SKY[c]
+    return col
 
 
 def _encode(col, s: int) -> np.ndarray:
-    """Box-average the supersamples of ``(r, g, b)`` (a fixed order of sums) and encode to sRGB uint8 ``[H, W, 3]``."""
+    """Box-average the supersamples of ``[r, g, b]`` (plane by plane: a fixed order of sums) and encode
+    to sRGB uint8 ``[H, W, 3]``."""
+    side = int(round(math.sqrt(col[0].shape[1])))
     chans = []
     for ch in col:
-        acc = None
-        for a in range(s):
-            for b in range(s):
-                blk = ch[a::s, b::s]
-                acc = blk.copy() if acc is None else acc + blk
+        acc = ch[0].copy()
+        for k in range(1, s * s):
+            acc = acc + ch[k]
         lin = acc * F(1.0 / (s * s)) if s > 1 else acc
         chans.append(_LUT[np.clip(lin * F(_LUT_N), 0, _LUT_N - 1).astype(np.int32)])
-    return np.stack(chans, -1)
+    return np.stack(chans, -1).reshape(side, side, 3)
 
 
 class ShadedRenderer(Renderer):

@@ -1,0 +1,328 @@
+"""Geometry of the shaded renderer (:mod:`renderers.shaded`): solids, their screen rectangles, and
+ray casting batched over the objects of a scene.
+
+A pass (instance mask, primary visibility, key-lamp shadows) casts the rays of every object's
+screen rectangle. Rather than one set of numpy calls per object, the samples of all rectangles
+are laid end to end (:func:`cells`), objects of one kind next to each other, and each kind is
+intersected in one set of array operations whose per-object constants (centre, radius, height,
+wall planes) are repeated over the object's samples (:func:`cast`). Every sample goes through the
+same float32 operations, in the same order, with the same constants as when each object was cast
+alone, so the results are the same bits; the z-buffer keeps, per sample, the nearest hit and on a
+tie the lowest object index (the ground before any object), as casting the objects one after
+another with a strict ``<`` did (:func:`nearest`).
+
+Kinds: ``sphere``, ``cylinder`` (also the ``circle`` prism), convex prisms (Cyrus-Beck clipping
+against their wall and top planes; one kind per number of planes: the cube is 5), and non-convex
+prisms (``star``, ``cross``: an even-odd test of the top cap and one wall per edge), cast one
+object at a time.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mosaic.scene3d import SolidObject
+
+F = np.float32
+EPS = 1e-3  # world units: shadow-ray offset along the normal and minimum hit distance
+_INF = F(np.inf)
+
+
+class Solid:
+    """One object's geometry in float32 world coordinates."""
+
+    def __init__(self, o: SolidObject):
+        self.o = o
+        x, y = o.position[0], o.position[1]
+        self.x, self.y = F(x), F(y)
+        self.r = F(o.radius_world)
+        self.h = F(o.height)
+        self.kind = "sphere" if o.shape == "sphere" else "cylinder" if o.shape in ("cylinder", "circle") else "prism"
+        self.poly = o.footprint() if self.kind == "prism" else None
+        self.planes = None
+        if self.poly is not None:
+            p = self.poly
+            nxt = np.r_[1:len(p), 0]
+            e = p[nxt] - p
+            cross = e[:, 0] * e[nxt, 1] - e[:, 1] * e[nxt, 0]
+            if np.all(cross > 0):  # convex: the solid is the intersection of its wall, top and ground half-spaces
+                ln = np.hypot(e[:, 0], e[:, 1])
+                nx, ny = e[:, 1] / ln, -e[:, 0] / ln
+                c = nx * p[:, 0] + ny * p[:, 1]
+                self.planes = [(F(a), F(b), F(0), F(d)) for a, b, d in zip(nx, ny, c)] + [(F(0), F(0), F(1), F(self.h))]
+            self.poly = p.astype(F)
+        self.group = self.kind if self.kind != "prism" else ("convex", len(self.planes)) if self.planes else ("prism", id(self))
+        if self.poly is not None:
+            x0, y0 = self.poly.min(0)
+            x1, y1 = self.poly.max(0)
+        else:
+            x0, x1, y0, y1 = self.x - self.r, self.x + self.r, self.y - self.r, self.y + self.r
+        self._corners = np.array([[a, b, c] for a in (x0, x1) for b in (y0, y1) for c in (0.0, float(self.h))], np.float64)
+
+    def corners(self) -> np.ndarray:
+        """The 8 corners float64 ``[8, 3]`` of the axis-aligned bounding box."""
+        return self._corners
+
+    def hit(self, O, D, normals: bool = True):
+        """First hit of rays ``O + t D`` beyond ``EPS`` (one object; :func:`cast` batches): ``O`` and ``D``
+        are ``(x, y, z)`` triples of float32 arrays (or scalars for O), D unit. Returns ``t`` float32 (inf
+        where missed) and the unit normal ``(nx, ny, nz)`` (None unless ``normals``)."""
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return self._hit(O, D, normals)
+
+    def _hit(self, O, D, normals):
+        if self.kind == "sphere":
+            return _sphere(O, D, self.x, self.y, self.r, normals)
+        if self.kind == "cylinder":
+            return _cylinder(O, D, self.x, self.y, self.r, self.h, normals)
+        if self.planes is not None:
+            return _convex(O, D, np.array(self.planes, F).T[:, :, None], None, normals)
+        return self._prism(O, D, normals)
+
+    def _prism(self, O, D, normals):
+        ox, oy, oz = O
+        dx, dy, dz = D
+        tc = (self.h - oz) / dz
+        px, py = ox + tc * dx, oy + tc * dy
+        P = self.poly
+        n_e = len(P)
+        inside = None
+        for k in range(n_e):  # top cap: even-odd point in polygon
+            x1, y1 = P[k]
+            x2, y2 = P[(k + 1) % n_e]
+            if y1 == y2:
+                continue
+            c = ((y1 > py) != (y2 > py)) & (px < x1 + (py - y1) * F((x2 - x1) / (y2 - y1)))
+            inside = c if inside is None else inside ^ c
+        best = np.where(inside & (tc > EPS), tc, _INF)
+        which = np.full(best.shape, n_e, np.int8) if normals else None  # n_e: cap, k: wall k
+        wn = np.zeros((n_e + 1, 3), F)
+        wn[n_e] = (0, 0, 1)
+        for k in range(n_e):
+            x1, y1 = P[k]
+            x2, y2 = P[(k + 1) % n_e]
+            ex, ey = float(x2 - x1), float(y2 - y1)
+            ln = math.hypot(ex, ey)
+            nx, ny = F(ey / ln), F(-ex / ln)  # outward for a counter-clockwise polygon
+            wn[k] = (nx, ny, 0)
+            t = (nx * (x1 - ox) + ny * (y1 - oy)) / (nx * dx + ny * dy)
+            u = ((ox + t * dx - x1) * F(ex / (ln * ln)) + (oy + t * dy - y1) * F(ey / (ln * ln)))
+            z = oz + t * dz
+            ok = (t > EPS) & (t < best) & (u >= 0) & (u <= 1) & (z >= 0) & (z <= self.h)
+            best = np.where(ok, t, best)
+            if normals:
+                which[ok] = k
+        if not normals:
+            return best, None
+        return best, (wn[which, 0], wn[which, 1], wn[which, 2])
+
+
+# ----------------------------------------------------------------------------------------------
+# one kind of solid over many rays: per-object constants are scalars (one object) or arrays
+# repeated over each object's rays (a batch); the float32 operations are the same either way
+# ----------------------------------------------------------------------------------------------
+
+def _sphere(O, D, X, Y, R, normals):
+    ox, oy, oz = O[0] - X, O[1] - Y, O[2] - R
+    dx, dy, dz = D
+    b = ox * dx + oy * dy + oz * dz
+    cc = ox * ox + oy * oy + oz * oz - R * R
+    disc = b * b - cc
+    ok = disc >= 0
+    t = -b - np.sqrt(np.maximum(disc, F(0)))
+    t = np.where(ok & (t > EPS), t, _INF)
+    if not normals:
+        return t, None
+    tt = np.where(ok, t, F(0))
+    inv = F(1) / R
+    return t, ((ox + tt * dx) * inv, (oy + tt * dy) * inv, (oz + tt * dz) * inv)
+
+
+def _cylinder(O, D, X, Y, R, H, normals):
+    ox, oy, oz = O[0] - X, O[1] - Y, O[2]
+    dx, dy, dz = D
+    a = dx * dx + dy * dy
+    b = ox * dx + oy * dy
+    rr = R * R
+    c = ox * ox + oy * oy - rr
+    disc = b * b - a * c
+    ok = (disc >= 0) & (a > 1e-12)
+    ts = (-b - np.sqrt(np.maximum(disc, F(0)))) / np.where(ok, a, F(1))
+    zs = oz + ts * dz
+    ts = np.where(ok & (ts > EPS) & (zs >= 0) & (zs <= H), ts, _INF)
+    tc = (H - oz) / dz
+    xc, yc = ox + tc * dx, oy + tc * dy
+    tc = np.where((tc > EPS) & (xc * xc + yc * yc <= rr), tc, _INF)
+    t = np.minimum(ts, tc)
+    if not normals:
+        return t, None
+    side = ts < tc
+    tt = np.where(side, ts, F(0))
+    inv = F(1) / R
+    return t, (np.where(side, (ox + tt * dx) * inv, F(0)), np.where(side, (oy + tt * dy) * inv, F(0)), np.where(side, F(0), F(1)))
+
+
+def _convex(O, D, pl, seg, normals):
+    """Cyrus-Beck clipping against the walls, the top (and the ground z >= 0): the entry point.
+    ``pl`` float32 ``[4, P, m]``: plane ``k`` of object ``q`` is ``a x + b y + c z <= d`` with
+    ``(a, b, c, d) = pl[:, k, q]``; ``seg`` int ``[L]``: the object of each ray, or None for one
+    object (m = 1; its constants are then scalars)."""
+    ox, oy, oz = O
+    dx, dy, dz = D
+    shape = np.broadcast_shapes(np.shape(ox), np.shape(dx))
+    t_in = np.full(shape, -np.inf, F)
+    t_out = np.where(dz < 0, -oz / dz, _INF)  # where the ray leaves z >= 0
+    P = pl.shape[1]
+    per = pl[:, :, 0] if seg is None else pl[:, :, seg]  # [4, P] scalars, or [4, P, L] repeated over the rays
+    which = np.full(np.shape(dx), P, np.int8) if normals else None
+    for k in range(P):
+        a, b, c, d = per[0, k], per[1, k], per[2, k], per[3, k]
+        den = a * dx + b * dy + c * dz
+        num = d - (a * ox + b * oy + c * oz)  # >= 0 inside the plane's half-space
+        t = num / den
+        enter = den < 0
+        upd = enter & (t > t_in)
+        t_in = np.where(upd, t, t_in)
+        if normals:
+            which[upd] = k
+        t_out = np.where(den > 0, np.minimum(t_out, t), t_out)
+        t_out = np.where((den == 0) & (num < 0), F(-np.inf), t_out)  # parallel and outside
+    ok = (t_in <= t_out) & (t_in > EPS)
+    t = np.where(ok, t_in, _INF).astype(F)
+    if not normals:
+        return t, None
+    # the normal of the plane the ray entered by (the top's is (0, 0, 1), as is the default)
+    wn = np.concatenate([pl[:3], np.broadcast_to(np.array([0, 0, 1], F)[:, None, None], (3, 1, pl.shape[2]))], 1)
+    col = 0 if seg is None else seg
+    return t, tuple(wn[c, which, col] for c in range(3))
+
+
+# ----------------------------------------------------------------------------------------------
+# a scene's solids, grouped by kind
+# ----------------------------------------------------------------------------------------------
+
+class Plan:
+    """The solids of a scene in cast order (kinds together) with each kind's constants.
+
+    Attributes:
+        solids: per object (scene order). order: int ``[K]``: the objects in cast order.
+        corners: float64 ``[K, 8, 3]``: bounding-box corners, cast order.
+        groups: ``[(kind, lo, hi, consts)]``: cast-order positions ``lo..hi-1`` are one kind.
+    """
+
+    def __init__(self, solids: list[Solid]):
+        self.solids = solids
+        by: dict = {}
+        for k, so in enumerate(solids):
+            by.setdefault(so.group, []).append(k)
+        order, self.groups = [], []
+        for key, ks in by.items():
+            lo = len(order)
+            order += ks
+            ss = [solids[k] for k in ks]
+            if key == "sphere":
+                consts = tuple(np.array([getattr(s, a) for s in ss], F) for a in ("x", "y", "r"))
+            elif key == "cylinder":
+                consts = tuple(np.array([getattr(s, a) for s in ss], F) for a in ("x", "y", "r", "h"))
+            elif key[0] == "convex":
+                consts = np.ascontiguousarray(np.array([s.planes for s in ss], F).transpose(2, 1, 0))  # [4, P, m]
+            else:
+                consts = ss[0]
+            self.groups.append((key, lo, len(order), consts))
+        self.order = np.array(order, np.intp)
+        self.corners = np.array([solids[k].corners() for k in order], np.float64).reshape(-1, 8, 3)
+
+
+def cells(rects: np.ndarray, tabs=()) -> tuple:
+    """The samples of rectangles ``rects`` int ``[m, 4]`` (``i0, i1, j0, j1``; empty ones allowed) end
+    to end, row-major within each: ``(rows, cols, counts [m], seg, *extra)`` with ``seg`` the rectangle
+    of each sample and, for each ``(row_table, col_table, lo)`` of ``tabs``, ``row_table[i - lo] +
+    col_table[j - lo]`` per sample (an index computed per row and per column, not per sample)."""
+    i0, i1, j0, j1 = rects.T
+    w = np.maximum(j1 - j0, 0)
+    h = np.where(w > 0, np.maximum(i1 - i0, 0), 0)
+    cnt = h * w
+    rseg = np.repeat(np.arange(len(cnt)), h)  # the rectangle of each row
+    ri = np.arange(len(rseg)) - (np.cumsum(h) - h)[rseg] + i0[rseg]  # each row's index
+    rw = w[rseg]
+    j0r = j0[rseg]
+    L = int(cnt.sum())
+    jj = np.arange(L) - np.repeat(np.cumsum(rw) - rw - j0r, rw)
+    out = [np.repeat(ri, rw), jj, cnt, np.repeat(rseg, rw)]
+    for rt, ct, lo in tabs:
+        out.append(np.repeat(rt[ri - lo], rw) + ct[jj - lo])
+    return tuple(out)
+
+
+def cast(plan: Plan, cnt: np.ndarray, O, D, normals: bool = False):
+    """First hits of rays laid out as :func:`cells` of one rectangle per object in cast order (``cnt``
+    samples each): ``O`` a triple of scalars or float32 ``[L]`` arrays, ``D`` of float32 ``[L]``.
+    Returns ``t`` float32 ``[L]`` (inf where missed) and the normals (None unless ``normals``)."""
+    L = int(cnt.sum())
+    end = np.cumsum(cnt)
+    t = np.empty(L, F)
+    nrm = tuple(np.empty(L, F) for _ in range(3)) if normals else None
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for key, lo, hi, consts in plan.groups:
+            a, b = (int(end[lo - 1]) if lo else 0), int(end[hi - 1])
+            if a == b:
+                continue
+            Og = tuple(o[a:b] if np.ndim(o) else o for o in O)
+            Dg = tuple(d[a:b] for d in D)
+            c = cnt[lo:hi]
+            if key == "sphere":
+                tg, ng = _sphere(Og, Dg, *(np.repeat(v, c) for v in consts), normals)
+            elif key == "cylinder":
+                tg, ng = _cylinder(Og, Dg, *(np.repeat(v, c) for v in consts), normals)
+            elif key[0] == "convex":
+                tg, ng = _convex(Og, Dg, consts, np.repeat(np.arange(hi - lo), c), normals)
+            else:
+                tg, ng = consts._prism(Og, Dg, normals)
+            t[a:b] = tg
+            if normals:
+                for q in range(3):
+                    nrm[q][a:b] = ng[q]
+    return t, nrm
+
+
+def _order_key(t: np.ndarray) -> np.ndarray:
+    """int64 keys ordered as the float32 values ``t`` (no NaN), shifted left by 8 bits."""
+    b = t.view(np.int32).astype(np.int64)
+    return np.where(b < 0, b ^ 0x7FFFFFFF, b) << 8
+
+
+def nearest(size: int, pix: np.ndarray, t_ground: np.ndarray, t: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Which candidate hits win the z-buffer: ``pix`` int ``[L]`` sample indices (each object at most
+    once per sample), ``t`` float32 ``[L]`` their finite distances, ``ids`` their objects (1..255),
+    ``t_ground`` float32 ``[L]`` the ground's (or sky's, inf) distance at ``pix``. A hit wins where it
+    is nearer than the ground and every other hit of its sample, ties going to the ground, then to
+    the lowest id (a sequential z-buffer with ``<``). Returns bool ``[L]``."""
+    key = _order_key(t) | ids.astype(np.int64)
+    buf = np.empty(size, np.int64)
+    buf[pix] = _order_key(t_ground)
+    np.minimum.at(buf, pix, key)
+    return buf[pix] == key
+
+
+def rects(cam, pts: np.ndarray, clip: bool = True) -> np.ndarray:
+    """Sample rectangles int64 ``[m, 4]`` (``i0, i1, j0, j1``) covering the projections of each of ``m``
+    point sets ``pts`` float64 ``[m, M, 3]`` (in front of the camera; a set reaching behind it takes
+    the whole frame), clipped to the frame (empty where nothing is left) unless not ``clip``. One
+    sample (half a sample each side, plus the end column / row) beyond the projection, so a hit is
+    never outside its rectangle."""
+    n = cam.n
+    q = (pts - cam._C64) @ cam._M
+    z = q[..., 2]
+    zs = np.where(z > 1e-6, z, 1.0)
+    x = q[..., 0] / zs * cam._k + n / 2.0
+    y = n / 2.0 - q[..., 1] / zs * cam._k
+    out = np.stack([np.floor(y.min(1) - 0.5), np.ceil(y.max(1) + 0.5) + 1,
+                    np.floor(x.min(1) - 0.5), np.ceil(x.max(1) + 0.5) + 1], 1).astype(np.int64)
+    out[z.min(1) <= 1e-6] = (0, n, 0, n)
+    if clip:
+        out = np.clip(out, 0, n)
+        empty = (out[:, 1] <= out[:, 0]) | (out[:, 3] <= out[:, 2])
+        out[empty] = 0
+    return out
