@@ -21,7 +21,7 @@ from mosaic.evaluation.quality import quality_summary, read_images
 from mosaic.holdout import is_held_out
 from mosaic.png import FOREIGN_FORMATS, decode_image, eval_pixel_bound
 from mosaic.io import atomic_text_writer, check_output_dir
-from mosaic.records import spec_of
+from mosaic.records import spec_from_data
 from mosaic.verify import check_before_read
 
 
@@ -326,10 +326,10 @@ def _training_side(dataset_dir: str | Path, reference: str | None, train_split: 
     # a reader like every other: the quick check first (not a dataset, damaged, stray files, a spec edited after
     # generation: refused, named), then images decoded only up to the pixel bound of the dataset's own spec
     try:
-        check_before_read(ds)
+        man = check_before_read(ds)
     except MosaicError as e:
         raise MosaicError([("--copies", f"{str(ds)!r}: the dataset the model trained on is checked before it is read")] + e.problems) from None
-    ds_spec = spec_of(ds)
+    ds_spec = spec_from_data(man["spec"])  # the manifest the check read, not a second read of it
     if reference is None:
         reference = next((s for s in ("test_id", "test", "val") if (ds / s / "metadata.jsonl").is_file()), None)
         if reference is None:

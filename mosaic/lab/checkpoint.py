@@ -283,3 +283,24 @@ def load_checkpoint(folder: Path, accelerator, model, optimizer, scheduler, ema,
     except (SafetensorError, OSError, ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:
         raise CheckpointError(f"{folder} does not load ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})") from None
     return st
+
+
+def load_weights_file(module: torch.nn.Module, path: Path, weights_dir: Path) -> None:
+    """Load the safetensors file ``path`` (exported weights: ``best/``, ``final/``) into ``module``.
+
+    Raises:
+        TrainingError: the file is damaged (truncated, not safetensors: names it and the fix), or its
+            tensors do not fit ``module`` (the run's model config).
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        state = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as e:  # a truncated or altered file is named, never a traceback
+        raise TrainingError(f"{path} is damaged ({str(e).splitlines()[0] if str(e) else type(e).__name__}): restore it, or "
+                            "re-export the weights by rerunning the run's `mosaic train` command") from None
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as e:
+        raise TrainingError(f"weights in {weights_dir} do not fit the run's model config: {str(e).splitlines()[0]}") from None

@@ -17,6 +17,7 @@ from mosaic.lab.data import split_names, to_float
 from mosaic.lab.diffusion.config import DiffusionConfig, FlowSection
 from mosaic.lab.diffusion.model import DiffusionModel, build_backbone, check_model_fits
 from mosaic.lab.diffusion.sampling import generate, load_evaluator, sample_seeds
+from mosaic.lab.checkpoint import load_weights_file
 from mosaic.lab.loop import Task
 from mosaic.lab.run_folder import RunFolder
 from mosaic.dataset import read_metadata, spec_of
@@ -318,24 +319,12 @@ class DiffusionTask(Task):
             TrainingError: the folder is missing, a file is damaged (truncated, not safetensors), or it
                 holds other shapes.
         """
-        from safetensors.torch import load_file
-
         bb = weights_dir / "backbone" / "diffusion_pytorch_model.safetensors"
         cf = weights_dir / "conditioner.safetensors"
         if not bb.is_file() or not cf.is_file():
             raise TrainingError(f"no exported weights in {weights_dir} (expected backbone/ and conditioner.safetensors)")
-        from safetensors import SafetensorError
-
-        for f in (bb, cf):  # a truncated or altered file is named, never a traceback
-            try:
-                state = load_file(str(f))
-            except (SafetensorError, OSError, ValueError) as e:
-                raise TrainingError(f"{f} is damaged ({str(e).splitlines()[0] if str(e) else type(e).__name__}): restore it, or "
-                                    "re-export the weights by rerunning the run's `mosaic train` command") from None
-            try:
-                (self.model.backbone if f == bb else self.model.conditioner).load_state_dict(state)
-            except RuntimeError as e:
-                raise TrainingError(f"weights in {weights_dir} do not fit the run's model config: {str(e).splitlines()[0]}") from None
+        load_weights_file(self.model.backbone, bb, weights_dir)
+        load_weights_file(self.model.conditioner, cf, weights_dir)
 
 
 def _process_state():

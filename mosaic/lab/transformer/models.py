@@ -7,7 +7,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from mosaic.errors import ConfigError, TrainingError
+from mosaic.errors import ConfigError
+from mosaic.lab.checkpoint import load_weights_file
 from mosaic.lab.transformer.config import TransformerConfig
 from mosaic.lab.transformer.encoders import TokenEncoder, ViTEncoder
 from mosaic.lab.transformer.tokens import SceneTokenizer
@@ -70,16 +71,4 @@ class DualEncoder(nn.Module):
 
 def load_weights(model: nn.Module, path: Path) -> None:
     """Load ``model.safetensors`` weights exported by the loop (:meth:`mosaic.lab.loop.Task.export`)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    f = Path(path) / "model.safetensors"
-    try:
-        state = load_file(str(f))
-    except (SafetensorError, OSError, ValueError) as e:  # a truncated or altered file is named, never a traceback
-        raise TrainingError(f"{f} is damaged ({str(e).splitlines()[0] if str(e) else type(e).__name__}): restore it, or "
-                            "re-export the weights by rerunning the run's `mosaic train` command") from None
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as e:
-        raise TrainingError(f"weights in {path} do not fit the run's model config: {str(e).splitlines()[0]}") from None
+    load_weights_file(model, Path(path) / "model.safetensors", Path(path))
