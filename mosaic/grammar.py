@@ -139,6 +139,26 @@ class AngleBins(StrictModel):
                 return k
         return None
 
+    def nearest(self, angle_deg: float) -> int:
+        """Index of the bin holding ``angle_deg``, or else of the bin whose nearer edge is closest
+        (a forced choice, as a classifier trained on the bins reads an angle in a gap: MOSAIC scores
+        position with a 10-way classifier). Ties go to the lower index."""
+        k = self.bin_of(angle_deg)
+        if k is not None:
+            return k
+        a = angle_deg % 360.0
+
+        def dist(lo_hi):
+            lo, hi = lo_hi
+            return min(abs((a - lo + 180.0) % 360.0 - 180.0), abs((a - hi + 180.0) % 360.0 - 180.0))
+
+        return min(range(self.n), key=lambda i: dist(self.bins()[i]))
+
+
+#: How a read angle becomes a position value: ``strict`` (an angle in a gap between bins is
+#: unreadable, the labels' rule) or ``nearest`` (the nearest bin, a classifier's forced choice).
+POSITION_BINS = ("strict", "nearest")
+
 
 class Concept(StrictModel):
     """A factor of variation that labels scenes.

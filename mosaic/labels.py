@@ -115,12 +115,18 @@ def _nearest_of(fractions: list[tuple], size: float) -> Value:
     return best
 
 
-def read_labels(scene: Scene, spec: Spec) -> LabelReading:
-    """Every concept's value in ``scene``, with the reason for each value that cannot be read."""
-    return _read_labels(scene, spec, assign_templates(scene, spec))
+def read_labels(scene: Scene, spec: Spec, position_bins: str = "strict") -> LabelReading:
+    """Every concept's value in ``scene``, with the reason for each value that cannot be read.
+
+    ``position_bins`` (:data:`mosaic.grammar.POSITION_BINS`): ``strict`` reads an angle in a gap
+    between a position concept's bins as unreadable (the rule labels are made by); ``nearest``
+    reads it as the nearest bin (what a classifier trained on the bins answers; the evaluator's
+    option, never the generator's)."""
+    return _read_labels(scene, spec, assign_templates(scene, spec), position_bins)
 
 
-def _read_labels(scene: Scene, spec: Spec, assigned: tuple[dict[str, list[int]], list[int]]) -> LabelReading:
+def _read_labels(scene: Scene, spec: Spec, assigned: tuple[dict[str, list[int]], list[int]],
+                 position_bins: str = "strict") -> LabelReading:
     """:func:`read_labels` given the scene's :func:`assign_templates` (computed once per scene by the generator)."""
     plan = _plan(spec)
     groups, unmatched = assigned
@@ -165,7 +171,7 @@ def _read_labels(scene: Scene, spec: Spec, assigned: tuple[dict[str, list[int]],
                 continue
             bins = spec.concepts[cname].angle_bins
             a = angle_deg(ref, tgt)
-            k = bins.bin_of(a)
+            k = bins.nearest(a) if position_bins == "nearest" else bins.bin_of(a)
             if k is None:
                 problems.append(f"{cname}: angle {a:.1f} degrees falls between bins")
             else:

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import ndimage
 
+from mosaic.grammar import POSITION_BINS
 from mosaic.labels import assign_templates, read_labels
 from mosaic.scene import Scene, SceneObject
 from mosaic.spec import Spec, allowed_values, template_sets
@@ -106,6 +107,9 @@ class SceneParser:
             value None) instead of crediting the nearest allowed shape; on by default.
         thresholds: per measure (``iou``, ``fragments``, ``area``); default
             :data:`ABSTAIN_THRESHOLDS`.
+        position_bins: ``strict`` (default: an angle read between two bins of a position concept
+            is unreadable, as the labels' rule) or ``nearest`` (the nearest bin: the forced choice
+            of MOSAIC's 10-way position classifier; :func:`mosaic.labels.read_labels`).
     Attributes:
         name: ``"parser"``.
         colors: the object colours the spec can produce (the only ones considered).
@@ -113,11 +117,15 @@ class SceneParser:
 
     name = "parser"
 
-    def __init__(self, spec: Spec, abstain: bool = True, thresholds: dict[str, float] | None = None):
+    def __init__(self, spec: Spec, abstain: bool = True, thresholds: dict[str, float] | None = None,
+                 position_bins: str = "strict"):
         if getattr(spec.image, "renderer", None) == "shaded":
             raise MosaicError(f"the scene parser reads flat renders; spec {spec.name!r} uses image.renderer: shaded: "
                               "score it with a learned evaluator (`mosaic evaluator train SPEC`, then --evaluator DIR)")
         self.abstain = bool(abstain)
+        if position_bins not in POSITION_BINS:
+            raise MosaicError(f"position_bins is {position_bins!r}: use one of {', '.join(POSITION_BINS)} (--position-bins, evaluation.position_bins)")
+        self.position_bins = position_bins
         unknown = set(thresholds or {}) - set(ABSTAIN_THRESHOLDS)
         if unknown:
             raise ValueError(f"unknown abstention measure(s) {sorted(unknown)}: use {', '.join(ABSTAIN_THRESHOLDS)}")
@@ -239,7 +247,7 @@ class SceneParser:
             self._settle_shapes(objects, ious, alts, side, notes)
         self._cov_cache = {}
         scene = Scene(side, tuple(int(v) for v in self.bg), objects)
-        reading = read_labels(scene, self.spec)
+        reading = read_labels(scene, self.spec, self.position_bins)
         matches = self._match(objects, maps, side)
         # objects no template can take, and objects beyond a template's largest count (a second
         # region where the spec draws one object: the smaller ones), count as fragments

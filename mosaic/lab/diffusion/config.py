@@ -203,6 +203,9 @@ class EvaluationSection(_Base):
     enabled: bool = Field(True, description="score samples with the evaluator")
     evaluator: str = Field("parser", description="'parser' (the scene parser) or a trained evaluator directory")
     abstain: bool = Field(True, description="the parser reads an image whose match quality is below its calibrated thresholds as unreadable (counted wrong); false: it credits the nearest allowed shape")
+    position_bins: Literal["strict", "nearest"] = Field("strict", description=(
+        "how the parser reads a position concept: strict = an angle between two bins is unreadable (counted wrong); "
+        "nearest = the nearer bin, the forced choice of MOSAIC's 10-way position classifier"))
     splits: list[str] | None = Field(None, description="test splits sampled after training; default test_id + test_ood, or test")
     check_n: int = Field(200, ge=0, description="fresh ground-truth renders to measure the evaluator on (0: skip)")
     val_samples: int = Field(64, ge=0, description="images generated for each validation (conditions of the first val records)")
