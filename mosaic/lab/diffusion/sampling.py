@@ -119,9 +119,9 @@ def choose_records(records: list[dict], concepts: list[str], n_per_combination: 
     return [g[k % len(g)] for g in groups.values() for k in range(n_per_combination)]
 
 
-def load_evaluator(spec, which: str, device: str = "cpu", abstain: bool = True):
-    """``mosaic.evaluation.load_evaluator(spec, which, device, abstain)``."""
-    return _load_evaluator(spec, which, device=device, abstain=abstain)
+def load_evaluator(spec, which: str, device: str = "cpu", abstain: bool = True, position_bins: str = "strict"):
+    """``mosaic.evaluation.load_evaluator(spec, which, device, abstain, position_bins)``."""
+    return _load_evaluator(spec, which, device=device, abstain=abstain, position_bins=position_bins)
 
 
 def open_run(run_dir: str | Path) -> tuple[DiffusionConfig, RunFolder, Path]:
