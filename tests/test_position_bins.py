@@ -100,3 +100,16 @@ def test_evaluate_cli_scores_with_the_chosen_reading(tmp_path):
     assert js["overall"]["joint_accuracy"] == 0.5 and jn["overall"]["joint_accuracy"] == 1.0
     bad = cli("evaluate", str(d), "--spec", str(SPECS / "position.yaml"), "--position-bins", "loose")
     assert bad.exit_code == 2 and "use one of strict, nearest" in bad.output
+
+
+def test_the_training_config_takes_the_reading_and_names_a_bad_one():
+    from mosaic.errors import ConfigError
+    from mosaic.lab.config import load_config
+    from mosaic.lab.diffusion.config import DiffusionConfig
+    from tests.conftest import ROOT
+
+    path = ROOT / "experiments/train/composition_position_cpu.yaml"
+    assert load_config(DiffusionConfig, path).evaluation.position_bins == "strict"
+    assert load_config(DiffusionConfig, path, ["evaluation.position_bins=nearest"]).evaluation.position_bins == "nearest"
+    with pytest.raises(ConfigError, match="position_bins"):
+        load_config(DiffusionConfig, path, ["evaluation.position_bins=loose"])
