@@ -28,7 +28,7 @@ import numpy as np
 from mosaic.errors import MosaicError
 from mosaic.evaluation.agreement import wilson_interval
 from mosaic.evaluation.folder import MAX_METADATA_BYTES, file_name_problem
-from mosaic.io import atomic_write, make_output_dir, read_own_file
+from mosaic.io import atomic_write, make_output_dir, read_json, read_own_file
 from mosaic.png import FOREIGN_FORMATS, SIGNATURE, decode_image, encode_png
 from mosaic.locks import FolderLock
 
@@ -300,10 +300,10 @@ def check_audit(data: dict, expected_id: str | None = None, where: str = "audit.
 def _read_json(path: Path, what: str):
     """A JSON file of an audit folder, or MosaicError naming it (missing, not UTF-8, not JSON, too deep)."""
     try:
-        return json.loads(Path(path).read_bytes().decode("utf-8"))
+        return read_json(path)
     except FileNotFoundError:
         raise MosaicError(f"{path} is missing: {what}") from None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+    except (OSError, ValueError) as e:  # not UTF-8, not JSON, nested too deep (mosaic.io.read_json)
         raise MosaicError(f"{path} cannot be read as JSON ({type(e).__name__}: {str(e)[:100]}): {what}") from None
 
 

@@ -203,6 +203,52 @@ def atomic_write_json(path: str | Path, obj: Any, *, sort_keys: bool = True, def
     return atomic_write(path, json.dumps(obj, indent=2, sort_keys=sort_keys, default=default) + "\n")
 
 
+#: the most bytes of a JSON file mosaic reads from a folder (its own are KB to a few MB)
+MAX_JSON_BYTES = 64 << 20
+
+
+class JSONReadError(ValueError):
+    """A JSON file or text that cannot be read as JSON: not UTF-8, not JSON, nested deeper than the
+    parser reads, too large or not a regular file. A ValueError, so ``except ValueError`` catches it."""
+
+
+def loads_json(data: str | bytes) -> Any:
+    """Parse JSON text (bytes must be UTF-8). The one JSON parser of files mosaic reads from folders
+    (run, sweep, evaluator, dataset, checkpoint): JSON nested 100,000 deep raises
+    :class:`JSONReadError` like any other damage, never RecursionError.
+
+    Raises:
+        JSONReadError: not UTF-8, not JSON, or nested too deep (the message says which).
+    """
+    try:
+        return json.loads(data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data)
+    except RecursionError:
+        raise JSONReadError("nested too deep to be one of mosaic's files") from None
+    except UnicodeDecodeError as e:
+        raise JSONReadError(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except ValueError as e:
+        raise JSONReadError(f"not JSON ({str(e)[:100]})") from None
+
+
+def read_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """The JSON content of the regular file ``path`` (:func:`loads_json`) of at most ``max_bytes``.
+
+    Raises:
+        FileNotFoundError: missing (an OSError); OSError: unreadable;
+        JSONReadError: not a regular file (a FIFO is never waited on), too large, not UTF-8, not
+            JSON, nested too deep.
+    """
+    import stat
+
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise JSONReadError(f"{file_kind(st.st_mode)}, not a JSON file")
+    if st.st_size > max_bytes:
+        raise JSONReadError(f"{st.st_size:,} bytes, more than the {max_bytes:,} a file of mosaic's holds")
+    with open(path, "rb") as f:
+        return loads_json(f.read(max_bytes + 1))
+
+
 def _own(st: os.stat_result) -> bool:
     """A regular file with one name: mosaic's own, not a link planted at its name."""
     import stat

@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover - Windows: locks are advisory files only
     fcntl = None
 
 from mosaic.errors import MosaicError
-from mosaic.io import open_own
+from mosaic.io import loads_json, open_own
 
 
 def lock_path(folder: str | Path) -> Path:
@@ -63,7 +63,7 @@ def lock_owner(folder: str | Path) -> dict | None:
 
 def _read_owner(p: Path) -> dict:
     try:
-        return json.loads(p.read_text(encoding="utf-8") or "{}")
+        return loads_json(p.read_bytes() or b"{}")
     except (OSError, ValueError):
         return {}
 

@@ -25,7 +25,6 @@ kill redoes only the shards without a finished-shard record.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections import deque
 from pathlib import Path
@@ -37,7 +36,7 @@ import pyarrow.parquet as pq
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.executors import check_backend, make_executor
 from mosaic.hf import arrow_schema, feature_tree, hf_record, present_splits, write_card
-from mosaic.io import TEMP_GLOB, atomic_write_json, new_temp_file, own_folders
+from mosaic.io import TEMP_GLOB, atomic_write_json, new_temp_file, own_folders, read_json
 from mosaic.locks import FolderLock
 from mosaic.records import FORMAT, MANIFEST, base_manifest, check_out_dir, png_bytes, read_manifest, sample_record, spec_from_data
 from mosaic.repair import check_repaired_shards, mark_shards_for_regeneration
@@ -171,8 +170,8 @@ def _shard_done(out: Path, split: str, k: int, name: str, rows: int) -> dict | N
     if not p.is_file():
         return None
     try:
-        info = json.loads(p.read_text())
-    except json.JSONDecodeError:
+        info = read_json(p)
+    except (OSError, ValueError):  # damaged (not UTF-8, not JSON, nested too deep): the shard is written again
         return None
     f = out / "data" / name
     if p.is_symlink() or f.is_symlink() or not isinstance(info, dict):  # a link is never a finished shard: it is rewritten

@@ -17,7 +17,6 @@ Every problem found in a spec is reported at once, each with its field path and 
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -37,6 +36,7 @@ from mosaic.splits import marginal_quotas, split_cells
 from mosaic.scene3d import CAMERA_RELATIONS, MATERIALS, SOLIDS
 from mosaic.vocab import RELATIONS, SHAPES, delta_e, unknown_name_message
 from mosaic.kinds import check_kind
+from mosaic.io import read_json
 
 T = TypeVar("T")
 
@@ -507,8 +507,8 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> Spec:
     manifest = path / "manifest.json" if path.is_dir() else path
     if manifest.name == "manifest.json" and manifest.is_file():
         try:
-            data = json.loads(manifest.read_bytes().decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
+            data = read_json(manifest)
+        except (OSError, ValueError) as e:  # not UTF-8, not JSON, nested too deep (mosaic.io.read_json)
             raise SpecError(f"{manifest} is damaged ({type(e).__name__}: {str(e)[:120]}): restore it from a copy, or regenerate the "
                             f"dataset with `mosaic generate SPEC --out {manifest.parent} --overwrite`", str(manifest)) from None
         data = data.get("spec") if isinstance(data, dict) else None

@@ -172,6 +172,7 @@ LAZY: dict[tuple[str, str], str] = {
     ("mosaic.claims", "mosaic.lab.data"): HEAVY,
     ("mosaic.cli.analyze", "mosaic.diagnostics.config"): HELP,
     ("mosaic.cli.analyze", "mosaic.diagnostics.runs"): HELP,
+    ("mosaic.cli.analyze", "mosaic.io"): HELP,
     ("mosaic.cli.analyze", "mosaic.lab.config"): HELP,
     ("mosaic.cli.audit", "mosaic.audit"): HELP,
     ("mosaic.cli.audit", "mosaic.evaluation.quality"): HELP,

@@ -62,9 +62,13 @@ def analyze(
                           say=lambda s: console.print(s, highlight=False))
     except MosaicError as e:
         fail(e)
-    import json
+    from mosaic.io import read_json
 
-    metrics = json.loads(folder.metrics.read_text()) if folder.metrics.is_file() else {}
+    try:  # read again after analyze_run wrote it (or checked it, with --no-write)
+        metrics = read_json(folder.metrics) if folder.metrics.is_file() else {}
+    except (OSError, ValueError):
+        metrics = {}
+    metrics = metrics if isinstance(metrics, dict) else {}
     for t in report_tables(out, metrics.get("table") or {}):
         console.print(t)
     for d, why in (out.get("skipped") or {}).items():

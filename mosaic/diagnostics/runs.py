@@ -11,11 +11,11 @@ from typing import Callable
 from mosaic.diagnostics.analyze import _jsonable, analyze_task
 from mosaic.diagnostics.applies import resolve_what
 from mosaic.diagnostics.config import AnalysisSection
-from mosaic.errors import DatasetError, TrainingError
+from mosaic.errors import TrainingError
+from mosaic.io import read_json
 from mosaic.dataset import spec_of
 from mosaic.lab.config import validate_config
 from mosaic.lab.diffusion.config import DiffusionConfig
-from mosaic.lab.data import manifest_fingerprint
 from mosaic.lab.diffusion.task import DiffusionTask
 from mosaic.lab.run_folder import RunFolder
 from mosaic.lab.run import pick_checkpoint
@@ -42,14 +42,7 @@ def open_any_run(run_dir: str | Path):
                             "`mosaic train` command) before analysing it")
     family = "transformer" if isinstance(raw, dict) and "objective" in raw else "diffusion"
     cfg = validate_config(TransformerConfig if family == "transformer" else DiffusionConfig, raw, source=str(run.config))
-    rec = run.read_dataset()
-    root = Path(rec["path"])
-    if not (root / "manifest.json").is_file():
-        raise DatasetError(f"the dataset of run {run_dir} is gone: {root} holds no manifest.json (regenerate it, or restore it)")
-    cur = manifest_fingerprint(root)
-    if cur["fingerprint"] != rec["fingerprint"] or cur["manifest_sha256"] != rec["manifest_sha256"]:
-        raise DatasetError(f"the dataset {root} changed since run {run_dir} was trained: restore it, or train a new run")
-    return family, cfg, run, root
+    return family, cfg, run, run.dataset_root()  # gone, changed or damaged: named (RunFolder.dataset_root)
 
 
 def load_task(family: str, cfg, run, root: Path, checkpoint: str | None):
@@ -98,8 +91,8 @@ def analyze_run(run_dir: str | Path, *, what: list[str] | None = None, options: 
     family, cfg, run, root = open_any_run(run_dir)
     opts = options or getattr(cfg, "analysis", None) or AnalysisSection()
     try:
-        metrics = json.loads(run.metrics.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        metrics = read_json(run.metrics)
+    except (OSError, ValueError) as e:  # not UTF-8, not JSON, nested 100k deep (mosaic.io.read_json)
         metrics = e
     if not isinstance(metrics, dict):  # checked before any diagnostic runs: the results are written into it
         why = f"{type(metrics).__name__}: {str(metrics)[:80]}" if isinstance(metrics, Exception) else f"not a JSON mapping but {json.dumps(metrics)[:40]}"

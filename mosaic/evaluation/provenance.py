@@ -11,10 +11,10 @@ accuracy for images whose other concepts were never read. :func:`check_spec_read
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from mosaic.errors import MosaicError
+from mosaic.io import read_json
 from mosaic.spec import parse_spec
 
 
@@ -28,8 +28,8 @@ def source_spec(images_dir: str | Path) -> tuple[dict, str] | None:
     for cand in (d.parent / "manifest.json", d.parent.parent / "dataset_manifest.json"):
         if cand.is_file():
             try:
-                man = json.loads(cand.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+                man = read_json(cand)
+            except (OSError, ValueError):  # not UTF-8, not JSON, nested too deep (mosaic.io.read_json)
                 continue
             if isinstance(man, dict) and isinstance(man.get("spec"), dict):
                 return man["spec"], str(cand)

@@ -31,6 +31,7 @@ from mosaic.errors import DatasetError, TrainingError
 from mosaic.io import atomic_copy, atomic_write
 from mosaic.lab.config import config_diff
 from mosaic.lab.data import manifest_fingerprint
+from mosaic.verify import check_before_read
 
 LOG_FIELDS = ("step", "loss", "lr", "grad_norm", "images_per_s", "time_s")
 
@@ -133,10 +134,12 @@ class RunFolder:
 
     def dataset_root(self) -> Path:
         """The root of the run's dataset, checked against the fingerprint recorded when the run
-        started (for sampling or analysing a finished run).
+        started and by the quick check every reader runs (:func:`mosaic.verify.check_before_read`:
+        damaged or edited records, stray files, links), for sampling or analysing a finished run.
 
         Raises:
-            DatasetError: the dataset is gone (no ``manifest.json``) or changed since the run started.
+            DatasetError: the dataset is gone (no ``manifest.json``), changed since the run started,
+                or damaged (each problem named, with the fix).
         """
         rec = self.read_dataset()
         root = Path(rec["path"])
@@ -146,6 +149,10 @@ class RunFolder:
         if cur["fingerprint"] != rec["fingerprint"] or cur["manifest_sha256"] != rec["manifest_sha256"]:
             raise DatasetError(f"the dataset {root} changed since run {self.root} was trained (fingerprint {rec['fingerprint']} -> "
                                f"{cur['fingerprint']}): restore it, or train a new run")
+        try:  # the records the run samples or probes are read from it: damage is named, never used
+            check_before_read(root)
+        except DatasetError as e:
+            raise DatasetError([("", f"the dataset of run {self.root}:")] + e.problems, source=str(root)) from None
         return root
 
     def checkpoint_list(self) -> list[tuple[int, Path]]:

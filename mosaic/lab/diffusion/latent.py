@@ -20,7 +20,7 @@ import torch
 
 from mosaic.lab.autoencoder import LatentSpace
 from mosaic.lab.data import manifest_fingerprint, to_float
-from mosaic.io import atomic_write
+from mosaic.io import atomic_write, read_json
 
 
 def encode_images(space: LatentSpace, images: torch.Tensor, batch_size: int = 256, progress=None) -> torch.Tensor:
@@ -45,8 +45,8 @@ def cached_latents(space: LatentSpace, dataset_root: Path, split: str, images: t
     n = len(images)
     if path.is_file() and meta.is_file():
         try:
-            info = json.loads(meta.read_text())
-            if info.get("n", -1) >= n:
+            info = read_json(meta)
+            if isinstance(info, dict) and info.get("n", -1) >= n:
                 return load_file(str(path))["latents"][:n]
         except (OSError, ValueError, KeyError):
             pass

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from mosaic.errors import DatasetError, TrainingError
-from mosaic.io import atomic_dir, clear_temps
+from mosaic.io import atomic_dir, clear_temps, read_json
 from mosaic.lab.diffusion.sampling import choose_records, generate, load_evaluator, sample_seeds
 from mosaic.lab.diffusion.task import DiffusionTask
 from mosaic.lab.loop import progress_kwargs
@@ -40,7 +40,7 @@ def refuse_other_samples(out: Path, key: dict) -> None:
     if not any(out.iterdir()):
         return
     try:
-        old = json.loads((out / "sampling.json").read_text(encoding="utf-8"))
+        old = read_json(out / "sampling.json")
     except (OSError, ValueError):
         raise DatasetError(f"{out} exists and holds no readable sampling.json (not samples of this command, or damaged): "
                            "give another --out, or delete it") from None
@@ -148,7 +148,8 @@ def _sample_into(tmp: Path, out: Path, task, splits, records, key, *, n_per_comb
     if score and meta:
 
         ev = load_evaluator(task.spec, evaluator or task.cfg.evaluation.evaluator, device=str(device or "cpu"),
-                            abstain=task.cfg.evaluation.abstain if abstain is None else abstain)
+                            abstain=task.cfg.evaluation.abstain if abstain is None else abstain,
+                            position_bins=task.cfg.evaluation.position_bins)
         images = np.concatenate(all_images)
         say(f"scoring {len(meta)} images with the {getattr(ev, 'name', 'evaluator')} evaluator")
 

@@ -21,7 +21,7 @@ from mosaic.lab.checkpoint import load_weights_file
 from mosaic.lab.loop import Task
 from mosaic.lab.run_folder import RunFolder
 from mosaic.dataset import read_metadata, spec_of
-from mosaic.io import atomic_write
+from mosaic.io import atomic_write, read_json
 from mosaic.lab.autoencoder import resolve_autoencoder
 from mosaic.lab.diffusion.conditioning import (
     CaptionConditioner, CombinationConditioner, FactorizedConditioner, OneHotConditioner, build_vocab,
@@ -182,7 +182,13 @@ class DiffusionTask(Task):
             return CombinationConditioner(domains, m.cond_dim)
         vocab_file = self.run.root / "vocab.json" if self.run is not None else None
         if vocab_file is not None and vocab_file.is_file():
-            vocab = json.loads(vocab_file.read_text())
+            try:
+                vocab = read_json(vocab_file)
+            except (OSError, ValueError) as e:  # not UTF-8, not JSON, nested too deep (mosaic.io.read_json)
+                vocab = e
+            if not isinstance(vocab, list) or not all(isinstance(w, str) for w in vocab):
+                raise TrainingError(f"{vocab_file} is damaged ({str(vocab)[:80] if isinstance(vocab, Exception) else 'not a list of words'}): "
+                                    "it is the caption vocabulary the run was trained with; restore it, or train the run again into a new --out")
         else:
             captions = [r["caption"] for s in split_names(self.root) for r in read_metadata(self.root, s)]
             if "train" not in split_names(self.root):  # streamed: the train split's captions, rendered nothing
@@ -235,7 +241,8 @@ class DiffusionTask(Task):
 
     def evaluator(self):
         if self._evaluator is None:
-            self._evaluator = load_evaluator(self.spec, self.cfg.evaluation.evaluator, device=self._device, abstain=self.cfg.evaluation.abstain)
+            self._evaluator = load_evaluator(self.spec, self.cfg.evaluation.evaluator, device=self._device, abstain=self.cfg.evaluation.abstain,
+                                             position_bins=self.cfg.evaluation.position_bins)
         return self._evaluator
 
     def val_evaluator(self):
@@ -245,7 +252,8 @@ class DiffusionTask(Task):
         if which is None or str(which) == str(self.cfg.evaluation.evaluator):
             return self.evaluator()
         if getattr(self, "_val_evaluator", None) is None:
-            self._val_evaluator = load_evaluator(self.spec, which, device=self._device, abstain=self.cfg.evaluation.abstain)
+            self._val_evaluator = load_evaluator(self.spec, which, device=self._device, abstain=self.cfg.evaluation.abstain,
+                                                 position_bins=self.cfg.evaluation.position_bins)
         return self._val_evaluator
 
     def validate(self, model, accelerator) -> dict[str, float]:
