@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from mosaic.errors import MosaicError
-from mosaic.io import atomic_text_writer, atomic_write, make_output_dir
+from mosaic.io import atomic_text_writer, atomic_write, make_output_dir, read_json
 from mosaic.schema import StrictModel
 from mosaic.spec import Spec
 from mosaic.evaluation.check import check_evaluator
@@ -302,7 +302,9 @@ class LearnedEvaluator:
             raise MosaicError(f"{cfg_path} is damaged (config: {str(e).splitlines()[0][:120]}): {retrain}") from None
         if not all(domains.values()):
             raise MosaicError(f"{cfg_path} is damaged (a concept without values): {retrain}")
-        net = EvaluatorNet([len(domains[c]) for c in concepts], cfg.input_size, cfg.width, cfg.hidden)
+        sizes = [len(domains[c]) for c in concepts]
+        _check_weight_shapes(d / WEIGHTS_FILE, sizes, cfg, retrain)  # before a tensor is allocated: config.json may ask for GBs
+        net = EvaluatorNet(sizes, cfg.input_size, cfg.width, cfg.hidden)
         try:
             net.load_state_dict(load_file(str(d / WEIGHTS_FILE)))
         except Exception as e:  # noqa: BLE001 - safetensors header errors, shapes that do not fit: the file is damaged
@@ -330,11 +332,35 @@ class LearnedEvaluator:
             atomic_write(d / REPORT_FILE, json.dumps(self.report, indent=2) + "\n")
 
 
+def _check_weight_shapes(path: Path, sizes: list[int], cfg: LearnedConfig, fix: str) -> None:
+    """The network that ``config.json`` describes (built on the meta device: no memory) must have
+    exactly the tensors of the weights file (read from its header): a damaged config cannot make
+    the load build a network of many GB before the weights are compared.
+
+    Raises:
+        MosaicError: an unreadable weights header, or shapes that differ (naming the first)."""
+    from safetensors import safe_open
+
+    with torch.device("meta"):
+        want = {k: tuple(v.shape) for k, v in EvaluatorNet(sizes, cfg.input_size, cfg.width, cfg.hidden).state_dict().items()}
+    try:
+        with safe_open(str(path), "pt") as f:
+            got = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except Exception as e:  # noqa: BLE001 - a header safetensors cannot read: the file is damaged
+        raise MosaicError(f"{path} does not load ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}): {fix}") from None
+    bad = sorted(set(want) ^ set(got)) or [k for k in want if want[k] != got[k]]
+    if bad:
+        k = bad[0]
+        raise MosaicError(f"{path.parent / CONFIG_FILE} does not describe {path.name}: tensor {k!r} is {got.get(k, 'absent')} in the "
+                          f"weights, the config (input_size {cfg.input_size}, width {cfg.width}, hidden {cfg.hidden}) gives "
+                          f"{want.get(k, 'none')}; one of the two files is damaged or from another evaluator: {fix}")
+
+
 def _read_json(path: Path, fix: str):
     """A JSON file of an evaluator folder, or MosaicError naming it (not UTF-8, not JSON, too deep)."""
     try:
-        return json.loads(Path(path).read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        return read_json(path)
+    except (OSError, ValueError) as e:  # not UTF-8, not JSON, nested too deep (mosaic.io.read_json)
         raise MosaicError(f"{path} is damaged ({type(e).__name__}: {str(e)[:100]}): {fix}") from None
 
 

@@ -36,12 +36,16 @@ import numpy as np
 import torch
 
 from mosaic.errors import TrainingError
+from mosaic.io import loads_json, read_json
+from mosaic.lab.run_folder import RunFolder
 
 FORMAT = "mosaic-checkpoint/1"
 RECORD = "checkpoint.json"
 TRAINER_STATE = "trainer_state.json"
 MODEL = "model.safetensors"
 STATE = "state.safetensors"
+WEIGHTS_RECORD = "weights.json"  # exported weights (best/, final/): the run id and every file's sha256
+WEIGHTS_FORMAT = "mosaic-weights/1"
 MAX_RECORD_BYTES = 64 << 20  # checkpoint.json is the non-tensor state: small; anything larger is not ours
 
 
@@ -206,8 +210,8 @@ def read_record(folder: Path, run_id: str | None) -> dict:
         size = rec_path.stat().st_size
         if size > MAX_RECORD_BYTES:
             raise ValueError(f"{size} bytes, more than a checkpoint record holds")
-        rec = json.loads(rec_path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        rec = loads_json(rec_path.read_bytes())
+    except (OSError, ValueError) as e:  # not UTF-8, not JSON, nested too deep (mosaic.io.loads_json)
         raise CheckpointError(f"{folder}/{RECORD} is damaged ({type(e).__name__}: {str(e)[:120]})") from None
     if not isinstance(rec, dict) or rec.get("format") != FORMAT:
         got = rec.get("format") if isinstance(rec, dict) else None
@@ -223,13 +227,16 @@ def read_record(folder: Path, run_id: str | None) -> dict:
         raise CheckpointError(f"{folder} holds files mosaic does not write ({', '.join(extra[:5])}): not loaded "
                               "(move them away if they are yours)")
     for name, info in files.items():
-        p = folder / str(name)
-        if "/" in str(name) or str(name) in ("", ".", ".."):
-            raise CheckpointError(f"{folder}/{RECORD} lists a file outside the checkpoint ({str(name)[:80]!r})")
+        # a file name of the checkpoint folder itself: never a path, an empty or dot name, or one the file system refuses (NUL)
+        if "/" in name or "\x00" in name or name in ("", ".", ".."):
+            raise CheckpointError(f"{folder}/{RECORD} is damaged: it lists {name[:80]!r}, which is not a file name of the checkpoint")
+        p = folder / name
         try:
             st = os.lstat(p)
         except FileNotFoundError:
             raise CheckpointError(f"{folder}: {name} is missing") from None
+        except (OSError, ValueError) as e:  # a name too long for the file system, ...: named, never a traceback
+            raise CheckpointError(f"{folder}/{RECORD} is damaged: {name[:80]!r} cannot be looked up ({type(e).__name__}: {str(e)[:80]})") from None
         if not stat.S_ISREG(st.st_mode):
             raise CheckpointError(f"{folder}: {name} is not a regular file (a link, folder or device): not followed")
         if st.st_size != info.get("bytes"):
@@ -254,10 +261,10 @@ def load_checkpoint(folder: Path, accelerator, model, optimizer, scheduler, ema,
     rec = read_record(folder, run_id)
     rank = accelerator.process_index
     try:
-        st = json.loads((folder / TRAINER_STATE).read_bytes().decode("utf-8"))
+        st = read_json(folder / TRAINER_STATE)
         if not isinstance(st, dict) or not isinstance(st.get("step"), int):
             raise ValueError("no step recorded")
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+    except (OSError, ValueError) as e:
         raise CheckpointError(f"{folder}/{TRAINER_STATE} is damaged ({type(e).__name__}: {str(e)[:120]})") from None
     objects = rec.get("objects") if isinstance(rec.get("objects"), dict) else {}
     try:
@@ -276,7 +283,7 @@ def load_checkpoint(folder: Path, accelerator, model, optimizer, scheduler, ema,
             scaler.load_state_dict(_decode(objects["scaler"], tensors, str(folder)))
         rng_file = folder / f"rng-{rank}.safetensors"
         if rng_file.is_file():
-            meta = json.loads((folder / f"rng-{rank}.json").read_text(encoding="utf-8"))
+            meta = read_json(folder / f"rng-{rank}.json")
             _set_rng_state(load_file(str(rng_file)), meta, str(folder))
     except CheckpointError:
         raise
@@ -285,16 +292,64 @@ def load_checkpoint(folder: Path, accelerator, model, optimizer, scheduler, ema,
     return st
 
 
-def load_weights_file(module: torch.nn.Module, path: Path, weights_dir: Path) -> None:
-    """Load the safetensors file ``path`` (exported weights: ``best/``, ``final/``) into ``module``.
+def write_weights_record(folder: Path, run_id: str | None) -> None:
+    """Write ``weights.json`` into a folder of exported weights (``best/``, ``final/``, filled before
+    it is renamed into place): format, the run's id and every file's size and sha256, so that
+    :func:`load_weights_file` refuses weights copied in from another run, or altered."""
+    folder = Path(folder)
+    files = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and not p.is_symlink() and p.name != WEIGHTS_RECORD:
+            digest, size = _digest(p)
+            files[p.relative_to(folder).as_posix()] = {"bytes": size, "sha256": digest}
+    (folder / WEIGHTS_RECORD).write_text(json.dumps({"format": WEIGHTS_FORMAT, "run_id": run_id, "files": files}) + "\n")
+
+
+def check_weights_file(path: Path, weights_dir: Path) -> None:
+    """Refuse the exported weights file ``path`` of ``weights_dir`` (``RUN/best``, ``RUN/final``)
+    unless its ``weights.json`` names this run (``RUN/run.json``) and records the file's sha256.
+    Weights exported by a mosaic before the record existed (no ``weights.json``) are read unchecked.
 
     Raises:
-        TrainingError: the file is damaged (truncated, not safetensors: names it and the fix), or its
-            tensors do not fit ``module`` (the run's model config).
+        CheckpointError: the weights belong to another run, or the record is damaged or does not
+            match the file (names the folder and the fix).
+    """
+    weights_dir = Path(weights_dir)
+    rec_path = weights_dir / WEIGHTS_RECORD
+    fix = "restore this run's own weights, or train the run again into a new --out"
+    if not os.path.lexists(rec_path):
+        return
+    try:
+        if rec_path.is_symlink():
+            raise ValueError("a symbolic link, never followed")
+        rec = read_json(rec_path, MAX_RECORD_BYTES)
+        if not isinstance(rec, dict) or rec.get("format") != WEIGHTS_FORMAT or not isinstance(rec.get("files"), dict):
+            raise ValueError(f"not a record of format {WEIGHTS_FORMAT}")
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{rec_path} is damaged ({str(e)[:120]}): {fix}") from None
+    own = RunFolder(weights_dir.parent).run_id()
+    if own is not None and rec.get("run_id") != own:
+        raise CheckpointError(f"{weights_dir} belongs to another run (run id {str(rec.get('run_id'))[:40]!r}, this run is {own!r}): "
+                              f"weights copied in from another run are never loaded as this run's; {fix}")
+    info = rec["files"].get(Path(path).relative_to(weights_dir).as_posix())
+    if not isinstance(info, dict) or os.path.islink(path) or _digest(Path(path)) != (info.get("sha256"), info.get("bytes")):
+        raise CheckpointError(f"{path} is damaged or replaced: it is not the file {rec_path} records (another size or sha256, "
+                              f"or a link): {fix}")
+
+
+def load_weights_file(module: torch.nn.Module, path: Path, weights_dir: Path) -> None:
+    """Load the safetensors file ``path`` (exported weights: ``best/``, ``final/``) into ``module``,
+    after :func:`check_weights_file` (the weights are this run's and unaltered).
+
+    Raises:
+        TrainingError: the weights belong to another run (CheckpointError); the file is damaged
+            (truncated, not safetensors: names it and the fix), or its tensors do not fit ``module``
+            (the run's model config).
     """
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    check_weights_file(path, weights_dir)
     try:
         state = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as e:  # a truncated or altered file is named, never a traceback

@@ -29,7 +29,7 @@ from mosaic.errors import ConfigError, TrainingError
 from mosaic.io import atomic_dir, clear_temps, discard, new_temp_dir, replace_path
 from mosaic.lab.config import TrainingSection
 from mosaic.lab.data import BatchPlan, step_seed
-from mosaic.lab.checkpoint import CheckpointError, load_checkpoint, save_checkpoint as write_checkpoint
+from mosaic.lab.checkpoint import CheckpointError, load_checkpoint, save_checkpoint as write_checkpoint, write_weights_record
 from mosaic.lab.run_folder import RunFolder
 
 
@@ -302,6 +302,7 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
             clear_temps(dest)  # an interrupted export, or a link planted at its temporary name: removed, never followed
             with atomic_dir(dest) as tmp:  # a unique new folder; what stands at dest (a link) is removed, never written through
                 task.export(inner, tmp)
+                write_weights_record(tmp, run.run_id())  # the run's id and every file's sha256: weights of another run are refused
 
     def validate(step: int):
         swap_in_ema()
