@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mosaic.errors import DatasetError, LayoutError
+from mosaic.errors import DatasetError, LayoutError, MosaicError
 from mosaic.hf import hf_record
 from mosaic.holdout import combination_of, is_held_out
 from mosaic.labels import _caption, _read_labels, assign_templates
@@ -36,7 +36,7 @@ from mosaic.recordline import record_line
 from mosaic.sampling import sample_scene
 from mosaic.spec import Spec, parse_spec
 from mosaic.vocab import SHAPES
-from mosaic.io import output_dir_problem
+from mosaic.io import loads_json, output_dir_problem
 
 FORMAT = "mosaic-dataset/2"
 MANIFEST = "manifest.json"
@@ -72,8 +72,8 @@ def read_manifest(root: str | Path) -> dict:
     if not path.is_file():
         raise DatasetError(f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with `mosaic generate SPEC --out {root}`)")
     try:
-        man = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:  # not UTF-8, not JSON (truncated, overwritten)
+        man = loads_json(path.read_bytes())
+    except ValueError as e:  # not UTF-8, not JSON (truncated, overwritten), nested too deep (mosaic.io.loads_json)
         raise DatasetError(f"{path} is damaged ({type(e).__name__}: {str(e)[:120]}): restore it from a copy, or regenerate the "
                            f"dataset with `mosaic generate SPEC --out {root} --overwrite`") from None
     if not isinstance(man, dict):
@@ -304,6 +304,24 @@ def spec_from_data(spec_data: dict) -> Spec:
     return _SPEC_CACHE[key]
 
 
+def count_problem(man: dict) -> str | None:
+    """Why the split counts of a manifest (``splits.<name>.count``, whole numbers) cannot be those its
+    own spec gives (:meth:`Spec.split_sizes`), or None: every count is the spec's, and every split one
+    of the spec's. Every reader sizes its loops by these counts, so an edited count (``10**30``, or
+    more samples than the spec has) is refused before any loop. None also when the stored spec does
+    not parse (the fingerprint check names an edited spec)."""
+    try:
+        sizes = spec_from_data(man["spec"]).split_sizes()
+    except (MosaicError, ValueError, TypeError):
+        return None
+    for split, info in man["splits"].items():
+        if split not in sizes:
+            return f"split {split[:40]!r} is not a split of its spec ({', '.join(sizes)})"
+        if info.get("count", 0) != sizes[split]:
+            return f"split {split!r} has count {str(info.get('count', 0))[:40]}, but its spec gives {sizes[split]} samples"
+    return None
+
+
 #: the names a mosaic dataset folder holds (a damaged manifest in a folder of only these is still ours)
 DATASET_NAMES = frozenset({MANIFEST, "README.md", "checksums.sha256", "data", ".mosaic", "train", "val", "test", "test_id", "test_ood"})
 
@@ -327,8 +345,8 @@ def replaceable_or_raise(out: Path) -> None:
     man = None
     if path.is_file():
         try:
-            man = json.loads(path.read_bytes().decode("utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
+            man = loads_json(path.read_bytes())
+        except (OSError, ValueError):
             man = None
     if isinstance(man, dict) and str(man.get("format", "")).startswith("mosaic-dataset/"):
         return

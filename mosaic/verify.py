@@ -34,8 +34,9 @@ from mosaic.checksums import (  # noqa: F401 - write_checksums re-exported: the 
     CHECKSUMS, RecordedDigests, digest_file, metadata_lines, parse_record, scan_metadata, standard_names, write_checksums,
 )
 from mosaic.errors import DatasetError, MosaicError
+from mosaic.io import loads_json
 from mosaic.hf import CARD, card_yaml
-from mosaic.records import sample_record, spec_from_data, unfinished_hint
+from mosaic.records import count_problem, sample_record, spec_from_data, unfinished_hint
 
 MANIFEST = "manifest.json"
 _PNG_SIG = b"\x89PNG\r\n\x1a\n"
@@ -118,8 +119,8 @@ def read_manifest_checked(root: str | Path) -> dict:
     try:
         if path.stat().st_size > MANIFEST_LIMIT:
             raise ValueError(f"{path.stat().st_size} bytes, more than a manifest's {MANIFEST_LIMIT}")
-        man = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: JSON nested 100k deep
+        man = loads_json(path.read_bytes())
+    except (OSError, ValueError) as e:  # not UTF-8, not JSON, nested 100k deep (mosaic.io.loads_json)
         raise DatasetError(f"{path} is damaged ({type(e).__name__}: {str(e)[:120]}): the dataset cannot be checked without it; "
                            f"regenerate it with `mosaic generate SPEC --out {root} --overwrite`, or restore the file from a copy") from None
     if not isinstance(man, dict) or not isinstance(man.get("spec"), dict) or not isinstance(man.get("splits"), dict):
@@ -135,6 +136,9 @@ def read_manifest_checked(root: str | Path) -> dict:
     if odd:
         raise DatasetError(f"{path} is damaged (split name {odd[0]!r} is not a folder name of the dataset): restore the file from "
                            f"a copy, or regenerate with `mosaic generate SPEC --out {root} --overwrite`")
+    why = count_problem(man)  # the counts every loop is sized by must be the spec's (an edited 10**30 is never looped over)
+    if why:
+        raise DatasetError(f"{path} is damaged ({why}): restore the file from a copy, or regenerate with `mosaic generate SPEC --out {root} --overwrite`")
     rec = man.get("checksums")
     if rec is not None and rec != {} and not (isinstance(rec, dict) and isinstance(rec.get("file", CHECKSUMS), str)
                                               and "/" not in rec.get("file", CHECKSUMS) and isinstance(rec.get("sha256"), str)):
@@ -267,7 +271,6 @@ def _configs_key(configs) -> object:
 
 #: names a dataset root may hold besides its splits (dot-names too: ``.mosaic``, a desktop's ``.DS_Store``)
 _ROOT_NAMES = frozenset({MANIFEST, "README.md", CHECKSUMS})
-_IGNORED = frozenset({".DS_Store", "Thumbs.db"})
 
 
 def _standard_index(name: str, n: int) -> bool:
@@ -312,7 +315,7 @@ def stray_entries(root: str | Path, man: dict) -> list[Damage]:
             return out
         shards = {s.get("name") for lst in man.get("shards", {}).values() for s in lst if isinstance(s, dict)}
         for e in listing(root / "data"):
-            if e.name not in shards and e.name not in _IGNORED:
+            if e.name not in shards:
                 out.append(Damage(f"data/{e.name}", "stray", "a file the manifest does not list (no shard of this dataset)"))
             elif e.is_symlink():
                 link(f"data/{e.name}")
@@ -330,7 +333,7 @@ def stray_entries(root: str | Path, man: dict) -> list[Damage]:
             continue
         subs = {"metadata.jsonl", "images"} | ({"masks"} if masks else set())
         for e in listing(root / split):
-            if e.name not in subs and e.name not in _IGNORED:
+            if e.name not in subs:  # a desktop's .DS_Store too: like any file mosaic did not write
                 out.append(Damage(f"{split}/{e.name}", "stray", f"not written by mosaic (a split folder holds {', '.join(sorted(subs))})"))
             elif e.name == "metadata.jsonl" and e.is_symlink():
                 link(f"{split}/{e.name}")
@@ -338,8 +341,6 @@ def stray_entries(root: str | Path, man: dict) -> list[Damage]:
             if link(f"{split}/{sub}"):
                 continue
             for e in listing(root / split / sub):
-                if e.name in _IGNORED:
-                    continue
                 if not _standard_index(e.name, n):
                     out.append(Damage(f"{split}/{sub}/{e.name}", "stray", f"not an image of this split (it holds {sub}/NNNNNN.png "
                                                                           f"for indices 0..{n - 1})"))
