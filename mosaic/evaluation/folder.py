@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -140,23 +141,71 @@ def load_images(d: Path, records: list[dict], spec: Spec | None = None) -> list[
     unread)."""
 
     bound = eval_pixel_bound(spec.image.size) if spec is not None else None
-    out = []
     files: dict[tuple[int, int], str] = {}  # (device, inode) -> file_name: two names linked to one file are one image
-    for r in records:
-        p = d / r["file_name"]
-        try:
-            st = p.stat() if p.is_file() else None
-        except OSError as e:  # a name the file system refuses (too long, ...): named, never a traceback
-            raise MosaicError(f"image {r['file_name']!r} listed in {d / 'metadata.jsonl'} cannot be opened ({e.strerror or e}): "
-                              "give each record the file_name of its image in the folder") from None
-        if st is None:
-            raise MosaicError(f"image {p} listed in {d / 'metadata.jsonl'} is missing")
+    stats = [_own_image(d, r["file_name"]) for r in records]
+    for r, st in zip(records, stats):
         other = files.setdefault((st.st_dev, st.st_ino), r["file_name"])
         if other != r["file_name"]:
             raise MosaicError([(str(d / "metadata.jsonl"), f"records {other!r} and {r['file_name']!r} name one image file (a link): "
                                 "each record needs its own image file")])
-        out.append(decode_image(p, where=str(p), error=MosaicError, max_pixels=bound, formats=FOREIGN_FORMATS))
+    out = []
+    for r, st in zip(records, stats):
+        p = d / r["file_name"]
+        if st.st_nlink > 1:  # a hard link: its other name may lie outside the folder
+            raise MosaicError([(str(d / "metadata.jsonl"), f"image {r['file_name']!r} is a hard link (the file has other names, maybe "
+                                "outside the folder): only the folder's own files are scored; copy the image into the folder")])
+        try:
+            with open(p, "rb", opener=lambda path, flags: os.open(path, flags | getattr(os, "O_NOFOLLOW", 0))) as f:
+                out.append(decode_image(f, where=str(p), error=MosaicError, max_pixels=bound, formats=FOREIGN_FORMATS))
+        except OSError as e:  # replaced by a link since it was checked
+            raise MosaicError(f"image {p} cannot be opened as the folder's own file ({e.strerror or e})") from None
     return out
+
+
+def _own_image(d: Path, name: str) -> os.stat_result:
+    """The ``lstat`` of the image ``name`` of the folder ``d`` to score: a regular file reached through
+    no symbolic link (the file itself or a folder on its path inside ``d``), as every reader of the
+    data path refuses links; a link could score a file outside the folder as this record's image.
+
+    Raises:
+        MosaicError: missing, a link, not a regular file, or a name the file system refuses.
+    """
+    p = d / name
+    where = f"image {name!r} listed in {d / 'metadata.jsonl'}"
+    fix = "give each record the file_name of its own image file in the folder (copy the image in, not a link)"
+    try:
+        parts = Path(name).parts
+        for k in range(1, len(parts) + 1):
+            sub = d.joinpath(*parts[:k])
+            st = os.lstat(sub)
+            if stat.S_ISLNK(st.st_mode):
+                raise MosaicError([(where, f"{sub} is a symbolic link (to {os.readlink(sub)[:120]}): links are never followed; {fix}")])
+    except FileNotFoundError:
+        raise MosaicError(f"image {p} listed in {d / 'metadata.jsonl'} is missing") from None
+    except OSError as e:  # a name the file system refuses (too long, ...): named, never a traceback
+        raise MosaicError(f"{where} cannot be opened ({e.strerror or e}): {fix}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise MosaicError([(where, f"{p} is not a regular file (a folder, device or FIFO): {fix}")])
+    return st
+
+
+def check_image_size(images: list[np.ndarray], records: list[dict], spec: Spec, where: Path) -> None:
+    """Refuse images of another size than ``spec.image.size``: the evaluator's accuracy check renders
+    the spec at its own size, so it would vouch for reads at a size it never measured (a 64 px spec
+    over 16 px images scored silently with a clean check).
+
+    Raises:
+        MosaicError: naming the first such image, its size, the spec's size and the fix.
+    """
+    want = (spec.image.size, spec.image.size)
+    bad = [i for i, im in enumerate(images) if tuple(im.shape[:2]) != want]
+    if bad:
+        h, w = images[bad[0]].shape[:2]
+        fix = f"--set image.size={w}" if h == w else "square images of the spec's size"
+        raise MosaicError([(str(where / records[bad[0]]["file_name"]),
+                            f"{len(bad)} of {len(images)} image(s) are not {want[0]} x {want[1]} px (this one is {w} x {h}), the size "
+                            f"spec {spec.name!r} renders: the evaluator's check measures it at {want[0]} px, not at the images' size. "
+                            f"Give the spec the images were made from, or its size ({fix})")])
 
 
 def _predict_any_size(evaluator: Evaluator, images: list[np.ndarray], batch_size: int) -> tuple[list[dict], list | None]:
@@ -210,6 +259,7 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
     check_spec_reads(records, spec, d)  # a concept the spec cannot read, or another dataset's images: refuse
     check_held_out(records, spec, d)  # held_out flags that contradict the spec are never scored as given
     images = load_images(d, records, spec)
+    check_image_size(images, records, spec, d)  # the evaluator is checked at the spec's size: the images must be that size
     copies = _copies(records, images, d, side) if side is not None else None  # the images read once
     t = time.perf_counter()
     preds, reads = _predict_any_size(evaluator, images, batch_size)
