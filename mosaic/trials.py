@@ -22,10 +22,10 @@ import yaml
 
 from mosaic.claims import sweep_claim_problems
 from mosaic.diagnostics.columns import analysis_columns
-from mosaic.errors import SweepError
+from mosaic.errors import MosaicError, SweepError
 from mosaic.evaluation.table import check_row, table_columns
-from mosaic.io import atomic_write, atomic_writer, make_output_dir, open_append
-from mosaic.lab.config import config_diff, validate_config
+from mosaic.io import atomic_write, atomic_writer, make_output_dir, open_append, read_json
+from mosaic.lab.config import config_diff, read_config_yaml, validate_config
 from mosaic.sweep import LABEL, SweepSpec, expand, trial_config, trial_id
 from mosaic.vocab import closest
 
@@ -96,8 +96,9 @@ def prepare(sweep: SweepSpec, out: Path, on_progress: Callable[[str], None] | No
         t["dir"].mkdir(parents=True, exist_ok=True)
         atomic_write(t["dir"] / "config.yaml", yaml.safe_dump(raw, sort_keys=False))
         status = read_status(t["dir"])
-        if status.get("status") != "done":
-            write_status(t["dir"], {"id": t["id"], "values": t["values"], "status": "pending", "dataset": str(t["dataset"])})
+        if status.get("status") != "done":  # the sweep's name: collect() names a trial folder copied in from another sweep
+            write_status(t["dir"], {"id": t["id"], "values": t["values"], "status": "pending", "dataset": str(t["dataset"]),
+                                    "sweep": sweep.name})
     return trials
 
 
@@ -139,8 +140,8 @@ def _trial_file(p: Path) -> dict:
     """A trial's JSON file (``trial.json``, ``run/metrics.json``) as a mapping, or SweepError naming
     the file and the fix (not UTF-8, not JSON, nested too deep, not a mapping)."""
     try:
-        data = json.loads(p.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        data = read_json(p)
+    except (OSError, ValueError) as e:  # not UTF-8, not JSON, nested too deep (mosaic.io.read_json)
         raise SweepError([(str(p), f"damaged ({type(e).__name__}: {str(e)[:100]}): restore it, or delete the trial folder "
                                    f"{p.parent if p.name == 'trial.json' else p.parent.parent} and rerun `mosaic sweep` to redo the trial")]) from None
     if not isinstance(data, dict):
@@ -327,11 +328,71 @@ def result_row(tdir: Path) -> dict:
     return row
 
 
+def folder_sweep(out: Path) -> tuple[dict, SweepSpec | None]:
+    """The sweep a sweep folder was run with (its ``sweep.yaml``): the mapping, and the SweepSpec
+    when it validates as one (a folder of an older mosaic may hold less); ``({}, None)`` without one.
+
+    Raises:
+        SweepError: ``sweep.yaml`` is not a readable YAML mapping (names it and the fix)."""
+    p = Path(out) / "sweep.yaml"
+    if not p.is_file() and not p.is_symlink():
+        return {}, None
+    try:
+        data = read_config_yaml(p)
+        if not isinstance(data, dict):
+            raise MosaicError(f"a {type(data).__name__}, not a mapping")
+    except MosaicError as e:
+        raise SweepError([(str(p), f"damaged ({str(e).splitlines()[0][:120]}): restore it, or rerun the sweep into a new folder")]) from None
+    try:
+        return data, SweepSpec.model_validate(data)
+    except (ValueError, MosaicError):  # pydantic's ValidationError is a ValueError: the trial ids cannot be listed
+        return data, None
+
+
+def check_trial_folders(out: Path, dirs: list[Path]) -> None:
+    """Each trial folder must be one of the sweep's own trials (``sweep.yaml``): its name one of the
+    trial ids the sweep expands to, its ``trial.json`` naming that id, those axis values and (when
+    recorded) this sweep. A trial folder copied in from another sweep would be reported as this
+    sweep's: refused, naming it.
+
+    Raises:
+        SweepError: naming each foreign trial folder (at most 5) and the fix."""
+    data, sweep = folder_sweep(out)
+    name = data.get("name")
+    expected = {trial_id(v): json.loads(json.dumps(v, default=str)) for v in expand(sweep)} if sweep is not None else None
+    foreign = []
+    for d in dirs:
+        st = read_status(d)
+        if expected is None:  # a sweep.yaml that is no whole sweep: only the sweep's name is compared
+            why = None if st.get("sweep", name) == name else f"its trial.json says it is a trial of sweep {str(st.get('sweep'))[:60]!r}"
+            if why:
+                foreign.append((str(d), why))
+            continue
+        if d.name not in expected:
+            why = f"not a trial of sweep {name!r} (its axis values are not among the sweep's {len(expected)} trials)"
+        elif st.get("id", d.name) != d.name or st.get("values", expected[d.name]) != expected[d.name]:
+            why = f"its trial.json names trial {str(st.get('id'))[:60]!r} with values {str(st.get('values'))[:80]}, not this folder's"
+        elif st.get("sweep", name) != name:
+            why = f"its trial.json says it is a trial of sweep {str(st.get('sweep'))[:60]!r}, not {name!r}"
+        else:
+            continue
+        foreign.append((str(d), why))
+    if foreign:
+        raise SweepError(foreign[:5] + [("fix", f"move the trial folders that are not this sweep's out of {Path(out) / 'trials'} "
+                                                "(a trial of another sweep is never reported as this one's), then rerun")])
+
+
 def collect(out: Path) -> "pd.DataFrame":  # noqa: F821
-    """Gather every trial of a sweep folder into ``results.csv`` and ``results.parquet``."""
+    """Gather every trial of a sweep folder into ``results.csv`` and ``results.parquet``.
+
+    Raises:
+        SweepError: a trial folder that is not one of the sweep's own (:func:`check_trial_folders`),
+            a damaged ``trial.json`` or ``metrics.json``."""
     import pandas as pd
 
-    rows = [result_row(d) for d in sorted((out / "trials").iterdir()) if d.is_dir()] if (out / "trials").is_dir() else []
+    dirs = [d for d in sorted((out / "trials").iterdir()) if d.is_dir()] if (out / "trials").is_dir() else []
+    check_trial_folders(out, dirs)
+    rows = [result_row(d) for d in dirs]
     df = pd.DataFrame(rows)
     axes = [c for c in df.columns if c.startswith(("spec.", "training.", "model.", "dataset.", LABEL)) or c == "seed"]
     sortable = [c for c in axes if df[c].map(lambda v: isinstance(v, (int, float))).all()]

@@ -107,7 +107,8 @@ def test_collect_and_report(tmp_path):
     out = tmp_path / "sw"
     (out).mkdir()
     (out / "sweep.yaml").write_text(yaml.safe_dump({"name": "demo", "kind": "diffusion", "config": "x.yaml",
-                                                    "grid": {"spec.holdout.rule.n": [1, 3], "spec.splits.train": [100, 400]}}))
+                                                    "grid": {"spec.holdout.rule.n": [1, 3, 5], "spec.splits.train": [100, 400]},
+                                                    "seeds": [0, 1]}))
     for n, held in ((1, 0.8), (3, 0.5)):
         for size, bonus in ((100, 0.0), (400, 0.1)):
             for seed in (0, 1):
