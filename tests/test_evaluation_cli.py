@@ -84,3 +84,29 @@ def test_train_then_check_a_learned_evaluator(tmp_path, write_spec):
     r = runner.invoke(app, ["evaluator", "check", str(p), "--evaluator", str(ev), "--n", "4"])
     assert r.exit_code == 0, r.output
     assert "learned:ev" in r.output and "color1" in r.output
+
+
+def test_evaluate_refuses_images_of_another_size_than_the_spec(tmp_path):
+    """A new user scored 16 px images with a 64 px spec: every image was read and the evaluator's
+    check (made at 64 px) said it was trusted. The images must be the spec's size; the fix is named."""
+    from PIL import Image
+
+    from mosaic.spec import load_spec
+    from renderers import get_renderer
+    from mosaic.scene import Scene, SceneObject
+
+    sets = ["image.size=16", "objects.0.size=0.5"]
+    spec = load_spec(SPECS / "coverage.yaml", sets)
+    d = tmp_path / "imgs"
+    (d / "images").mkdir(parents=True)
+    scene = Scene(16, spec.background_rgb(), [SceneObject("circle", "red", spec.rgb("red"), 0.5, (0.5, 0.5))])
+    Image.fromarray(get_renderer("pillow", supersample=spec.image.supersample).render([scene])[0][0]).save(d / "images" / "0.png")
+    (d / "metadata.jsonl").write_text(json.dumps({"file_name": "images/0.png", "concepts": {"color": "red", "shape": "circle"}}) + "\n")
+    out = tmp_path / "out"
+    r = runner.invoke(app, ["evaluate", str(d), "--spec", str(SPECS / "coverage.yaml"), "--check-n", "0", "--out", str(out),
+                            "--set", "objects.0.size=0.5"])
+    assert r.exit_code == 2 and "not 64 x 64 px (this one is 16 x 16)" in r.output and "--set image.size=16" in r.output
+    assert not (out / "metrics.json").exists()
+    r = runner.invoke(app, ["evaluate", str(d), "--spec", str(SPECS / "coverage.yaml"), "--check-n", "0",
+                            *[a for kv in sets for a in ("--set", kv)]])
+    assert r.exit_code == 0, r.output
