@@ -22,17 +22,14 @@ Steps (every one restricted to what the spec can produce):
    circumscribed diameter (``area = k_shape * r²``); the renderer's own coverage mask of that
    shape at that centre and size is compared with the observed coverage (soft IoU,
    ``sum(min) / sum(max)``) over the rotations the spec allows (coarse to fine, modulo the shape's
-   symmetry). The best match gives shape, size (calibrated so the rendered area equals the observed
-   one) and rotation.
-5. **Touching same-colour objects.** When no single shape matches well (IoU < 0.7) and the area
-   holds two or more of the smallest object, the coverage is split by weighted k-means on pixel
-   coordinates (farthest-point start) for k = 2.. and the k with the best mean IoU is kept.
-6. The parsed :class:`~mosaic.scene.Scene` goes through :func:`mosaic.labels.read_labels`, the
-   same function the generator uses; its problems (``"count: found 4 objects of 'ball'"``) and
-   the parser's own (specks, splits, poor shape fits) are the reasons of a failed read.
+   symmetry). The best match gives shape, size (rendered area = observed area) and rotation.
+5. **Touching same-colour objects.** No shape matches well (IoU < 0.7) and the area holds two or
+   more of the smallest object: weighted k-means on pixel coordinates for k = 2.., best mean IoU.
+6. The parsed :class:`~mosaic.scene.Scene` goes through :func:`mosaic.labels.read_labels` (the
+   generator's function); its problems and the parser's own are the reasons of a failed read.
 
-The geometric read-out is in the spirit of GenEval's detector + rules (Ghosh et al. 2023), made
-exact for a known renderer; its accuracy is measured by :func:`mosaic.evaluation.check_evaluator`.
+In the spirit of GenEval's detector + rules (Ghosh et al. 2023), exact for a known renderer;
+accuracy measured by :func:`mosaic.evaluation.check_evaluator`.
 """
 
 from __future__ import annotations
@@ -50,7 +47,7 @@ from mosaic.scene import Scene, SceneObject
 from mosaic.spec import Spec, allowed_values, template_sets
 from mosaic.vocab import plural, srgb_to_lab
 from mosaic.errors import MosaicError
-from mosaic.evaluation.raster import Canvas, clip, gaussian, median
+from mosaic.evaluation.raster import Canvas, clip, erode, gaussian, median, median_rgb
 from mosaic.evaluation.shape_fit import SHAPE_MARGIN, ShapeFitter, ShapeHypothesis, merge_rotations, soft_iou, unit_area
 
 #: Coverage interior pixels keep under blur: the interior colour is matched to ``bg + a (c - bg)``.
@@ -298,7 +295,7 @@ class SceneParser:
         for w in work:
             obj, a, dom, origin, g, _ = w
             cov = covs[g][0]
-            core = _erode(cov >= 0.999) & dom
+            core = erode(cov >= 0.999) & dom
             level = min(1.25, max(0.75, median(a[core]))) if np.count_nonzero(core) >= 4 else 1.0
             w[5] = level
             if level != 1.0:  # the parser sized the object by its (dimmed) area: undo that
@@ -413,13 +410,13 @@ class SceneParser:
         fg_u = _sqdist(lab_u, self._lab).argmin(-1) != 0  # [U]: nearer an object colour than the background
         fg = fg_u[inv].reshape(H, W)
         n_bg = H * W - int(np.count_nonzero(fg))
-        bg = _median_rgb(cols[~fg_u], np.bincount(inv, minlength=len(cols))[~fg_u]) if n_bg >= 16 else self.bg
+        bg = median_rgb(cols[~fg_u], np.bincount(inv, minlength=len(cols))[~fg_u]) if n_bg >= 16 else self.bg
         comp, n = ndimage.label(fg)
         out: list[tuple[int, np.ndarray]] = []
         if n == 0:
             return out, bg
         lab = lab_u[inv].reshape(H, W, 3)
-        interior = _erode(fg)
+        interior = erode(fg)
         side2 = float(H * W)
         # interior-colour distance of every foreground pixel: nearest model bg + a (c - bg), a in [0.7, 1]
         di_u = np.zeros((len(cols), len(self.colors)))
@@ -524,28 +521,6 @@ class SceneParser:
             else:
                 out.append((*fit, _main_share(alpha), alpha, domain))
         return out
-
-
-def _median_rgb(colors: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """``np.median(pixels, axis=0)`` (float64 ``[3]``) of pixels given as distinct uint8 colours
-    ``[U, 3]`` and their pixel counts ``[U]``, from per-channel histograms: the middle value,
-    or the mean of the two middle ones (exact: they are integers)."""
-    n = int(counts.sum())
-    ks = [(n - 1) // 2] if n % 2 else [n // 2 - 1, n // 2]
-    out = np.empty(3)
-    for ch in range(3):
-        cum = np.cumsum(np.bincount(colors[:, ch], weights=counts, minlength=256))
-        vals = np.searchsorted(cum, np.array(ks, dtype=np.float64), side="right").astype(np.float64)
-        out[ch] = vals[0] if len(vals) == 1 else (vals[0] + vals[1]) / 2.0
-    return out
-
-
-def _erode(b: np.ndarray) -> np.ndarray:
-    """``scipy.ndimage.binary_erosion(b)`` of a bool ``[H, W]`` map (4-connected cross, outside
-    counted as False), in five shifted ANDs."""
-    p = np.zeros((b.shape[0] + 2, b.shape[1] + 2), bool)
-    p[1:-1, 1:-1] = b
-    return b & p[:-2, 1:-1] & p[2:, 1:-1] & p[1:-1, :-2] & p[1:-1, 2:]
 
 
 def _main_share(alpha: np.ndarray) -> float:

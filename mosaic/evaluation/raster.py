@@ -196,6 +196,28 @@ def gaussian(a: np.ndarray, sigma: float) -> np.ndarray:
     return _GAUSS(np.asarray(a, dtype=np.float64), float(sigma), axes)
 
 
+def median_rgb(colors: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``np.median(pixels, axis=0)`` (float64 ``[3]``) of pixels given as distinct uint8 colours
+    ``[U, 3]`` and their pixel counts ``[U]``, from per-channel histograms: the middle value,
+    or the mean of the two middle ones (exact: they are integers)."""
+    n = int(counts.sum())
+    ks = [(n - 1) // 2] if n % 2 else [n // 2 - 1, n // 2]
+    out = np.empty(3)
+    for ch in range(3):
+        cum = np.cumsum(np.bincount(colors[:, ch], weights=counts, minlength=256))
+        vals = np.searchsorted(cum, np.array(ks, dtype=np.float64), side="right").astype(np.float64)
+        out[ch] = vals[0] if len(vals) == 1 else (vals[0] + vals[1]) / 2.0
+    return out
+
+
+def erode(b: np.ndarray) -> np.ndarray:
+    """``scipy.ndimage.binary_erosion(b)`` of a bool ``[H, W]`` map (4-connected cross, outside
+    counted as False), in five shifted ANDs."""
+    p = np.zeros((b.shape[0] + 2, b.shape[1] + 2), bool)
+    p[1:-1, 1:-1] = b
+    return b & p[:-2, 1:-1] & p[2:, 1:-1] & p[1:-1, :-2] & p[1:-1, 2:]
+
+
 def _self_check() -> bool:
     """The fast path gives the public function's bits on a small map (else the public one is used)."""
     if _nd_image is None:
