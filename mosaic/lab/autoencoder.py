@@ -25,7 +25,8 @@ without its pretrained SD2 VAE, which no model hub may provide here).
   refused for training (:class:`AutoencoderRefused`), with the numbers.
 - **Cache** (:func:`resolve_autoencoder`): ``<root>/<spec name>-<spec fingerprint>-ae<hash of this
   section>/`` holds ``vae/`` (``save_pretrained``, safetensors), ``autoencoder.json`` (what was
-  trained, on what, how long, final losses) and ``check-<key>.json``; every diffusion run on the
+  trained, on what, how long, final losses, the weights' sha256) and ``check-<key>.json`` (read as claims:
+  :mod:`mosaic.lab.autoencoder_files`); every diffusion run on the
   same spec with the same section reuses it; concurrent runs wait for the one training it.
 
 The autoencoder keeps its own short loop (like the learned evaluator): one model, one loss, no
@@ -48,6 +49,7 @@ from mosaic.lab.config import EMASection
 from mosaic.schema import Seed, StrictModel
 from mosaic.evaluation import check_evaluator, load_evaluator
 from mosaic.io import atomic_dir, atomic_write, clear_temps, discard
+from mosaic.lab.autoencoder_files import load_vae, read_check, read_record, vae_digest
 from mosaic.locks import FolderLock
 from mosaic.sampling import sample_scene
 from renderers import get_renderer
@@ -201,15 +203,11 @@ def load_space(folder: str | Path) -> LatentSpace:
     """The :class:`LatentSpace` of a trained autoencoder folder (``folder/vae``).
 
     Raises:
-        TrainingError: no trained autoencoder there.
+        TrainingError: no trained autoencoder there; a damaged or foreign one
+            (:func:`mosaic.lab.autoencoder_files.load_vae`).
     """
-    from diffusers import AutoencoderKL
-
     folder = Path(folder)
-    if not (folder / "vae" / "config.json").is_file():
-        raise TrainingError(f"{folder} holds no trained autoencoder (vae/config.json is missing): train one with "
-                            "`mosaic autoencoder train SPEC_OR_CONFIG`")
-    return LatentSpace(AutoencoderKL.from_pretrained(str(folder / "vae")), folder)
+    return LatentSpace(load_vae(folder), folder)  # vae/ checked first: safetensors only, the weights autoencoder.json records
 
 
 # ----------------------------------------------------------------------------------------------
@@ -290,7 +288,7 @@ def _write_checkpoint(tmp: Path, step: int, vae, opt, ema, losses: list) -> None
 def _load_checkpoint(path: Path, vae, opt, ema) -> tuple[int, list]:
     from safetensors.torch import load_file
 
-    meta = json.loads((path / "state.json").read_text())
+    meta = read_record(path / "state.json", "checkpoint")
     t = load_file(str(path / "state.safetensors"))
     vae.load_state_dict({k[4:]: v for k, v in t.items() if k.startswith("vae.")})
     dev = next(vae.parameters()).device
@@ -330,7 +328,7 @@ def train_autoencoder(sec: AutoencoderSection, spec, out: str | Path, images=Non
     with FolderLock(out, TrainingError, "autoencoder folder", wait=True):
         record = out / "autoencoder.json"
         if record.is_file() and (out / "vae" / "config.json").is_file():
-            return {**json.loads(record.read_text()), "already_trained": True}
+            return {**read_record(record), "already_trained": True}
         with torch.random.fork_rng(devices=[]):
             return _train(sec, spec, out, images, say, progress)
 
@@ -358,7 +356,7 @@ def _train(sec, spec, out: Path, images, say, progress: bool) -> dict:
             start, losses = _load_checkpoint(ck, vae, opt, ema)
             say(f"autoencoder: resumed from {ck} (step {start})")
         except Exception as e:  # noqa: BLE001 - a damaged checkpoint: start over
-            say(f"autoencoder: checkpoint {ck} is damaged ({type(e).__name__}); starting over")
+            say(f"autoencoder: checkpoint {ck} is damaged ({type(e).__name__}: {str(e)[:200]}); starting over")
             discard(ck)  # a link at its name is removed, never followed
             start, losses = 0, []
     partial.mkdir(parents=True, exist_ok=True)
@@ -413,15 +411,15 @@ def _train(sec, spec, out: Path, images, say, progress: bool) -> dict:
     clear_temps(out / "vae")
     with atomic_dir(out / "vae") as tmp:  # a unique new folder; a link at vae/ is removed, never written through
         vae.save_pretrained(str(tmp), safe_serialization=True)
-    prev = json.loads((partial / "train_s.json").read_text())["s"] if (partial / "train_s.json").is_file() else 0.0
     rec = {"spec": spec.name, "spec_fingerprint": spec.fingerprint(), "section": sec.model_dump(mode="json"),
            "weights_key": sec.weights_key(), "params": sum(p.numel() for p in params), "image_size": spec.image.size,
            "latent_shape": [sec.latent_channels, spec.image.size // sec.factor, spec.image.size // sec.factor],
-           "train_images": n, "steps": sec.steps, "resumed_at": start, "train_s": prev + t_train, "device": str(dev),
+           "train_images": n, "steps": sec.steps, "resumed_at": start, "train_s": t_train, "device": str(dev),
            "final_loss": sum(losses[-50:]) / max(len(losses[-50:]), 1), "loss_every_step": losses[:: max(1, len(losses) // 200)],
            "scaling_factor": scale, "shift_factor": shift,
            # the posterior's spread against the latents' spread: why the cache stores the mean (docs/latent.md)
-           "posterior_std_over_latent_std": float(stds.mean()) / max(std, 1e-12)}
+           "posterior_std_over_latent_std": float(stds.mean()) / max(std, 1e-12),
+           "vae_sha256": vae_digest(out)}  # load_space refuses a vae/ with other weights
     atomic_write(out / "autoencoder.json", json.dumps(rec, indent=2) + "\n")
     discard(partial)
     say(f"autoencoder: {rec['params'] / 1e6:.2f} M parameters, {sec.steps} steps in {rec['train_s']:.0f} s, loss {rec['final_loss']:.4f} "
@@ -512,14 +510,18 @@ def check_key(sec: AutoencoderSection, spec) -> str:
 
 
 def checked(folder: Path, sec: AutoencoderSection, spec, space: LatentSpace | None = None, say=print) -> dict:
-    """The quality check of the autoencoder in ``folder`` on ``spec`` (``check-<key>.json``, computed once)."""
+    """The quality check of the autoencoder in ``folder`` on ``spec`` (``check-<key>.json``): computed once per
+    weights (the record names their sha256; a damaged record, or one of other weights, is measured again)."""
 
     path = Path(folder) / f"check-{check_key(sec, spec)}.json"
-    if path.is_file():
-        return json.loads(path.read_text())
     space = space or load_space(folder)
+    digest = vae_digest(Path(folder))
+    saved = read_check(path, digest)  # damaged, or measured on other weights: measured again
+    if saved is not None:
+        return saved
     say(f"autoencoder: the {sec.evaluator} evaluator reads reconstructions of {sec.check_n} fresh renders")
     res = check_autoencoder(space, spec, n=sec.check_n, evaluator=sec.evaluator, threshold=sec.threshold, device=str(space.device))
+    res["vae_sha256"] = digest
     atomic_write(path, json.dumps(res, indent=2, sort_keys=True, default=str) + "\n")
     return res
 

@@ -1,0 +1,127 @@
+"""The files of an autoencoder folder, read as claims to check (:mod:`mosaic.lab.autoencoder`).
+
+- ``autoencoder.json`` (what was trained) and ``check-<key>.json`` (the quality check) are read with
+  mosaic's one JSON reader (:func:`mosaic.io.read_json`): a damaged record is a named
+  :class:`~mosaic.errors.TrainingError` with the file and the fix, never a traceback.
+- Both records carry ``vae_sha256``, the sha256 of ``vae/diffusion_pytorch_model.safetensors``.
+  A ``vae/`` whose weights are not the ones ``autoencoder.json`` records (copied in from another
+  autoencoder, altered) is refused; a quality check measured on other weights, or damaged, is not
+  believed: it is measured again.
+- ``vae/`` is loaded only when it holds what ``save_pretrained(safe_serialization=True)`` writes:
+  ``config.json`` and ``diffusion_pytorch_model.safetensors``, regular files, no links. A pickle
+  (``diffusion_pytorch_model.bin``) is refused unread: unpickling can run code.
+"""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+from typing import Any
+
+from mosaic.checksums import digest_file
+from mosaic.errors import TrainingError
+from mosaic.io import JSONReadError, file_kind, read_json
+
+VAE_FILES = ("config.json", "diffusion_pytorch_model.safetensors")
+VAE_WEIGHTS = "diffusion_pytorch_model.safetensors"
+
+
+def _retrain(folder: Path) -> str:
+    return f"delete {folder} to train it again (`mosaic autoencoder train`), or restore the file"
+
+
+def read_record(path: Path, what: str = "record", folder: Path | None = None) -> dict:
+    """The JSON mapping in ``path`` (an autoencoder folder's record).
+
+    Raises:
+        TrainingError: missing, not a regular file, not UTF-8 JSON, nested too deep, not a mapping;
+            names the file and the fix (retrain ``folder``, by default the file's folder).
+    """
+    folder = folder if folder is not None else path.parent
+    try:
+        rec = read_json(path)
+    except (OSError, JSONReadError) as e:
+        raise TrainingError(f"{path} (the autoencoder's {what}) is damaged: {e}; {_retrain(folder)}") from None
+    if not isinstance(rec, dict):
+        raise TrainingError(f"{path} (the autoencoder's {what}) is damaged: a JSON {type(rec).__name__}, not a mapping; "
+                            f"{_retrain(folder)}")
+    return rec
+
+
+def vae_problem(vae: Path) -> str | None:
+    """Why ``vae/`` is not a folder of mosaic's own autoencoder weights, or None."""
+    try:
+        st = vae.lstat()
+    except OSError:
+        return "is missing"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"is {file_kind(st.st_mode)}, not a folder"
+    names = sorted(p.name for p in vae.iterdir())
+    pickles = [n for n in names if n.endswith((".bin", ".pt", ".pth", ".pkl", ".ckpt"))]
+    if pickles:
+        return (f"holds {', '.join(pickles)}: a pickle file, not loaded, because unpickling can run code "
+                "(mosaic writes safetensors only)")
+    other = [n for n in names if n not in VAE_FILES]
+    if other:
+        return f"holds files mosaic does not write ({', '.join(other[:5])})"
+    for n in VAE_FILES:
+        p = vae / n
+        try:
+            s = p.lstat()
+        except OSError:
+            return f"lacks {n}"
+        if not stat.S_ISREG(s.st_mode) or s.st_nlink != 1:
+            return f"{n} is {'a hard link' if stat.S_ISREG(s.st_mode) else file_kind(s.st_mode)}, not a file of mosaic's own"
+    return None
+
+
+def vae_digest(folder: Path) -> str:
+    """The sha256 of ``folder/vae``'s weights file."""
+    return digest_file(folder / "vae" / VAE_WEIGHTS)[0]
+
+
+def load_vae(folder: Path):
+    """``AutoencoderKL`` of ``folder/vae``, after the checks of the module docstring.
+
+    Raises:
+        TrainingError: no ``vae/config.json``; a ``vae/`` that is not mosaic's own (pickles, links,
+            other files); weights that are not the ones ``autoencoder.json`` records; a config or
+            weights that do not load. Each names the folder and the fix.
+    """
+    from diffusers import AutoencoderKL
+
+    vae = folder / "vae"
+    if not (vae / "config.json").is_file():
+        raise TrainingError(f"{folder} holds no trained autoencoder (vae/config.json is missing): train one with "
+                            "`mosaic autoencoder train SPEC_OR_CONFIG`")
+    problem = vae_problem(vae)
+    if problem is not None:
+        raise TrainingError(f"{vae} {problem}; {_retrain(folder)}")
+    cfg = read_record(vae / "config.json", "vae/config.json", folder)
+    if cfg.get("_class_name") != "AutoencoderKL":
+        raise TrainingError(f"{vae / 'config.json'} is not an AutoencoderKL config (_class_name "
+                            f"{cfg.get('_class_name')!r}); {_retrain(folder)}")
+    if (folder / "autoencoder.json").exists():
+        want = read_record(folder / "autoencoder.json", "record").get("vae_sha256")
+        if want is not None and vae_digest(folder) != want:
+            raise TrainingError(f"{vae / VAE_WEIGHTS} is not the file {folder / 'autoencoder.json'} records (another sha256: "
+                                f"copied in from another autoencoder, or altered); {_retrain(folder)}")
+    try:
+        return AutoencoderKL.from_pretrained(str(vae), use_safetensors=True)
+    except (OSError, ValueError, RuntimeError, TypeError, KeyError) as e:
+        raise TrainingError(f"{vae} does not load ({type(e).__name__}: {str(e)[:200]}); {_retrain(folder)}") from None
+
+
+def read_check(path: Path, digest: str) -> dict[str, Any] | None:
+    """The saved quality check ``path`` when it was measured on the weights of ``digest``, else None
+    (missing, damaged, of other weights, or saved before checks recorded their weights): the caller
+    measures it again."""
+    if not path.is_file():
+        return None
+    try:
+        rec = read_record(path, "quality check")
+    except TrainingError:
+        return None
+    if rec.get("vae_sha256") != digest or not isinstance(rec.get("passed"), bool):
+        return None
+    return rec

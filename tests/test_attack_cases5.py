@@ -1,0 +1,125 @@
+"""Hostile cases of a fifth attack on the data path (issue 23), each closed at its mechanism:
+
+- the autoencoder folder's records (``autoencoder.json``, ``check-<key>.json``, a partial
+  checkpoint's ``state.json``) were read with bare ``json.loads`` (tracebacks), its quality check was
+  believed for whatever weights stood in ``vae/``, and ``vae/`` was loaded by diffusers whatever it
+  held (a pickle ``.bin`` was tried; a damaged config or weights was a traceback);
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.cli import app
+from mosaic.errors import MosaicError, TrainingError
+
+runner = CliRunner()
+
+
+def _clean_exit_2(res, *needles):
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output, res.output
+    for n in needles:
+        assert n in res.output, res.output
+
+
+# ------------------------------------------------------------------------------------------------
+# cases 04-06: an autoencoder folder is read as claims
+# ------------------------------------------------------------------------------------------------
+
+class _Planted:
+    def __reduce__(self):
+        return (os.system, ("touch PWNED",))
+
+
+@pytest.fixture(scope="module")
+def ae_folder(tmp_path_factory):
+    from mosaic.lab.autoencoder import AutoencoderSection, checked, train_autoencoder
+    from mosaic.spec import parse_spec
+    from tests.test_latent import SPEC, tiny_ae
+
+    base = tmp_path_factory.mktemp("ae5")
+    spec = parse_spec(SPEC)
+    sec = AutoencoderSection(**tiny_ae(base)["autoencoder"])
+    folder = base / "ae"
+    train_autoencoder(sec, spec, folder, say=lambda s: None, progress=False)
+    checked(folder, sec, spec, say=lambda s: None)
+    return folder, sec, spec
+
+
+def _copy(ae_folder, tmp_path) -> Path:
+    folder = tmp_path / "ae"
+    shutil.copytree(ae_folder[0], folder)
+    return folder
+
+
+@pytest.mark.parametrize("damage", ["not_utf8", "deep", "list"])
+def test_a_damaged_autoencoder_record_is_a_named_error(tmp_path, ae_folder, damage):
+    from mosaic.lab.autoencoder import train_autoencoder
+
+    folder = _copy(ae_folder, tmp_path)
+    rec = folder / "autoencoder.json"
+    rec.write_bytes({"not_utf8": b"\xff\xfe{", "deep": b"[" * 100_000, "list": b"[1, 2]"}[damage])
+    with pytest.raises(TrainingError, match="autoencoder.json .*is damaged") as e:
+        train_autoencoder(ae_folder[1], ae_folder[2], folder, say=lambda s: None, progress=False)
+    assert "to train it again" in str(e.value)
+
+
+def test_a_quality_check_is_believed_only_for_the_weights_it_was_measured_on(tmp_path, ae_folder, monkeypatch):
+    import mosaic.lab.autoencoder as ae
+
+    folder, sec, spec = _copy(ae_folder, tmp_path), ae_folder[1], ae_folder[2]
+    (check,) = folder.glob("check-*.json")
+    rec = json.loads(check.read_text())
+    assert rec["vae_sha256"] == json.loads((folder / "autoencoder.json").read_text())["vae_sha256"]
+    measured = []
+    real = ae.check_autoencoder
+    monkeypatch.setattr(ae, "check_autoencoder", lambda *a, **k: measured.append(1) or real(*a, **k))
+    assert ae.checked(folder, sec, spec, say=lambda s: None)["passed"] is rec["passed"]
+    assert measured == []  # its own weights: the saved check is used
+    check.write_text(json.dumps({**rec, "passed": True, "vae_sha256": "0" * 64}))  # a check of other weights
+    ae.checked(folder, sec, spec, say=lambda s: None)
+    assert measured == [1] and json.loads(check.read_text())["vae_sha256"] == rec["vae_sha256"]
+    check.write_bytes(b"[" * 100_000)  # damaged: measured again, never a traceback
+    ae.checked(folder, sec, spec, say=lambda s: None)
+    assert measured == [1, 1]
+
+
+def test_a_vae_folder_that_is_not_mosaics_own_is_refused(tmp_path, ae_folder, monkeypatch):
+    from mosaic.lab.autoencoder import load_space
+
+    monkeypatch.chdir(tmp_path)
+    folder = _copy(ae_folder, tmp_path)
+    vae = folder / "vae"
+    weights = vae / "diffusion_pytorch_model.safetensors"
+    good = weights.read_bytes()
+    load_space(folder)
+    # weights of another autoencoder (or altered), same size
+    weights.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    with pytest.raises(TrainingError, match="is not the file .*autoencoder.json records"):
+        load_space(folder)
+    weights.write_bytes(good[:100])
+    rec = json.loads((folder / "autoencoder.json").read_text())
+    (folder / "autoencoder.json").write_text(json.dumps({k: v for k, v in rec.items() if k != "vae_sha256"}))
+    with pytest.raises(TrainingError, match="does not load"):  # truncated: named, not diffusers' OSError
+        load_space(folder)
+    weights.unlink()
+    with (vae / "diffusion_pytorch_model.bin").open("wb") as f:
+        pickle.dump(_Planted(), f)
+    with pytest.raises(TrainingError, match="pickle file, not loaded"):
+        load_space(folder)
+    assert not (tmp_path / "PWNED").exists()
+    (vae / "diffusion_pytorch_model.bin").unlink()
+    weights.write_bytes(good)
+    (vae / "config.json").write_text('{"_class_name": "AutoencoderKL", "in_channels": ')
+    res = runner.invoke(app, ["autoencoder", "check", str(folder), str(tmp_path / "nospec.yaml")])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    with pytest.raises(MosaicError, match="vae/config.json.*is damaged"):
+        load_space(folder)
