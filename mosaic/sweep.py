@@ -247,12 +247,23 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def trial_id(values: dict[str, Any]) -> str:
-    """A readable, stable folder name for a trial: ``n=3_train=1000_seed=0-1a2b3c``."""
+def trial_id(values: dict[str, Any], legacy: bool = False) -> str:
+    """A readable, stable folder name for a trial: ``n=3_train=1000_seed=0-1a2b3c`` (the hash of
+    every value makes it unique). A label over 80 characters is cut before its ``_seed=N``, so the
+    seed stays readable (``..._distribution=weights-2255-1795-14_seed=1-ca8e52``); ``legacy`` gives
+    the name sweeps made before that (cut after 80 characters, seed and all), which a sweep folder
+    made then still uses (:func:`mosaic.trials.plan` resumes it under its old name)."""
     h = hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:6]
-    label = "_".join(f"{_short(k)}={_fmt(v)}" for k, v in values.items())
-    safe = "".join(ch if ch.isalnum() or ch in "=_-." else "-" for ch in label)[:80]
-    return f"{safe}-{h}"
+
+    def safe(text: str) -> str:
+        return "".join(ch if ch.isalnum() or ch in "=_-." else "-" for ch in text)
+
+    label = safe("_".join(f"{_short(k)}={_fmt(v)}" for k, v in values.items()))
+    if len(label) > 80 and not legacy and "seed" in values:
+        tail = safe(f"_seed={_fmt(values['seed'])}")
+        head = safe("_".join(f"{_short(k)}={_fmt(v)}" for k, v in values.items() if k != "seed"))
+        label = head[:max(0, 80 - len(tail))] + tail
+    return f"{label[:80]}-{h}"
 
 
 LABEL = "label."

@@ -54,6 +54,8 @@ def plan(sweep: SweepSpec, out: Path) -> list[dict]:
     for values in expand(sweep):
         raw = trial_config(sweep, values)
         tid = trial_id(values)
+        if not (out / "trials" / tid).exists() and (out / "trials" / trial_id(values, legacy=True)).is_dir():
+            tid = trial_id(values, legacy=True)  # a sweep folder made before long names kept their seed
         cfg = validate_config(cls, raw, source=f"trial {tid}")
         key = json.dumps(cfg.dataset.model_dump(mode="json"), sort_keys=True)
         if key not in datasets:
@@ -359,7 +361,8 @@ def check_trial_folders(out: Path, dirs: list[Path]) -> None:
         SweepError: naming each foreign trial folder (at most 5) and the fix."""
     data, sweep = folder_sweep(out)
     name = data.get("name")
-    expected = {trial_id(v): json.loads(json.dumps(v, default=str)) for v in expand(sweep)} if sweep is not None else None
+    expected = ({tid: json.loads(json.dumps(v, default=str)) for v in expand(sweep) for tid in (trial_id(v), trial_id(v, legacy=True))}
+                if sweep is not None else None)
     foreign = []
     for d in dirs:
         st = read_status(d)

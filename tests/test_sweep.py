@@ -133,3 +133,33 @@ def test_collect_and_report(tmp_path):
     text = make_report(out, warn=warned.append).read_text()
     assert warned == ["report.y 'held_out.jiont' is not a results column: did you mean 'held_out.joint'?"]
     assert "held_out.jiont" in text and (out / "report" / "curves.png").is_file()
+
+
+def test_long_trial_names_keep_their_seed_and_old_sweep_folders_still_resume(tmp_path):
+    """A label over 80 characters used to be cut with its seed (three imbalance trials of
+    complexity_position_cpu differed only by their hash); the seed now stays, and a sweep folder
+    made with the old names is still this sweep's (collected, and planned under its old names)."""
+    from mosaic.trials import check_trial_folders, plan
+
+    weights = {"kind": "weights", "weights": [2255, 1795, 1435, 1145, 915, 730, 585, 465, 375, 300]}
+    ids = [trial_id({"label.condition": "imbalance", "spec.concepts.position.distribution": weights, "seed": s}) for s in (0, 1, 2)]
+    assert [i.rsplit("-", 1)[0].endswith(f"_seed={s}") for s, i in zip((0, 1, 2), ids)] == [True] * 3
+    assert all(len(i) <= 87 for i in ids) and trial_id({"n": 3, "seed": 0}) == trial_id({"n": 3, "seed": 0}, legacy=True)
+    values = {"label.condition": "imbalance", "spec.concepts.position.distribution": weights, "seed": 1}
+    old = trial_id(values, legacy=True)
+    assert "seed" not in old and old != trial_id(values)
+
+    cfg = tmp_path / "x.yaml"
+    cfg.write_text(yaml.safe_dump({"name": "r", "dataset": {"spec": str(Path("experiments/specs/position.yaml").resolve()), "root": str(tmp_path / "data"),
+                                                         "overrides": {"image.size": 24}}, "training": {"steps": 2}}))
+    out = tmp_path / "sw"
+    out.mkdir()
+    (out / "sweep.yaml").write_text(yaml.safe_dump({"name": "demo", "kind": "diffusion", "config": str(cfg),
+                                                    "zip": {"label.condition": ["imbalance"], "spec.concepts.position.distribution": [weights]},
+                                                    "seeds": [0, 1]}))
+    tdir = out / "trials" / old
+    tdir.mkdir(parents=True)
+    write_status(tdir, {"id": old, "values": values, "status": "done"})
+    check_trial_folders(out, [tdir])  # the old name is one of the sweep's own
+    planned = {t["id"] for t in plan(load_sweep(out / "sweep.yaml"), out)}
+    assert old in planned and trial_id({**values, "seed": 0}) in planned
