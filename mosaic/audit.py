@@ -63,9 +63,9 @@ MAX_AUDIT_IMAGE_BYTES = 16 << 20
 MAX_AUDIT_PIXELS = 4096 * 4096
 
 
-def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
-    """The rows of a samples folder's ``predictions.jsonl`` with their line numbers, each checked
-    to be a prediction row: a JSON object whose ``file_name`` names a file inside the folder
+def read_rows(path: Path, what: str = "predictions file") -> list[tuple[int, dict]]:
+    """The rows of a samples folder's ``predictions.jsonl`` (or ``metadata.jsonl``: ``what``) with
+    their line numbers, each checked to be a row: a JSON object whose ``file_name`` names a file inside the folder
     (:func:`mosaic.evaluation.folder.file_name_problem`) and whose ``intended``/``read`` are
     mappings, ``reasons`` a list, ``held_out``/``correct`` booleans (each may be missing).
 
@@ -77,7 +77,7 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
     try:
         size = path.stat().st_size
         if size > MAX_METADATA_BYTES:
-            raise MosaicError(f"{path} holds {size:,} bytes, more than {MAX_METADATA_BYTES:,}: not a predictions file; {fix}")
+            raise MosaicError(f"{path} holds {size:,} bytes, more than {MAX_METADATA_BYTES:,}: not a {what}; {fix}")
         data = path.read_bytes()
     except OSError as e:
         raise MosaicError(f"{path} cannot be read ({e.strerror or e}): {fix}") from None
@@ -108,17 +108,25 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
 
 
 def _audit_image(folder: Path, name: str, where: str) -> str:
-    """The data URI of the image ``name`` of a samples folder: it must lie inside ``folder`` once
+    """The data URI of the image ``name`` of a samples folder (:func:`read_sample_image`)."""
+    data, arr = read_sample_image(folder, name, where)
+    png = data if data.startswith(SIGNATURE) else encode_png(arr)  # what the page shows is an image that decoded
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def read_sample_image(folder: Path, name: str, where: str, max_pixels: int = MAX_AUDIT_PIXELS,
+                      fix: str = "the audit shows only the samples folder's own images; re-score the samples (`mosaic sample RUN`)"
+                      ) -> tuple[bytes, np.ndarray]:
+    """The bytes and RGB pixels of the image ``name`` of a samples folder: it must lie inside ``folder`` once
     every link is resolved, be a regular file with one name (:func:`mosaic.io.read_own_file`),
     hold at most :data:`MAX_AUDIT_IMAGE_BYTES` and decode as an image of at most
-    :data:`MAX_AUDIT_PIXELS` (the header is read first). Nothing outside a run is ever copied
-    into a page someone shares.
+    ``max_pixels`` (the header is read first; Pillow's own raster formats only). Nothing outside a
+    run is ever copied into a page or a contact sheet someone shares (the audit, ``mosaic report``).
 
     Raises:
         MosaicError: naming the line of ``predictions.jsonl`` and why.
     """
     path = folder / name
-    fix = "the audit shows only the samples folder's own images; re-score the samples (`mosaic sample RUN`)"
     base = os.path.realpath(folder)
     real = os.path.realpath(path)
     if os.path.commonpath([base, real]) != base:
@@ -136,9 +144,7 @@ def _audit_image(folder: Path, name: str, where: str) -> str:
         raise MosaicError([(where, f"image {path} cannot be read as the folder's own file ({e.strerror or e}): {fix}")]) from None
     if len(data) > MAX_AUDIT_IMAGE_BYTES:
         raise MosaicError([(where, f"image {path} holds more than {MAX_AUDIT_IMAGE_BYTES:,} bytes: not a sample; {fix}")])
-    arr = decode_image(data, where=f"{where}: image {path}", error=MosaicError, max_pixels=MAX_AUDIT_PIXELS, formats=FOREIGN_FORMATS)
-    png = data if data.startswith(SIGNATURE) else encode_png(arr)  # what the page shows is an image that decoded
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    return data, decode_image(data, where=f"{where}: image {path}", error=MosaicError, max_pixels=max_pixels, formats=FOREIGN_FORMATS)
 
 
 def verdict_of(row: dict) -> str:
@@ -157,7 +163,7 @@ def collect_items(root: str | Path, n: int = 100, seed: int = 0) -> list[dict]:
     root = Path(root)
     pool = []
     for folder in find_scored_samples(root):
-        rows = _read_jsonl(folder / "predictions.jsonl")
+        rows = read_rows(folder / "predictions.jsonl")
         rel = "." if folder == root else str(folder.relative_to(root))
         for ln, r in rows:
             pool.append((rel, folder, ln, r))

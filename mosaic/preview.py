@@ -8,6 +8,12 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from mosaic.audit import read_rows, read_sample_image
+
+
+#: most pixels of one image of a samples folder's contact sheet (1024 x 1024; a sample is its spec's size)
+SHEET_PIXELS = 1024 * 1024
+
 
 def _font(size: int):
     try:
@@ -61,14 +67,25 @@ def sample_sheet(folder: str | Path, out: str | Path, n: int = 16, predictions: 
     """Contact sheet of a folder of generated images with a ``metadata.jsonl`` (the generator's
     schema): one image per combination, held-out combinations first, captioned with the intended
     values and, given ``predictions`` (one dict per metadata line), what the evaluator read.
-    Returns None when the folder holds no images."""
+    Returns None when the folder holds no images.
+
+    The folder may be a shared run's (``mosaic report`` makes one per trial): its ``metadata.jsonl``
+    is read as a samples folder's rows (:func:`mosaic.audit.read_rows`: UTF-8 JSON objects whose
+    ``file_name`` lies inside the folder) and each image as the folder's own file of at most
+    :data:`SHEET_PIXELS` pixels in one of Pillow's raster formats (:func:`mosaic.audit.read_sample_image`),
+    so no outside file, decompression bomb or EPS reaches the sheet.
+
+    Raises:
+        MosaicError: a damaged ``metadata.jsonl`` or image, naming the file and the line.
+    """
     import json
 
     folder = Path(folder)
     meta_path = folder / "metadata.jsonl"
     if not meta_path.is_file():
         return None
-    recs = [json.loads(line) for line in meta_path.read_text().splitlines() if line.strip()]
+    rows = read_rows(meta_path, "metadata file")
+    lines, recs = [ln for ln, _ in rows], [r for _, r in rows]
     order = sorted(range(len(recs)), key=lambda i: (not recs[i].get("held_out"), i))
     picked, seen = [], set()
     for i in order:
@@ -80,7 +97,11 @@ def sample_sheet(folder: str | Path, out: str | Path, n: int = 16, predictions: 
             break
     if not picked:
         return None
-    images = np.stack([np.asarray(Image.open(folder / recs[i]["file_name"]).convert("RGB")) for i in picked])
+    fix = "the sheet shows only the samples folder's own images: re-sample (`mosaic sample RUN`), or move the folder out of the run"
+    arrays = [read_sample_image(folder, recs[i]["file_name"], f"{meta_path} line {lines[i]}", SHEET_PIXELS, fix)[1] for i in picked]
+    side = arrays[0].shape[:2]
+    images = np.stack([a if a.shape[:2] == side else np.asarray(Image.fromarray(a).resize(side[::-1], Image.NEAREST))
+                       for a in arrays])
     caps = []
     for i in picked:
         r = recs[i]

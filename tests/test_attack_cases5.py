@@ -4,6 +4,9 @@
   checkpoint's ``state.json``) were read with bare ``json.loads`` (tracebacks), its quality check was
   believed for whatever weights stood in ``vae/``, and ``vae/`` was loaded by diffusers whatever it
   held (a pickle ``.bin`` was tried; a damaged config or weights was a traceback);
+- ``mosaic report``'s per-trial contact sheet opened whatever a trial's ``samples/*/metadata.jsonl``
+  named (an image outside the run was pulled into the report; an EPS went to Ghostscript; a bomb
+  was decoded; damaged JSON was a traceback);
 """
 
 from __future__ import annotations
@@ -123,3 +126,49 @@ def test_a_vae_folder_that_is_not_mosaics_own_is_refused(tmp_path, ae_folder, mo
     assert res.exit_code == 2 and "Traceback" not in res.output
     with pytest.raises(MosaicError, match="vae/config.json.*is damaged"):
         load_space(folder)
+
+
+# ------------------------------------------------------------------------------------------------
+# case 07: mosaic report's contact sheets show only a samples folder's own images
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("how", ["outside", "link_out", "eps", "bomb", "deep_json", "not_utf8"])
+def test_report_sheets_read_only_the_samples_folders_own_images(tmp_path, how):
+    import yaml
+    from PIL import Image
+
+    from tests.test_sweep import fake_trial
+
+    out = tmp_path / "sw"
+    out.mkdir()
+    (out / "sweep.yaml").write_text(yaml.safe_dump({"name": "mine", "kind": "diffusion", "config": "x.yaml",
+                                                    "grid": {"training.lr": [0.001]}, "seeds": [0]}))
+    trial = fake_trial(out, {"training.lr": 0.001, "seed": 0}, "done", 0.5, 0.9)
+    s = trial / "run" / "samples" / "x"
+    (s / "images").mkdir(parents=True)
+    secret = tmp_path / "secret.png"
+    Image.new("RGB", (16, 16), (255, 0, 0)).save(secret)
+    Image.new("RGB", (16, 16)).save(s / "images" / "a.png")
+    rec = {"file_name": "images/a.png", "concepts": {"color": "red"}, "held_out": False}
+    meta = s / "metadata.jsonl"
+    meta.write_text(json.dumps(rec) + "\n")
+    res = runner.invoke(app, ["report", str(out)])
+    assert res.exit_code == 0, res.output
+    assert list((out / "report").glob("*samples.png"))
+    shutil.rmtree(out / "report")
+    if how == "outside":
+        meta.write_text(json.dumps({**rec, "file_name": os.path.relpath(secret, s)}) + "\n")
+    elif how == "link_out":
+        (s / "images" / "a.png").unlink()
+        os.symlink(secret, s / "images" / "a.png")
+    elif how == "eps":
+        (s / "images" / "a.png").write_text("%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\nshowpage\n")
+    elif how == "bomb":
+        Image.new("1", (8000, 8000)).save(s / "images" / "a.png")
+    elif how == "deep_json":
+        meta.write_text("[" * 100_000 + "\n")
+    else:
+        meta.write_bytes(b"\xff\n")
+    res = runner.invoke(app, ["report", str(out)])
+    _clean_exit_2(res, "metadata.jsonl")
+    assert not list(out.rglob("*samples.png"))
