@@ -13,7 +13,8 @@ from mosaic.plots import plot_curves
 from mosaic.audit import audit_summary, find_audit_files
 from mosaic.verdicts import check_sweep_claims, write_claims
 from mosaic.evaluation.agreement import wilson_interval
-from mosaic.io import atomic_copy, atomic_write
+from mosaic.io import atomic_copy, atomic_write, discard, own_folders
+from mosaic.locks import FolderLock
 from mosaic.preview import sample_sheet
 from mosaic.vocab import closest
 
@@ -63,6 +64,19 @@ def _audit_section(root: Path) -> str:
 
 
 def make_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None) -> Path:
+    """:func:`write_report`, holding the report folder's lock (``mosaic.locks.FolderLock``: one
+    writer at a time). ``SWEEP_DIR/report`` is made a real folder of the sweep first: a symbolic
+    link standing there is removed, never written through (``mosaic.io.own_folders``).
+
+    Raises:
+        MosaicError: as :func:`write_report`; another process writes the report.
+    """
+    out = Path(sweep_dir) / "report"
+    with FolderLock(out, MosaicError, "report folder", wait=False):
+        return write_report(sweep_dir, warn)
+
+
+def write_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None) -> Path:
     """Write ``SWEEP_DIR/report/``: curve PNGs, per-trial heatmaps and sample grids, ``index.html``,
     and, when the sweep states claims (``report.claims``), ``claims.json`` and ``claims.png`` with a
     claims table on the page (:mod:`mosaic.claims`); saved human audits (``mosaic audit``) show their
@@ -106,7 +120,7 @@ def make_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None
         (warn or print)(msg)
     ys = [y for y in ys if y in df.columns]
     out = sweep_dir / "report"
-    out.mkdir(exist_ok=True)
+    own_folders(sweep_dir, ["report"])  # a link at report/ is removed: the report never writes into another folder
     done = df[df["status"] == "done"] if "status" in df.columns else df
     figures = []
     p = plot_curves(done, x, lines, ys, out / "curves.png", title=f"{sweep.get('name', sweep_dir.name)}: accuracy vs {rep.get('x_label') or x.split('.')[-1]}", x_label=rep.get("x_label"),
@@ -122,6 +136,9 @@ def make_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None
 
     claims = check_sweep_claims(sweep, df)
     claims_fig, claims_section = write_claims(claims, out, title=str(sweep.get("name", sweep_dir.name))) if claims else (None, "")
+    if not claims:  # an earlier report's claims are not this one's (`mosaic report` prints claims.json)
+        discard(out / "claims.json")
+        discard(out / "claims.png")
     for c in claims:
         if c.get("error"):
             (warn or print)(f"claim {c['name']!r}: {c['error']}")

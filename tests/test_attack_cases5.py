@@ -7,6 +7,9 @@
 - ``mosaic report``'s per-trial contact sheet opened whatever a trial's ``samples/*/metadata.jsonl``
   named (an image outside the run was pulled into the report; an EPS went to Ghostscript; a bomb
   was decoded; damaged JSON was a traceback);
+- ``mosaic report`` wrote through a symbolic link at ``SWEEP/report`` (another folder's
+  ``index.html`` replaced), without a lock, and printed a ``claims.json`` an earlier report (or
+  anyone) left there as this report's claims (a damaged one was a traceback);
 """
 
 from __future__ import annotations
@@ -172,3 +175,64 @@ def test_report_sheets_read_only_the_samples_folders_own_images(tmp_path, how):
     res = runner.invoke(app, ["report", str(out)])
     _clean_exit_2(res, "metadata.jsonl")
     assert not list(out.rglob("*samples.png"))
+
+
+# ------------------------------------------------------------------------------------------------
+# cases 08, 09: mosaic report writes only its own folder, and prints only its own claims
+# ------------------------------------------------------------------------------------------------
+
+def _sweep(tmp_path) -> Path:
+    import yaml
+
+    from tests.test_sweep import fake_trial
+
+    out = tmp_path / "sw"
+    out.mkdir()
+    (out / "sweep.yaml").write_text(yaml.safe_dump({"name": "mine", "kind": "diffusion", "config": "x.yaml",
+                                                    "grid": {"training.lr": [0.001]}, "seeds": [0]}))
+    fake_trial(out, {"training.lr": 0.001, "seed": 0}, "done", 0.5, 0.9)
+    return out
+
+
+def test_report_never_writes_through_a_link_at_its_folder(tmp_path):
+    from mosaic.locks import FolderLock
+
+    out = _sweep(tmp_path)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "index.html").write_text("precious")
+    os.symlink(victim, out / "report")
+    res = runner.invoke(app, ["report", str(out)])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in victim.iterdir()) == ["index.html"] and (victim / "index.html").read_text() == "precious"
+    assert not (out / "report").is_symlink() and (out / "report" / "index.html").is_file()
+    import multiprocessing as mp  # another process writing the report: refused, named
+
+    ctx = mp.get_context("fork")
+    ready, done = ctx.Event(), ctx.Event()
+
+    def hold():
+        with FolderLock(out / "report", MosaicError, "report folder"):
+            ready.set()
+            done.wait(30)
+
+    p = ctx.Process(target=hold)
+    p.start()
+    try:
+        assert ready.wait(30)
+        res = runner.invoke(app, ["report", str(out)])
+        _clean_exit_2(res, "report folder")
+    finally:
+        done.set()
+        p.join(30)
+
+
+@pytest.mark.parametrize("left", ["stale", "deep"])
+def test_report_prints_only_the_claims_it_checked(tmp_path, left):
+    out = _sweep(tmp_path)
+    (out / "report").mkdir()
+    stale = {"claims": [{"name": "held-out beats seen", "verdict": "holds", "effect": 0.5, "ci": [0.4, 0.6], "seeds": 3}]}
+    (out / "report" / "claims.json").write_text(json.dumps(stale) if left == "stale" else "[" * 100_000)
+    res = runner.invoke(app, ["report", str(out)])
+    assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+    assert "held-out beats seen" not in res.output and not (out / "report" / "claims.json").exists()

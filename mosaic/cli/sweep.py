@@ -13,6 +13,7 @@ from rich.table import Table
 
 from mosaic.cli.common import MAX_WORKERS, check_out, console, fail, set_option
 from mosaic.errors import MosaicError
+from mosaic.io import read_json
 
 SetOpt = set_option("sweep")
 
@@ -146,14 +147,16 @@ def report_command(
 
 def print_claims(path: Path) -> None:
     """One line per checked claim of a report's ``claims.json`` (nothing when there is none)."""
-    import json
-
     from mosaic.verdicts import fmt_effect
 
     if not path.is_file():
         return
     colors = {"holds": "green", "does not hold": "red", "inconclusive": "yellow"}
-    for c in json.loads(path.read_text()).get("claims", []):
+    try:
+        claims = read_json(path).get("claims", [])
+    except (OSError, ValueError, AttributeError) as e:  # written by this report: damaged only when something else wrote it
+        fail(MosaicError(f"{path} is damaged ({str(e)[:100]}): run `mosaic report` again, it writes the file afresh"))
+    for c in claims:
         e, iv = fmt_effect(c)
         extra = ""
         if c.get("changed_by_abstention"):
