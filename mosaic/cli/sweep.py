@@ -13,7 +13,6 @@ from rich.table import Table
 
 from mosaic.cli.common import MAX_WORKERS, check_out, console, fail, set_option
 from mosaic.errors import MosaicError
-from mosaic.io import read_json
 
 SetOpt = set_option("sweep")
 
@@ -147,6 +146,7 @@ def report_command(
 
 def print_claims(path: Path) -> None:
     """One line per checked claim of a report's ``claims.json`` (nothing when there is none)."""
+    from mosaic.io import read_json
     from mosaic.verdicts import fmt_effect
 
     if not path.is_file():
