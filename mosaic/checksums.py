@@ -197,6 +197,33 @@ def parse_record(line: bytes, index: int) -> dict | None:
     return rec
 
 
+def lines_problem(path: str | Path, splits: Iterable[str], files) -> str | None:
+    """Why ``checksums.sha256`` at ``path`` is not a list mosaic wrote, or None: every line must be
+    ``<64 hex digits>  <split>/<name>`` with a safe relative name (:func:`safe_name`) in one of the
+    manifest's ``splits``, ``files`` lines in all (the manifest's count). A line naming
+    ``../../etc/passwd`` would have ``sha256sum -c checksums.sha256`` read a file outside the
+    dataset. One streamed pass; memory is one line."""
+    splits = set(splits)
+    n = 0
+    with open(path, "rb") as f:
+        for ln, raw in enumerate(f, start=1):
+            line = raw.rstrip(b"\n")
+            if not line and n == 0 and files == 0:
+                continue  # an empty dataset's file is one newline
+            try:
+                digest, sep, name = line.decode("utf-8").partition("  ")
+            except UnicodeDecodeError:
+                return f"line {ln} is not UTF-8 text"
+            if not sep or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+                return f"line {ln} is not '<sha256>  <path>'"
+            if not safe_name(name) or name.split("/", 1)[0] not in splits or "/" not in name:
+                return f"line {ln} names {name[:80]!r}, not a file of this dataset's splits"
+            n += 1
+    if isinstance(files, int) and n != files:
+        return f"it lists {n} files, but the manifest records {files}"
+    return None
+
+
 def safe_name(name) -> bool:
     """Whether ``name`` is a file name a record may carry: a relative path string inside its split
     folder (no ``..`` part, not absolute, no backslash or control characters, at most 255

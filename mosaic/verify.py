@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mosaic.checksums import (  # noqa: F401 - write_checksums re-exported: the one writer
-    CHECKSUMS, RecordedDigests, digest_file, metadata_lines, parse_record, scan_metadata, standard_names, write_checksums,
+    CHECKSUMS, RecordedDigests, digest_file, lines_problem, metadata_lines, parse_record, scan_metadata, standard_names, write_checksums,
 )
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.io import loads_json
@@ -165,6 +165,9 @@ def read_checksums(root: Path, man: dict, report: VerifyReport) -> RecordedDiges
         return None
     if digest_file(p)[0] != rec.get("sha256"):  # streamed: memory does not grow with the number of files
         report.damage.append(Damage(p.name, "altered", "the file digests differ from the manifest's record of them"))
+        return None
+    if (problem := lines_problem(p, man.get("splits") or {}, rec.get("files"))) is not None:  # names only the dataset's files
+        report.damage.append(Damage(p.name, "foreign", f"{problem}: not the list mosaic wrote"))
         return None
     return RecordedDigests(p)
 

@@ -10,6 +10,8 @@
 - ``mosaic report`` wrote through a symbolic link at ``SWEEP/report`` (another folder's
   ``index.html`` replaced), without a lock, and printed a ``claims.json`` an earlier report (or
   anyone) left there as this report's claims (a damaged one was a traceback);
+- a ``checksums.sha256`` whose sha256 the manifest records was believed line by line: a line
+  naming ``../../etc/hostname`` passed ``verify`` (and ``sha256sum -c`` would read it);
 """
 
 from __future__ import annotations
@@ -236,3 +238,31 @@ def test_report_prints_only_the_claims_it_checked(tmp_path, left):
     res = runner.invoke(app, ["report", str(out)])
     assert res.exit_code == 0 and "Traceback" not in res.output, res.output
     assert "held-out beats seen" not in res.output and not (out / "report" / "claims.json").exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# case 14: checksums.sha256 lists only the dataset's own files
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("line", ["{d}  ../../../../etc/hostname", "{d}  /etc/hostname", "{d}  elsewhere/x.png", "nothex  train/x.png"],
+                         ids=["dotdot", "absolute", "not_a_split", "not_a_digest"])
+def test_a_checksums_file_naming_files_outside_the_dataset_is_refused(tmp_path, line):
+    import hashlib
+
+    from mosaic.dataset import generate
+    from mosaic.spec import parse_spec
+    from mosaic.torch_data import MosaicDataset
+    from tests.test_diffusion import SPEC
+
+    ds = tmp_path / "ds"
+    generate(parse_spec(SPEC), ds)
+    c = ds / "checksums.sha256"
+    text = c.read_text() + line.format(d="0" * 64) + "\n"
+    c.write_text(text)
+    man = json.loads((ds / "manifest.json").read_text())
+    man["checksums"].update(sha256=hashlib.sha256(text.encode()).hexdigest(), files=man["checksums"]["files"] + 1)
+    (ds / "manifest.json").write_text(json.dumps(man, indent=2))  # both edited to agree
+    res = runner.invoke(app, ["verify", str(ds)])
+    assert res.exit_code == 1 and "checksums.sha256: foreign" in res.output, res.output
+    with pytest.raises(MosaicError, match="checksums.sha256"):
+        MosaicDataset(ds, "train")
