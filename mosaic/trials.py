@@ -152,6 +152,26 @@ def _trial_file(p: Path) -> dict:
     return data
 
 
+def _table_problem(table) -> str | None:
+    """Why a metrics.json ``table`` is not one mosaic wrote (:mod:`mosaic.evaluation.table`), or None:
+    a group that is not a mapping, an ``n`` that is not a count, or a metric that is not a fraction in
+    [0, 1], NaN or null (``Infinity``, ``1.5``, ``"0.9"`` would be reported, or silently left out)."""
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        return f"table is a {type(table).__name__}, not a mapping"
+    for g, row in table.items():
+        if not isinstance(row, dict):
+            return f"table.{g} is a {type(row).__name__}, not a mapping"
+        for k, v in row.items():
+            if k == "n":
+                if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                    return f"table.{g}.n = {str(v)[:40]!r} is not a count"
+            elif v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not (v != v or 0 <= v <= 1)):
+                return f"table.{g}.{k} = {str(v)[:40]!r}"
+    return None
+
+
 def read_status(tdir: Path) -> dict:
     p = Path(tdir) / "trial.json"
     return _trial_file(p) if p.is_file() else {}
@@ -299,6 +319,10 @@ def result_row(tdir: Path) -> dict:
     mpath = tdir / "run" / "metrics.json"
     if mpath.is_file():
         m = _trial_file(mpath)
+        bad = _table_problem(m.get("table"))
+        if bad is not None:
+            raise SweepError([(str(mpath), f"damaged: {bad}, and an accuracy is a fraction in [0, 1] (NaN or null when not measured): "
+                                           f"restore it, or delete the trial folder {tdir} and rerun `mosaic sweep` to redo the trial")])
 
         row.update(table_columns(m.get("table")))
         # the parser's match quality and abstention (diffusion; mosaic.evaluation.quality.quality_summary):

@@ -12,6 +12,8 @@
   anyone) left there as this report's claims (a damaged one was a traceback);
 - a ``checksums.sha256`` whose sha256 the manifest records was believed line by line: a line
   naming ``../../etc/hostname`` passed ``verify`` (and ``sha256sum -c`` would read it);
+- a trial's ``metrics.json`` with ``Infinity`` or ``1.5`` as an accuracy was reported as it was (a
+  string accuracy was silently left out of the results);
 """
 
 from __future__ import annotations
@@ -266,3 +268,32 @@ def test_a_checksums_file_naming_files_outside_the_dataset_is_refused(tmp_path, 
     assert res.exit_code == 1 and "checksums.sha256: foreign" in res.output, res.output
     with pytest.raises(MosaicError, match="checksums.sha256"):
         MosaicDataset(ds, "train")
+
+
+# ------------------------------------------------------------------------------------------------
+# case 24: a trial's accuracies are fractions
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", [float("inf"), 1.5, -0.1, "0.9", True], ids=["inf", "above_one", "negative", "string", "bool"])
+def test_report_refuses_a_metrics_table_that_is_not_fractions(tmp_path, value):
+    import yaml
+
+    from mosaic.sweep import SweepError
+    from mosaic.trials import collect
+    from tests.test_sweep import fake_trial
+
+    out = tmp_path / "sw"
+    out.mkdir()
+    (out / "sweep.yaml").write_text(yaml.safe_dump({"name": "mine", "kind": "diffusion", "config": "x.yaml",
+                                                    "grid": {"training.lr": [0.001]}, "seeds": [0]}))
+    t = fake_trial(out, {"training.lr": 0.001, "seed": 0}, "done", 0.5, 0.9)
+    m = json.loads((t / "run" / "metrics.json").read_text())
+    m["table"]["held_out"]["nan_is_fine"] = float("nan")
+    (t / "run" / "metrics.json").write_text(json.dumps(m))
+    assert len(collect(out)) == 1
+    m["table"]["held_out"]["joint"] = value
+    (t / "run" / "metrics.json").write_text(json.dumps(m))
+    with pytest.raises(SweepError, match="table.held_out.joint"):
+        collect(out)
+    res = runner.invoke(app, ["report", str(out)])
+    _clean_exit_2(res, "metrics.json", "table.held_out.joint")
