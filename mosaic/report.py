@@ -72,6 +72,8 @@ def make_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None
         MosaicError: as :func:`write_report`; another process writes the report.
     """
     out = Path(sweep_dir) / "report"
+    if not (Path(sweep_dir) / "results.csv").is_file():
+        return write_report(sweep_dir, warn)  # not a sweep folder (yet): named there, before any lock file is made
     with FolderLock(out, MosaicError, "report folder", wait=False):
         return write_report(sweep_dir, warn)
 

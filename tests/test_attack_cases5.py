@@ -14,6 +14,8 @@
   naming ``../../etc/hostname`` passed ``verify`` (and ``sha256sum -c`` would read it);
 - a trial's ``metrics.json`` with ``Infinity`` or ``1.5`` as an accuracy was reported as it was (a
   string accuracy was silently left out of the results);
+- a stray file name holding a terminal escape sequence (``x\\x1b]0;pwned\\x07y``) was printed raw by
+  ``verify`` and every error, so a dataset could retitle, restyle or erase what the terminal shows;
 """
 
 from __future__ import annotations
@@ -297,3 +299,24 @@ def test_report_refuses_a_metrics_table_that_is_not_fractions(tmp_path, value):
         collect(out)
     res = runner.invoke(app, ["report", str(out)])
     _clean_exit_2(res, "metrics.json", "table.held_out.joint")
+
+
+# ------------------------------------------------------------------------------------------------
+# case 03: names from files are printed literally, control characters escaped
+# ------------------------------------------------------------------------------------------------
+
+def test_control_characters_in_a_stray_name_are_printed_escaped(tmp_path):
+    from mosaic.dataset import generate
+    from mosaic.spec import parse_spec
+    from tests.test_diffusion import SPEC
+
+    ds = tmp_path / "ds"
+    generate(parse_spec(SPEC), ds)
+    (ds / "train" / "x\x1b]0;pwned\x07y\x1b[2K").write_bytes(b"")
+    res = runner.invoke(app, ["verify", str(ds)])
+    assert res.exit_code == 1, res.output
+    assert "\x1b" not in res.output and "\x07" not in res.output, repr(res.output)
+    assert "x\\x1b]0;pwned\\x07y\\x1b[2K: stray" in res.output
+    res = runner.invoke(app, ["evaluate", str(ds / "test_id"), "--spec", str(ds), "--check-n", "0"])
+    _clean_exit_2(res, "\\x1b]0;pwned")
+    assert "\x1b" not in res.output

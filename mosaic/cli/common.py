@@ -23,6 +23,17 @@ console = Console(emoji=False)  # ":100:" in a user's value must not become an e
 err_console = Console(stderr=True, emoji=False)
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def shown(text: str) -> str:
+    """``text`` as printed literally on a terminal: rich markup escaped, and every control character
+    but newline and tab written as ``\\xNN``, so a file name holding an escape sequence (a stray
+    ``x\\x1b]0;...`` in a dataset, a name in a record) can neither restyle, retitle nor erase what
+    mosaic prints."""
+    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
+
+
 def fail(e: Exception) -> None:
     """Print a user-facing error (no traceback) and exit with status 2. The message is printed
     literally: brackets such as ``{name: [r, g, b]}`` are not read as rich markup.
@@ -30,7 +41,7 @@ def fail(e: Exception) -> None:
     Raises:
         typer.Exit: always, with code 2.
     """
-    err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {shown(str(e))}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from mosaic.cli.common import console, err_console, fail
+from mosaic.cli.common import console, err_console, fail, shown
 from mosaic.errors import MosaicError
 
 
@@ -40,11 +40,11 @@ def verify(
         return
     err_console.print(f"[bold red]damaged[/] {escape(str(dataset))} ({report.storage}, {len(report.damage)} problem(s), {kind} check):")
     for d in report.damage[:max_lines]:
-        err_console.print(f"  {escape(d.path)}: {d.problem}: {escape(d.detail)}", highlight=False)
+        err_console.print(f"  {shown(d.path)}: {d.problem}: {shown(d.detail)}", highlight=False)
     if len(report.damage) > max_lines:
         err_console.print(f"  ... and {len(report.damage) - max_lines} more")
     from mosaic.verify import fix_of
 
     fix = fix_of(report, dataset)  # the one fix line, shared with every reader's refusal
-    err_console.print(f"fix: {fix}")
+    err_console.print(f"fix: {shown(fix)}", highlight=False)
     raise typer.Exit(1)
