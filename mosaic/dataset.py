@@ -38,7 +38,7 @@ from mosaic.checksums import write_checksums
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.executors import LocalExecutor, check_backend, make_executor
 from mosaic.hf import mosaic_split, write_card
-from mosaic.io import atomic_write, atomic_write_json, atomic_writer, clear_temps, own_folders
+from mosaic.io import JSONReadError, atomic_write, atomic_write_json, atomic_writer, clear_temps, loads_json, own_folders
 from mosaic.locks import FolderLock
 from mosaic.png import encode_png
 from mosaic.records import (  # noqa: F401 - re-exported: the dataset API of mosaic.dataset
@@ -347,7 +347,7 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow", split
         with atomic_writer(target) as dst:
             for part in _part_files(parts, split):
                 with part.open("rb") as src:
-                    head = json.loads(src.readline())
+                    head = _part_head(part, split, src.readline())
                     if head.get("start") != expect:
                         raise DatasetError(f"split {split!r}: part file {part.name} starts at index {head.get('start')}, "
                                            f"expected {expect}; rerun with --overwrite")
@@ -374,6 +374,27 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow", split
     write_card(out, spec, man, "imagefolder")  # the card first: a failure here (a full disk) leaves the dataset unfinished, so a rerun finishes it
     atomic_write_json(out / MANIFEST, man)
     return man
+
+
+def _part_head(part: Path, split: str, line: bytes) -> dict:
+    """The first line of a part file: ``{"start": int, "stop": int, "concepts": [...]}``.
+
+    Raises:
+        DatasetError: not UTF-8 JSON, nested too deep, or not of that shape (a damaged part file,
+            e.g. from a full disk or another program), naming it and the fix: delete it and rerun
+            the same command, which generates that shard again.
+    """
+    try:
+        head = loads_json(line)
+    except JSONReadError as e:
+        head, why = None, str(e)
+    else:
+        why = "not a part file's header"
+    if (isinstance(head, dict) and all(isinstance(head.get(k), int) and not isinstance(head.get(k), bool) for k in ("start", "stop"))
+            and isinstance(head.get("concepts"), list)):
+        return head
+    raise DatasetError(f"split {split!r}: part file {part} is damaged (its first line is {why}); delete it and rerun the "
+                       "same command (that shard is generated again)")
 
 
 def _part_files(parts: Path, split: str) -> Iterator[Path]:

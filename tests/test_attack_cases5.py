@@ -16,6 +16,8 @@
   string accuracy was silently left out of the results);
 - a stray file name holding a terminal escape sequence (``x\\x1b]0;pwned\\x07y``) was printed raw by
   ``verify`` and every error, so a dataset could retitle, restyle or erase what the terminal shows;
+- an interrupted ``generate`` whose part file (``.mosaic/parts/<split>-NNNNNN.jsonl``) had a damaged
+  first line made every rerun a RecursionError / UnicodeDecodeError / AttributeError traceback;
 """
 
 from __future__ import annotations
@@ -320,3 +322,31 @@ def test_control_characters_in_a_stray_name_are_printed_escaped(tmp_path):
     res = runner.invoke(app, ["evaluate", str(ds / "test_id"), "--spec", str(ds), "--check-n", "0"])
     _clean_exit_2(res, "\\x1b]0;pwned")
     assert "\x1b" not in res.output
+
+
+# ------------------------------------------------------------------------------------------------
+# case 38: a damaged part file of an unfinished dataset is named, and a rerun finishes
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("head", [b"[" * 100_000, b"\xff\xfe", b"[1, 2]", b'{"start": 0, "stop": "x", "concepts": []}'],
+                         ids=["deep", "not_utf8", "not_a_mapping", "wrong_types"])
+def test_a_damaged_part_file_is_named_and_a_rerun_after_deleting_it_finishes(tmp_path, head):
+    from mosaic.dataset import generate
+    from mosaic.errors import DatasetError
+    from mosaic.spec import parse_spec
+    from mosaic.verify import verify
+    from tests.test_diffusion import SPEC
+
+    spec = parse_spec(SPEC)
+    ds = tmp_path / "ds"
+    generate(spec, ds)
+    man = json.loads((ds / "manifest.json").read_text())
+    (ds / "manifest.json").write_text(json.dumps({**man, "status": "generating"}))  # as if interrupted before finalize
+    part = ds / ".mosaic" / "parts" / "train-000000.jsonl"
+    body = part.read_bytes().split(b"\n", 1)[1]
+    part.write_bytes(head + b"\n" + body)
+    with pytest.raises(DatasetError, match="part file .*train-000000.jsonl is damaged"):
+        generate(spec, ds)
+    part.unlink()
+    generate(spec, ds)
+    assert verify(ds, deep=True).ok
