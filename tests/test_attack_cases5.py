@@ -18,6 +18,8 @@
   ``verify`` and every error, so a dataset could retitle, restyle or erase what the terminal shows;
 - an interrupted ``generate`` whose part file (``.mosaic/parts/<split>-NNNNNN.jsonl``) had a damaged
   first line made every rerun a RecursionError / UnicodeDecodeError / AttributeError traceback;
+- a part file's records were merged into ``metadata.jsonl`` as they stood and then digested: a
+  record edited to a held-out combination's labels on a training image passed ``verify``;
 """
 
 from __future__ import annotations
@@ -350,3 +352,40 @@ def test_a_damaged_part_file_is_named_and_a_rerun_after_deleting_it_finishes(tmp
     part.unlink()
     generate(spec, ds)
     assert verify(ds, deep=True).ok
+
+
+# ------------------------------------------------------------------------------------------------
+# case 39: a part file's records are the ones its header (and the leak check) counts
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("edit", ["labels", "held_out", "index"])
+def test_an_edited_part_record_is_never_merged(tmp_path, edit):
+    from mosaic.dataset import generate
+    from mosaic.errors import DatasetError
+    from mosaic.spec import parse_spec
+    from mosaic.verify import verify
+    from tests.test_diffusion import SPEC
+
+    spec = parse_spec(SPEC)
+    ds = tmp_path / "ds"
+    generate(spec, ds)
+    man = json.loads((ds / "manifest.json").read_text())
+    (ds / "manifest.json").write_text(json.dumps({**man, "status": "generating"}))
+    part = ds / ".mosaic" / "parts" / "train-000000.jsonl"
+    lines = part.read_text().split("\n")
+    rec = json.loads(lines[1])
+    if edit == "labels":  # the held-out combination's labels on a training image
+        rec["concepts"] = {"color": "blue", "shape": "square"}
+    elif edit == "held_out":
+        rec["held_out"] = True
+    else:
+        rec["index"] = 5
+    lines[1] = json.dumps(rec, sort_keys=True)
+    part.write_text("\n".join(lines))
+    with pytest.raises(DatasetError, match="train-000000.jsonl is damaged .record 0"):
+        generate(spec, ds)
+    assert not verify(ds).ok  # still unfinished, never complete with the edited record
+    part.unlink()
+    generate(spec, ds)
+    assert verify(ds, deep=True).ok
+    assert json.loads((ds / "train" / "metadata.jsonl").read_text().splitlines()[0])["concepts"] != {"color": "blue", "shape": "square"}
