@@ -29,6 +29,7 @@ from itertools import chain
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
+from mosaic.errors import DatasetError
 from mosaic.io import atomic_writer
 
 CHECKSUMS = "checksums.sha256"
@@ -61,7 +62,7 @@ def sample_paths(split: str, records: Iterable[dict]) -> Iterator[str]:
             yield f"{split}/{r['mask_file_name']}"
 
 
-def write_checksums(root: str | Path, records: dict[str, Iterable[dict]]) -> dict:
+def write_checksums(root: str | Path, records: dict[str, Iterable[dict]], expected: dict[str, Iterable] | None = None) -> dict:
     """Read every file of an imagefolder dataset back and write ``root/checksums.sha256``.
 
     Streams: each line is written (and added to the file's own digest) as soon as its file is
@@ -69,12 +70,15 @@ def write_checksums(root: str | Path, records: dict[str, Iterable[dict]]) -> dic
     lines with newlines (one final newline), as before.
 
     Args:
+        expected: split -> the ``(sha256, part file)`` of each image and mask as rendered (or None),
+            in file order: a file on disk with another digest is refused, never digested as the dataset's.
         records: split -> its records (dicts with ``file_name``, optional ``mask_file_name``) in
             index order; any iterable, e.g. one that makes the names on the fly.
     Returns:
         The manifest entry: ``{"file", "sha256", "files", "bytes": {split: total bytes of its images and masks}}``.
     Raises:
         OSError: a file cannot be read (FileNotFoundError names it); nothing is written then.
+        DatasetError: a file is not the one ``expected`` gives; nothing is written then.
     """
     root = Path(root)
     whole = hashlib.sha256()
@@ -84,10 +88,16 @@ def write_checksums(root: str | Path, records: dict[str, Iterable[dict]]) -> dic
     with atomic_writer(root / CHECKSUMS) as out:
         for split, recs in records.items():
             total = 0
+            want = iter((expected or {}).get(split, ()))
             for k, rel in enumerate(chain([f"{split}/metadata.jsonl"], sample_paths(split, recs))):
                 digest, size = digest_file(root / rel, buf)
                 if k:  # the split's bytes are its images' and masks'
                     total += size
+                    rec = next(want, None)
+                    if rec is not None and rec[0] != digest:
+                        raise DatasetError(f"{root / rel} is not the file mosaic rendered for it (its sha256 differs from the one "
+                                           f"{rec[1]} recorded when it was rendered: replaced while the dataset was unfinished); "
+                                           f"delete {rec[1]} and rerun the same command (that shard is rendered again)")
                 line = f"{digest}  {rel}\n".encode()
                 out.write(line)
                 whole.update(line)

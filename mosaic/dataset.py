@@ -28,6 +28,7 @@ Format ``mosaic-dataset/2`` (this version): records carry ``labels`` (concept ->
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections import deque
@@ -161,18 +162,22 @@ def render_shard(spec_data: dict, out: str, split: str, shard: int, start: int, 
     img_dir = os.path.join(out, split, "images")
     mask_dir = os.path.join(out, split, "masks")
     names = list(spec.concepts)
-    lines, concepts = [], []
+    lines, concepts, digests = [], [], []
     for index in range(start, stop):
         line, rec, scene = sample_line(spec, split, index, f"masks/{index:06d}.png" if masks else None)
         image, mask = rend.render_one(scene) if masks else (rend.render_image(scene), None)
         # plain writes: a shard's images count only once its part file exists (written last,
         # atomically), and a resumed run rewrites every image of an unfinished shard
-        _write_file(os.path.join(img_dir, f"{index:06d}.png"), encode_png(image))
+        png = encode_png(image)
+        _write_file(os.path.join(img_dir, f"{index:06d}.png"), png)
+        digests.append(hashlib.sha256(png).hexdigest())  # finalize digests the files against these (a file swapped meanwhile)
         if masks:
-            _write_file(os.path.join(mask_dir, f"{index:06d}.png"), encode_png(mask))
+            png = encode_png(mask)
+            _write_file(os.path.join(mask_dir, f"{index:06d}.png"), png)
+            digests.append(hashlib.sha256(png).hexdigest())
         lines.append(line)  # json.dumps(record, sort_keys=True), written straight from the scene
         concepts.append([rec["concepts"].get(c) for c in names])
-    header = json.dumps({"start": start, "stop": stop, "concepts": concepts})
+    header = json.dumps({"start": start, "stop": stop, "concepts": concepts, "sha256": digests})
     part = Path(out) / ".mosaic" / "parts" / f"{split}-{shard:06d}.jsonl"
     atomic_write(part, (header + "\n" + "".join(ln + "\n" for ln in lines)).encode())
     return stop - start
@@ -371,7 +376,8 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow", split
         raise DatasetError(f"the generated dataset at {out} failed its leak check ({', '.join(failed)}); see manifest.json")
     # every file read back and digested (mosaic verify), one line written per file as it is hashed; the
     # records are file names only, made on the fly: nothing here grows with the dataset
-    man["checksums"] = write_checksums(out, {k: _file_names(k, n, masks) for k, n in sizes.items()})
+    man["checksums"] = write_checksums(out, {k: _file_names(k, n, masks) for k, n in sizes.items()},
+                                       expected={k: _rendered_digests(parts, k, masks) for k in sizes})
     man["status"] = "complete"
     write_card(out, spec, man, "imagefolder")  # the card first: a failure here (a full disk) leaves the dataset unfinished, so a rerun finishes it
     atomic_write_json(out / MANIFEST, man)
@@ -419,6 +425,20 @@ def _check_part_body(spec: Spec, split: str, part: Path, head: dict, body: bytes
                 or [conc.get(c) for c in names] != vals or rec.get("held_out") is not is_held_out(spec, conc)):
             raise DatasetError(f"split {split!r}: part file {part} is damaged (record {i} is not the record of index {i} "
                                f"with the concepts its header gives and the spec's held_out flag); {fix}")
+
+
+def _rendered_digests(parts: Path, split: str, masks: bool) -> Iterator[tuple[str, Path] | None]:
+    """``(sha256, part file)`` of each image (and mask) of ``split`` as rendered, in file order, read
+    from the part files' headers one at a time; None where a part file of an older mosaic recorded none."""
+    for part in _part_files(parts, split):
+        with part.open("rb") as f:
+            head = _part_head(part, split, f.readline())
+        n = (head["stop"] - head["start"]) * (2 if masks else 1)
+        digs = head.get("sha256")
+        if isinstance(digs, list) and len(digs) == n:
+            yield from ((d, part) if isinstance(d, str) else None for d in digs)
+        else:
+            yield from (None for _ in range(n))
 
 
 def _part_files(parts: Path, split: str) -> Iterator[Path]:

@@ -20,6 +20,8 @@
   first line made every rerun a RecursionError / UnicodeDecodeError / AttributeError traceback;
 - a part file's records were merged into ``metadata.jsonl`` as they stood and then digested: a
   record edited to a held-out combination's labels on a training image passed ``verify``;
+- an unfinished dataset's images were digested at finalize as they stood: a held-out image copied
+  over a training image before the rerun became part of a dataset ``verify`` called OK;
 """
 
 from __future__ import annotations
@@ -389,3 +391,29 @@ def test_an_edited_part_record_is_never_merged(tmp_path, edit):
     generate(spec, ds)
     assert verify(ds, deep=True).ok
     assert json.loads((ds / "train" / "metadata.jsonl").read_text().splitlines()[0])["concepts"] != {"color": "blue", "shape": "square"}
+
+
+# ------------------------------------------------------------------------------------------------
+# case 40: finalize digests only the images as rendered
+# ------------------------------------------------------------------------------------------------
+
+def test_an_image_replaced_in_an_unfinished_dataset_is_never_digested(tmp_path):
+    from mosaic.dataset import generate
+    from mosaic.errors import DatasetError
+    from mosaic.spec import parse_spec
+    from mosaic.verify import verify
+    from tests.test_diffusion import SPEC
+
+    spec = parse_spec(SPEC)
+    ds = tmp_path / "ds"
+    generate(spec, ds)
+    own = (ds / "train" / "images" / "000003.png").read_bytes()
+    man = json.loads((ds / "manifest.json").read_text())
+    (ds / "manifest.json").write_text(json.dumps({**man, "status": "generating"}))  # interrupted before finalize
+    shutil.copyfile(ds / "test_ood" / "images" / "000000.png", ds / "train" / "images" / "000003.png")  # a held-out image
+    with pytest.raises(DatasetError, match="000003.png is not the file mosaic rendered"):
+        generate(spec, ds)
+    assert not verify(ds).ok
+    (ds / ".mosaic" / "parts" / "train-000000.jsonl").unlink()
+    generate(spec, ds)
+    assert verify(ds, deep=True).ok and (ds / "train" / "images" / "000003.png").read_bytes() == own
