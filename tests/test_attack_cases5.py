@@ -22,6 +22,9 @@
   record edited to a held-out combination's labels on a training image passed ``verify``;
 - an unfinished dataset's images were digested at finalize as they stood: a held-out image copied
   over a training image before the rerun became part of a dataset ``verify`` called OK;
+- latent diffusion's latent cache (``<ae>/latents/<manifest>/<split>.safetensors``) was read when its
+  record claimed enough latents: another split's file copied over it (held-out latents in training),
+  latents of other autoencoder weights, or a damaged file were used as the split's (or a traceback);
 """
 
 from __future__ import annotations
@@ -417,3 +420,39 @@ def test_an_image_replaced_in_an_unfinished_dataset_is_never_digested(tmp_path):
     (ds / ".mosaic" / "parts" / "train-000000.jsonl").unlink()
     generate(spec, ds)
     assert verify(ds, deep=True).ok and (ds / "train" / "images" / "000003.png").read_bytes() == own
+
+
+# ------------------------------------------------------------------------------------------------
+# case 62: the latent cache is a split's own, of these weights
+# ------------------------------------------------------------------------------------------------
+
+def test_the_latent_cache_is_used_only_for_its_own_split_and_weights(tmp_path, ae_folder):
+    import torch
+
+    from mosaic.dataset import generate
+    from mosaic.lab.autoencoder import load_space
+    from mosaic.lab.diffusion.latent import cached_latents
+    from mosaic.torch_data import MosaicDataset
+
+    folder, _, spec = ae_folder
+    folder = _copy(ae_folder, tmp_path)
+    ds = tmp_path / "ds"
+    generate(spec, ds)
+    space = load_space(folder)
+    train = MosaicDataset(ds, "train").images[:4]
+    ood = MosaicDataset(ds, "test_ood").images[:4]
+    z_train = cached_latents(space, ds, "train", train, say=lambda s: None)
+    z_ood = cached_latents(space, ds, "test_ood", ood, say=lambda s: None)
+    assert not torch.equal(z_train, z_ood)
+    (cache,) = [p for p in (folder / "latents").iterdir()]
+    encoded = []
+    quiet = encoded.append
+    assert torch.equal(cached_latents(space, ds, "train", train, say=quiet), z_train) and encoded == []  # its own: read
+    shutil.copyfile(cache / "test_ood.safetensors", cache / "train.safetensors")  # held-out latents as the training split's
+    assert torch.equal(cached_latents(space, ds, "train", train, say=quiet), z_train) and len(encoded) == 1
+    (cache / "train.safetensors").write_bytes(b"\x00" * 10)  # damaged: encoded again, no traceback
+    assert torch.equal(cached_latents(space, ds, "train", train, say=quiet), z_train) and len(encoded) == 2
+    rec = json.loads((cache / "train.json").read_text())
+    (cache / "train.json").write_text(json.dumps({**rec, "vae_sha256": "0" * 64}))  # latents of other weights
+    cached_latents(space, ds, "train", train, say=quiet)
+    assert len(encoded) == 3

@@ -20,7 +20,9 @@ import torch
 
 from mosaic.lab.autoencoder import LatentSpace
 from mosaic.lab.data import manifest_fingerprint, to_float
+from mosaic.checksums import digest_file
 from mosaic.io import atomic_write, read_json
+from mosaic.lab.autoencoder_files import VAE_WEIGHTS, vae_digest
 
 
 def encode_images(space: LatentSpace, images: torch.Tensor, batch_size: int = 256, progress=None) -> torch.Tensor:
@@ -36,26 +38,36 @@ def encode_images(space: LatentSpace, images: torch.Tensor, batch_size: int = 25
 
 def cached_latents(space: LatentSpace, dataset_root: Path, split: str, images: torch.Tensor, say=print) -> torch.Tensor:
     """The latents of ``images`` (the first ``len(images)`` of ``split`` of the dataset), from the
-    cache or encoded and written to it (atomically; only one writer needs to win)."""
+    cache or encoded and written to it (atomically; only one writer needs to win).
+
+    A cached file is used only when its record (``<split>.json``) names this split, the sha256 of
+    the file itself and of the autoencoder's weights (``vae_sha256``), at least ``n`` latents, and
+    the file holds latents of that shape: another split's file copied over it (held-out latents in
+    training), latents of other weights, or a damaged file are encoded again, never read as these."""
     from safetensors.torch import load_file, save
 
     fp = manifest_fingerprint(dataset_root)
     folder = (space.folder or Path(".")) / "latents" / fp["manifest_sha256"][:16]
     path, meta = folder / f"{split}.safetensors", folder / f"{split}.json"
     n = len(images)
+    side = space.size(images.shape[-1])
+    vae = vae_digest(space.folder) if space.folder is not None and (space.folder / "vae" / VAE_WEIGHTS).is_file() else None
     if path.is_file() and meta.is_file():
         try:
             info = read_json(meta)
-            if isinstance(info, dict) and info.get("n", -1) >= n:
-                return load_file(str(path))["latents"][:n]
-        except (OSError, ValueError, KeyError):
+            if (isinstance(info, dict) and isinstance(info.get("n"), int) and info["n"] >= n and info.get("split") == split
+                    and info.get("vae_sha256") == vae and info.get("sha256") == digest_file(path)[0]):
+                z = load_file(str(path))["latents"]
+                if z.dtype == torch.float32 and list(z.shape) == [info["n"], space.channels, side, side]:
+                    return z[:n]
+        except Exception:  # noqa: BLE001 - a damaged cache file (OSError, JSON, SafetensorError): encoded again
             pass
     say(f"encoding {n} {split} images into latents ({space.channels} x {space.size(images.shape[-1])} x {space.size(images.shape[-1])})")
     z = encode_images(space, images)
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write(path, save({"latents": z.contiguous()}))  # a unique O_EXCL temporary file: never written through a link
     atomic_write(meta, json.dumps({"n": n, "split": split, "dataset": fp, "stored": "posterior mean (shifted, scaled)",
-                                   "shape": list(z.shape)}, indent=2) + "\n")
+                                   "shape": list(z.shape), "sha256": digest_file(path)[0], "vae_sha256": vae}, indent=2) + "\n")
     return z
 
 
