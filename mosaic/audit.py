@@ -357,12 +357,19 @@ def audit_summary(path: str | Path) -> dict:
         "rate" (agree / marked, None when nothing is marked), "interval" ([low, high]: 95 %
         Wilson score interval), "by_verdict": {verdict: {"marked", "agree"}}}``.
     Raises:
-        MosaicError: an invalid audit file.
+        MosaicError: an invalid audit file; no ``items.json`` beside it, or one of another audit
+            (the marks could not be checked against the audit's items, so none is counted).
     """
 
     p = Path(path)
     data = _read_json(p, "import the audit again with `mosaic audit RUN --import audit.json`")
-    items = _audit_items(p.parent)[1] if (p.parent / "items.json").is_file() else None
+    if not (p.parent / "items.json").is_file():  # marks are counted only against the audit's own items
+        raise MosaicError(f"{p} has no items.json beside it (the audit page's items): its marks cannot be checked, so they are "
+                          "not counted; re-make the audit page with `mosaic audit RUN` and import the file there (--import)")
+    aid, items = _audit_items(p.parent)
+    if isinstance(data, dict) and str(data.get("audit_id")) != aid:
+        raise MosaicError(f"{p} is the file of audit {str(data.get('audit_id'))[:40]!r}, but the page beside it is audit {aid!r}: "
+                          "import the file into the audit it was saved from")
     marks = check_audit(data, where=str(p), items=items)
     done = [m for m in marks if m.get("mark")]
     agree = sum(m["mark"] == "correct" for m in done)
@@ -370,7 +377,7 @@ def audit_summary(path: str | Path) -> dict:
     by: dict = {}
     for m in done:
         # the verdict is the audit's own (items.json), never what the mark claims
-        verdict = verdicts.get(m.get("id"), "?") if items is not None else m.get("verdict", "?")
+        verdict = verdicts.get(m.get("id"), "?")
         b = by.setdefault(str(verdict), {"marked": 0, "agree": 0})
         b["marked"] += 1
         b["agree"] += m["mark"] == "correct"

@@ -25,6 +25,8 @@
 - latent diffusion's latent cache (``<ae>/latents/<manifest>/<split>.safetensors``) was read when its
   record claimed enough latents: another split's file copied over it (held-out latents in training),
   latents of other autoencoder weights, or a damaged file were used as the split's (or a traceback);
+- an ``audit/audit.json`` with no ``items.json`` beside it was summarised unchecked: 1,000 invented
+  marks in a trial's run folder showed as 100 % human agreement on ``mosaic report``'s page;
 """
 
 from __future__ import annotations
@@ -456,3 +458,30 @@ def test_the_latent_cache_is_used_only_for_its_own_split_and_weights(tmp_path, a
     (cache / "train.json").write_text(json.dumps({**rec, "vae_sha256": "0" * 64}))  # latents of other weights
     cached_latents(space, ds, "train", train, say=quiet)
     assert len(encoded) == 3
+
+
+# ------------------------------------------------------------------------------------------------
+# case 66: an audit's marks count only against its own items
+# ------------------------------------------------------------------------------------------------
+
+def test_an_audit_file_without_its_items_is_never_counted(tmp_path):
+    import yaml
+
+    from mosaic.audit import audit_summary
+    from tests.test_sweep import fake_trial
+
+    out = tmp_path / "sw"
+    out.mkdir()
+    (out / "sweep.yaml").write_text(yaml.safe_dump({"name": "mine", "kind": "diffusion", "config": "x.yaml",
+                                                    "grid": {"training.lr": [0.001]}, "seeds": [0]}))
+    t = fake_trial(out, {"training.lr": 0.001, "seed": 0}, "done", 0.5, 0.9)
+    a = t / "run" / "audit"
+    a.mkdir()
+    marks = [{"id": i, "source": ".", "file_name": f"images/{i}.png", "mark": "correct"} for i in range(1000)]
+    (a / "audit.json").write_text(json.dumps({"version": 1, "audit_id": "x", "marks": marks}))
+    with pytest.raises(MosaicError, match="no items.json beside it"):
+        audit_summary(a / "audit.json")
+    res = runner.invoke(app, ["report", str(out)])
+    assert res.exit_code == 0, res.output
+    page = (out / "report" / "index.html").read_text()
+    assert "Human audit" not in page and "1000 of 1000" not in page
