@@ -27,6 +27,8 @@
   latents of other autoencoder weights, or a damaged file were used as the split's (or a traceback);
 - an ``audit/audit.json`` with no ``items.json`` beside it was summarised unchecked: 1,000 invented
   marks in a trial's run folder showed as 100 % human agreement on ``mosaic report``'s page;
+- a checkpoint's ``trainer_state.json`` step was believed (its sha256 updated in ``checkpoint.json``):
+  ``checkpoint-0000001`` claiming step 10**12 (or ``true``) "finished" a run with step-1 weights;
 """
 
 from __future__ import annotations
@@ -485,3 +487,35 @@ def test_an_audit_file_without_its_items_is_never_counted(tmp_path):
     assert res.exit_code == 0, res.output
     page = (out / "report" / "index.html").read_text()
     assert "Human audit" not in page and "1000 of 1000" not in page
+
+
+# ------------------------------------------------------------------------------------------------
+# case 80: a checkpoint's step is its own
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("step", [10**12, -1, True, 2], ids=["huge", "negative", "bool", "another"])
+def test_a_checkpoint_claiming_another_step_is_damaged(tmp_path, step):
+    import hashlib
+
+    from mosaic.lab.diffusion import run_diffusion
+    from tests.test_diffusion import SPEC as D_SPEC, config
+    from mosaic.dataset import generate
+    from mosaic.spec import parse_spec
+
+    data = tmp_path / "data"
+    generate(parse_spec(D_SPEC), data)
+    run = tmp_path / "run"
+    run_diffusion(config(run, data, steps=2, checkpoint_every=1), say=lambda s: None)
+    shutil.rmtree(run / "checkpoints" / "checkpoint-0000002")
+    shutil.rmtree(run / "final")
+    for name in ("DONE", "metrics.json"):
+        (run / name).unlink(missing_ok=True)
+    ck = run / "checkpoints" / "checkpoint-0000001"
+    ts = json.loads((ck / "trainer_state.json").read_text())
+    body = json.dumps({**ts, "step": step}).encode()
+    (ck / "trainer_state.json").write_bytes(body)
+    rec = json.loads((ck / "checkpoint.json").read_text())
+    rec["files"]["trainer_state.json"] = {"bytes": len(body), "sha256": hashlib.sha256(body).hexdigest()}
+    (ck / "checkpoint.json").write_text(json.dumps(rec))  # the record agrees with the edited file
+    with pytest.raises(TrainingError, match="trainer_state.json is damaged"):
+        run_diffusion(config(run, data, steps=2, checkpoint_every=1), say=lambda s: None)

@@ -262,10 +262,14 @@ def load_checkpoint(folder: Path, accelerator, model, optimizer, scheduler, ema,
     rank = accelerator.process_index
     try:
         st = read_json(folder / TRAINER_STATE)
-        if not isinstance(st, dict) or not isinstance(st.get("step"), int):
+        if not isinstance(st, dict) or type(st.get("step")) is not int:
             raise ValueError("no step recorded")
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{folder}/{TRAINER_STATE} is damaged ({type(e).__name__}: {str(e)[:120]})") from None
+    named = folder.name.rpartition("-")[2]
+    if st["step"] != rec.get("step") or (named.isdigit() and int(named) != st["step"]):  # the step is the checkpoint's own
+        raise CheckpointError(f"{folder}/{TRAINER_STATE} is damaged: it records step {st['step']}, but the checkpoint is "
+                              f"{folder.name} (its {RECORD} says step {str(rec.get('step'))[:20]})")
     objects = rec.get("objects") if isinstance(rec.get("objects"), dict) else {}
     try:
         tensors = load_file(str(folder / STATE))
