@@ -13,6 +13,7 @@ independent of any seed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -62,12 +63,14 @@ def cached_latents(space: LatentSpace, dataset_root: Path, split: str, images: t
                     return z[:n]
         except Exception:  # noqa: BLE001 - a damaged cache file (OSError, JSON, SafetensorError): encoded again
             pass
-    say(f"encoding {n} {split} images into latents ({space.channels} x {space.size(images.shape[-1])} x {space.size(images.shape[-1])})")
+    say(f"encoding {n} {split} images into latents ({space.channels} x {side} x {side})")
     z = encode_images(space, images)
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, save({"latents": z.contiguous()}))  # a unique O_EXCL temporary file: never written through a link
+    blob = save({"latents": z.contiguous()})
+    atomic_write(path, blob)  # a unique O_EXCL temporary file: never written through a link
     atomic_write(meta, json.dumps({"n": n, "split": split, "dataset": fp, "stored": "posterior mean (shifted, scaled)",
-                                   "shape": list(z.shape), "sha256": digest_file(path)[0], "vae_sha256": vae}, indent=2) + "\n")
+                                   "shape": list(z.shape), "sha256": hashlib.sha256(blob).hexdigest(), "vae_sha256": vae},
+                                  indent=2) + "\n")
     return z
 
 
