@@ -26,6 +26,25 @@ from mosaic.schema import SafeName, Seed, StrictModel
 from mosaic.vocab import COLORS, SIZES
 
 Value = str | int | float
+
+
+def domain_index(domain: list, value) -> int | None:
+    """Index of ``value`` in a concept's ``domain`` when it is that value, else None.
+
+    A number (int or float, numpy's too, never a bool) matches an equal numeric value (3 and 3.0
+    are the count 3); a string matches the same string (``"0-18"``). Nothing is converted: JSON
+    keeps 3 a number and "0-18" a string, so a record whose count is ``true`` (``True == 1`` in
+    Python) or ``"1"`` is damaged or foreign, and every reader (scoring, training conditioning)
+    refuses it by name instead of taking it for the count 1.
+    """
+    if value is None or isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, str):
+        return next((k for k, d in enumerate(domain) if isinstance(d, str) and d == value), None)
+    if not isinstance(value, (int, float, np.integer, np.floating)):
+        return None
+    return next((k for k, d in enumerate(domain)
+                 if isinstance(d, (int, float)) and not isinstance(d, bool) and d == value), None)
 ROLES = ("color", "shape", "size", "count", "position", "relation", "material")
 
 

@@ -313,3 +313,17 @@ def test_time_condition_feeds_the_pooled_condition_to_every_resnet_block():
         assert torch.allclose(plain(x, t, a), plain(x, t, b))
         assert not torch.allclose(timed(x, t, a), timed(x, t, b), atol=1e-4)
     assert timed.time_condition and not plain.time_condition
+
+
+def test_condition_values_keep_their_json_type():
+    """A record's count of true (== 1 in Python) or "1" is no value of the count: training on it
+    is refused by name, never taken for the count 1."""
+    from mosaic.errors import MosaicError
+    from mosaic.lab.diffusion.conditioning import value_index
+
+    domains = {"count": [1, 2, 3], "color": ["red", "green"]}
+    assert value_index(domains, "count", 2) == 1 and value_index(domains, "count", 2.0) == 1
+    assert value_index(domains, "color", "green") == 1 and value_index(domains, "count", None) == -1
+    for bad in (True, "1", b"1"):
+        with pytest.raises(MosaicError, match="concept 'count' has no value"):
+            value_index(domains, "count", bad)

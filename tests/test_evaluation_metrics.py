@@ -75,8 +75,16 @@ def test_bad_records_are_named():
     spec = parse_spec(SPEC)
     with pytest.raises(MosaicError, match="2 records but 1 predictions"):
         score(RECORDS[:2], PREDS[:1], spec)
-    with pytest.raises(MosaicError, match=r"record 0 .*intended count = 7 is not a value"):
+    with pytest.raises(MosaicError, match=r"record 0 .*intended count = 7 .*is not a value"):
         score([{"concepts": {"color": "red", "count": 7}}], [{}], spec)
+    # a value keeps its JSON type: true (== 1 in Python) and "1" are not the count 1, nor 1 the colour "1"
+    for bad in (True, "1", [1], {"v": 1}):
+        with pytest.raises(MosaicError, match=r"record 0 .*intended count = .* is not a value"):
+            score([{"concepts": {"color": "red", "count": bad}}], [{}], spec)
+    ok = score([{"concepts": {"color": "red", "count": 1.0}}], [{"color": "red", "count": 1}], spec)
+    assert ok["overall"]["joint_accuracy"] == 1.0  # 1.0 is the number 1
+    wrong = score([{"concepts": {"color": "red", "count": 1}}], [{"color": "red", "count": True}], spec)
+    assert wrong["overall"]["accuracy"]["count"] == 0.0  # a prediction of true is no count
     with pytest.raises(MosaicError, match="concept 'count' is missing"):
         score([{"concepts": {"color": "red"}}], [{}], spec)
 

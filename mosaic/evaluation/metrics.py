@@ -29,24 +29,10 @@ from mosaic.errors import MosaicError
 from mosaic.holdout import STATUS_NAMES
 from mosaic.io import atomic_text_writer, atomic_write, make_output_dir
 from mosaic.plots import plot_cell_heatmap
+from mosaic.grammar import domain_index
 from mosaic.spec import Spec
 
 GROUPS = ("overall", "seen", "held_out")
-
-
-def _index(domain: list, value) -> int | None:
-    """Index of ``value`` in ``domain`` (tolerant of JSON round trips: 3 == 3.0, "3" != 3 unless no
-    exact match), None when absent."""
-    if value is None:
-        return None
-    for k, d in enumerate(domain):
-        if d == value:
-            return k
-    s = str(value)
-    for k, d in enumerate(domain):
-        if str(d) == s:
-            return k
-    return None
 
 
 def grid_of(spec: Spec) -> tuple[list[str], dict[tuple, str] | None]:
@@ -135,13 +121,14 @@ def score(records: list[dict], predictions: list[dict], spec: Spec) -> dict:
             if c not in conc:
                 raise MosaicError(f"record {i} ({r.get('file_name', '?')}): concept {c!r} is missing from 'concepts'; "
                                   f"give its intended value (one of {dom})")
-            k = _index(dom, conc[c])
+            k = domain_index(dom, conc[c])
             if k is None:
-                raise MosaicError(f"record {i} ({r.get('file_name', '?')}): intended {c} = {conc[c]!r} is not a value of the "
-                                  f"concept ({dom}); is the spec the one the images were made for?")
+                raise MosaicError(f"record {i} ({r.get('file_name', '?')}): intended {c} = {conc[c]!r} ({type(conc[c]).__name__}) is not a value "
+                                  f"of the concept ({dom}; a count is a JSON number, not true or \"1\"); is the spec the one "
+                                  "the images were made for?")
             T[i, j] = k
             pv = (p or {}).get(c)
-            kp = _index(dom, pv)
+            kp = domain_index(dom, pv)
             P[i, j] = -1 if kp is None else kp
             if _is_count(spec, c) and pv is not None:
                 try:

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mosaic.errors import MosaicError
+from mosaic.grammar import domain_index
 
 _WORD = re.compile(r"[a-z0-9_]+(?:-[a-z0-9_]+)*|[^\sa-z0-9_]")
 PAD, NULL = "<pad>", "<null>"
@@ -50,14 +51,10 @@ def value_index(domains: dict[str, list], concept: str, value) -> int:
     if value is None:
         return -1
     dom = domains[concept]
-    try:
-        return dom.index(value)
-    except ValueError:
-        # JSON may turn ints into strings and back; compare as strings before failing
-        strs = [str(v) for v in dom]
-        if str(value) in strs:
-            return strs.index(str(value))
-        raise MosaicError(f"concept {concept!r} has no value {value!r}; its domain is {dom}") from None
+    k = domain_index(dom, value)
+    if k is None:
+        raise MosaicError(f"concept {concept!r} has no value {value!r} ({type(value).__name__}); its domain is {dom}")
+    return k
 
 
 class FactorizedConditioner(nn.Module):
