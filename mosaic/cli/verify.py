@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from mosaic.cli.common import console, err_console, fail, shown
+from mosaic.cli.common import console, err_console, fail, lazy_progress, shown
 from mosaic.errors import MosaicError
 
 
@@ -17,6 +17,7 @@ def verify(
     quick: Annotated[bool, typer.Option("--quick", help="Only counts, presence, PNG trailers and sizes (no digests): what a rerun of `mosaic generate` checks")] = False,
     repair: Annotated[bool, typer.Option("--repair", help="Regenerate the damaged samples (byte-identical) after the check")] = False,
     max_lines: Annotated[int, typer.Option("--max-lines", min=1, help="Damaged files listed at most")] = 50,
+    against_spec: Annotated[bool, typer.Option("--against-spec", help="Also make every sample again from the manifest's spec and compare (records, images, masks, shards): finds files rewritten together with their digests. Costs about one generation of the dataset with one process")] = False,
 ) -> None:
     """Check every file of a dataset against the digests its manifest records: reports each missing,
     truncated, undecodable or altered file and each metadata line that does not match. Exit status 0
@@ -26,7 +27,9 @@ def verify(
 
     try:
         report = do_verify(dataset, deep=not quick, sample_fn=sample_record)
-        if repair and not report.ok:
+        if against_spec:
+            report = _against_spec(dataset, report)
+        if repair and not report.ok and report.repairable:
             after = repair_dataset(dataset, report)
             if after.ok:
                 console.print(f"[green]repaired[/] {dataset}: {len(report.damage)} damaged file(s) or line(s) regenerated, byte-identical")
@@ -34,7 +37,7 @@ def verify(
             report = after
     except MosaicError as e:
         fail(e)
-    kind = "quick" if quick else "full"
+    kind = ("quick" if quick else "full") + (", against the spec" if against_spec else "")
     if report.ok:
         console.print(f"[green]OK[/] {dataset} ({report.storage}, {report.files} files, {kind} check)")
         return
@@ -45,6 +48,25 @@ def verify(
         err_console.print(f"  ... and {len(report.damage) - max_lines} more")
     from mosaic.verify import fix_of
 
-    fix = fix_of(report, dataset)  # the one fix line, shared with every reader's refusal
+    from mosaic.against_spec import NOT_SPEC, regenerate_command
+
+    if any(d.problem == NOT_SPEC for d in report.damage):
+        from mosaic.verify import read_manifest_checked
+
+        fix = (f"files differ from what the spec makes although their digests may match: they were rewritten after generation, and "
+               f"--repair (which trusts the digests) cannot tell; regenerate the dataset from its own spec with "
+               f"`{regenerate_command(dataset, read_manifest_checked(dataset))}`, or restore it from a copy")
+    else:
+        fix = fix_of(report, dataset)  # the one fix line, shared with every reader's refusal
     err_console.print(f"fix: {shown(fix)}", highlight=False)
     raise typer.Exit(1)
+
+
+def _against_spec(dataset: Path, report):
+    """``report`` with every sample made again from the manifest's spec and compared, under a progress bar."""
+    from mosaic.against_spec import against_spec
+    from mosaic.verify import read_manifest_checked
+
+    man = read_manifest_checked(dataset)
+    with lazy_progress("[bold]against the spec[/]") as tick:
+        return against_spec(dataset, man, report, on_progress=tick)
