@@ -218,8 +218,9 @@ CARD_LIMIT = 4 * 2**20
 
 
 def card_damage(root: str | Path, man: dict) -> list[Damage]:
-    """The card (``README.md``) as HF reads it: its YAML ``configs`` (the file patterns, features and
-    the dataset's identity, which HF's cache key hashes, :func:`mosaic.hf.identity`) must be exactly
+    """The card (``README.md``) as HF reads it: its whole YAML header (``configs``: the file patterns,
+    features and the dataset's identity, which HF's cache key hashes, :func:`mosaic.hf.identity`;
+    ``dataset_info``, whose features HF decodes the ``ClassLabel`` columns with) must be exactly
     what mosaic writes for this manifest. A card copied from another dataset, or from this folder
     before it was regenerated, would make ``datasets.load_dataset(DIR)`` serve that dataset's cached
     rows or read other files; a missing card makes HF guess the splits (``test_id`` and ``test_ood``
@@ -246,11 +247,14 @@ def card_damage(root: str | Path, man: dict) -> list[Damage]:
         if not text.startswith("---\n") or "\n---\n" not in text[4:]:
             raise ValueError("no YAML front matter")
         head = yaml.safe_load(text[4:text.index("\n---\n", 4)])
-        want = card_yaml(spec_from_data(man["spec"]), man, man.get("storage", "imagefolder"))["configs"]
-        if not isinstance(head, dict) or _configs_key(head.get("configs")) != _configs_key(want):
+        want = card_yaml(spec_from_data(man["spec"]), man, man.get("storage", "imagefolder"))
+        if not isinstance(head, dict) or _configs_key(head.get("configs")) != _configs_key(want["configs"]):
             why = ("its configs (the files datasets.load_dataset reads and the dataset's identity, which HF's cache key hashes) "
                    "are not this dataset's: a card copied from another dataset, or from this folder before it was regenerated, "
                    "would serve that dataset's cached rows")
+        elif {k: v for k, v in head.items() if k != "configs"} != {k: v for k, v in want.items() if k != "configs"}:
+            why = ("its YAML header is not the one mosaic writes for this dataset (dataset_info's features, which HF decodes "
+                   "the labels with, or another field was edited or added): HF would read the rows with it")
     except (OSError, ValueError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
         why = f"unreadable ({type(e).__name__}: {str(e)[:120]})"
     except MosaicError:

@@ -91,6 +91,43 @@ def test_a_card_copied_from_before_a_regeneration_is_refused_and_repaired(tmp_pa
     check_before_read(a)
 
 
+@pytest.mark.parametrize("edit", ["class names", "extra key", "prose only"])
+def test_the_cards_whole_yaml_header_is_checked_not_only_its_configs(tmp_path, edit):
+    """HF decodes ClassLabel columns with ``dataset_info``'s features: names swapped there (the
+    configs untouched) made `datasets.load_dataset` read label 0 of a red sample as 'blue' while
+    verify said OK. The whole header must be mosaic's; the prose below it is not read by HF."""
+    import yaml
+
+    from mosaic.dataset import generate, repair_dataset
+    from mosaic.torch_data import MosaicDataset
+    from mosaic.verify import verify
+
+    a = tmp_path / "ds"
+    generate(_spec(), a)
+    card = a / "README.md"
+    text = card.read_text()
+    end = text.index("\n---\n", 4)
+    head, body = yaml.safe_load(text[4:end]), text[end + 5:]
+    if edit == "class names":
+        feats = json.loads(json.dumps(head["dataset_info"]["features"]))
+        names = next(f for f in feats if f["name"] == "labels")["struct"][0]["dtype"]["class_label"]["names"]
+        names["0"], names["1"] = names["1"], names["0"]
+        head["dataset_info"] = {"features": feats}
+    elif edit == "extra key":
+        head["license"] = "mit"
+    else:
+        body += "\nA note a person added.\n"
+    card.write_text("---\n" + yaml.safe_dump(head, sort_keys=False) + "---\n" + body)
+    report = verify(a)
+    if edit == "prose only":
+        assert report.ok, report.problems()
+        return
+    assert [d.path for d in report.damage] == ["README.md"], report.problems()
+    with pytest.raises(DatasetError, match="README.md: card"):
+        MosaicDataset(a, "train")
+    assert repair_dataset(a, report).ok
+
+
 @pytest.mark.parametrize("damage", ["missing", "not utf-8", "no front matter", "yaml bomb", "a folder", "huge"])
 def test_a_damaged_card_is_named_by_the_quick_check(tmp_path, damage):
     from mosaic.dataset import generate
