@@ -108,3 +108,22 @@ def test_sample_sheet_captions_reads_in_the_intended_order_and_names_unreadable(
     monkeypatch.setattr(pv, "contact_sheet", lambda images, caps, out, tile: got.setdefault("caps", caps))
     pv.sample_sheet(tmp_path, tmp_path / "s.png", predictions=[{"shape": "square", "color": "red"}, {"shape": None, "color": None}])
     assert got["caps"] == ["HELD-OUT red circle | read: red square", "seen red circle | read: unreadable"]
+
+
+def test_piped_output_is_wide_enough_for_the_tables(monkeypatch):
+    """Written to a pipe or a file (a sweep's log, `| tee`) without COLUMNS, rich would take 80
+    columns and wrap the tables' cells; a terminal and an explicit COLUMNS keep their width."""
+    import io
+
+    from mosaic.cli.common import PIPE_WIDTH, _width
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert _width(io.StringIO()) == PIPE_WIDTH
+    assert _width(Tty()) is None
+    assert _width(object()) == PIPE_WIDTH  # a stream without isatty
+    monkeypatch.setenv("COLUMNS", "100")
+    assert _width(io.StringIO()) is None  # rich reads COLUMNS itself

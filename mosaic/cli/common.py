@@ -4,6 +4,7 @@ types and spec loading. Imports nothing heavy (no numpy, torch or spec module at
 from __future__ import annotations
 
 import re
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
@@ -18,9 +19,24 @@ MAX_WORKERS = 1024
 MAX_SHARD_MB = 65536.0
 MAX_CHECK_N = 1_000_000
 
+#: the width of output written to a file or a pipe (a sweep's log, `| tee`) when COLUMNS is not set: rich
+#: would take 80 columns and wrap or cut the tables' cells; a terminal keeps its own width
+PIPE_WIDTH = 160
+
+
+def _width(stream) -> int | None:
+    import os
+
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return None if tty or os.environ.get("COLUMNS") else PIPE_WIDTH
+
+
 #: standard output (tables, progress) and standard error (failures, interruptions)
-console = Console(emoji=False)  # ":100:" in a user's value must not become an emoji
-err_console = Console(stderr=True, emoji=False)
+console = Console(emoji=False, width=_width(sys.stdout))  # ":100:" in a user's value must not become an emoji
+err_console = Console(stderr=True, emoji=False, width=_width(sys.stderr))
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
