@@ -41,9 +41,11 @@ def refuse_other_samples(out: Path, key: dict) -> None:
         return
     try:
         old = read_json(out / "sampling.json")
-    except (OSError, ValueError):
-        raise DatasetError(f"{out} exists and holds no readable sampling.json (not samples of this command, or damaged): "
-                           "give another --out, or delete it") from None
+        if not isinstance(old, dict):  # a list, a number: damaged, named like any other damage
+            raise ValueError(f"a JSON {type(old).__name__}, not a mapping of settings")
+    except (OSError, ValueError) as e:
+        raise DatasetError(f"{out} exists and holds no readable sampling.json ({str(e)[:80]}: not samples of this command, "
+                           "or damaged): give another --out, or delete it") from None
     diff = [f"{k} {old.get(k)!r} -> {v!r}" for k, v in key.items() if old.get(k) != v]
     if diff:
         raise DatasetError(f"{out} holds samples made with other settings ({'; '.join(diff)}): they are kept; give another --out, "
