@@ -1,5 +1,7 @@
 """Hostile cases of a sixth attack on the data path (issue 23), each closed at its mechanism:
 
+- a run folder whose ``run.json`` was removed (or replaced by a FIFO, folder or link) had no id, so
+  ``best/`` weights of another run (their ``weights.json`` naming that run) were sampled as its own;
 - a samples folder's ``sampling.json`` that is JSON but not a mapping was an AttributeError traceback;
 """
 
@@ -47,6 +49,27 @@ def _copy_run(drun, tmp_path: Path) -> Path:
 
 def _samples(run: Path) -> Path:
     return next(p for p in (run / "samples").iterdir() if p.is_dir())
+
+
+# ------------------------------------------------------------------------------------------------
+# case 09: weights that name a run are never loaded in a run folder without its own id
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("gone", ["removed", "fifo", "folder"])
+def test_weights_of_another_run_are_refused_when_run_json_is_gone(tmp_path, drun, gone):
+    run = _copy_run(drun, tmp_path)
+    for w in ("best", "final"):
+        rec = json.loads((run / w / "weights.json").read_text())
+        rec["run_id"] = "0123456789abcdef0123456789abcdef"  # another run's weights, copied in with their record
+        (run / w / "weights.json").write_text(json.dumps(rec))
+    (run / "run.json").unlink()
+    if gone == "fifo":
+        os.mkfifo(run / "run.json")
+    elif gone == "folder":
+        (run / "run.json").mkdir()
+    res = runner.invoke(app, ["sample", str(run), "--guidance", "3"])
+    _clean_exit_2(res, "run.json")
+    assert not any("g3" in p.name for p in (run / "samples").iterdir())
 
 
 # ------------------------------------------------------------------------------------------------

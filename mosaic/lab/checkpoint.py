@@ -331,7 +331,11 @@ def check_weights_file(path: Path, weights_dir: Path) -> None:
             raise ValueError(f"not a record of format {WEIGHTS_FORMAT}")
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{rec_path} is damaged ({str(e)[:120]}): {fix}") from None
-    own = RunFolder(weights_dir.parent).run_id()
+    run = RunFolder(weights_dir.parent)
+    own = run.run_id()
+    if own is None and rec.get("run_id") is not None:  # weights that name a run, in a folder whose run.json is gone
+        raise CheckpointError(f"{run.identity} is missing, but {rec_path} records run id {str(rec.get('run_id'))[:40]!r}: without "
+                              f"the run's own id the weights cannot be told from another run's; restore {run.identity}, or train the run again into a new --out")
     if own is not None and rec.get("run_id") != own:
         raise CheckpointError(f"{weights_dir} belongs to another run (run id {str(rec.get('run_id'))[:40]!r}, this run is {own!r}): "
                               f"weights copied in from another run are never loaded as this run's; {fix}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import time
 from pathlib import Path
 
@@ -91,8 +92,11 @@ class RunFolder:
 
         Raises:
             TrainingError: ``run.json`` is damaged (names the file and the fix)."""
-        if not self.identity.is_file():
+        if not os.path.lexists(self.identity):
             return None
+        if self.identity.is_symlink() or not self.identity.is_file():  # a FIFO, folder or link is no run id: never "no id yet"
+            raise TrainingError(f"{self.identity} is damaged (not a regular file: a link, folder, FIFO or device): restore it, "
+                                f"or delete the run folder {self.root} to start over")
         rid = self._read(self.identity, json.loads).get("id")
         if not isinstance(rid, str) or not 8 <= len(rid) <= 64 or not rid.isalnum():
             raise TrainingError(f"{self.identity} is damaged (no run id): restore it, or delete the run folder {self.root} to start over")
