@@ -3,6 +3,9 @@
 - a run folder whose ``run.json`` was removed (or replaced by a FIFO, folder or link) had no id, so
   ``best/`` weights of another run (their ``weights.json`` naming that run) were sampled as its own;
 - a samples folder's ``sampling.json`` that is JSON but not a mapping was an AttributeError traceback;
+- a checkpoint's non-tensor state (``checkpoint.json``, the record, not digested itself) was loaded as
+  it stood: ``"lr": 1e9`` trained on to NaN losses with exit 0, ``"lr": "x"`` was a TypeError
+  traceback in ``optimizer.step``; ``trainer_state.json``'s ``best: "x"`` likewise;
 """
 
 from __future__ import annotations
@@ -82,3 +85,80 @@ def test_a_sampling_record_that_is_not_a_mapping_is_named(tmp_path, drun, text):
     (_samples(run) / "sampling.json").write_text(text)
     res = runner.invoke(app, ["sample", str(run)])
     _clean_exit_2(res, "sampling.json", "not a mapping")
+
+
+# ------------------------------------------------------------------------------------------------
+# case 10: a checkpoint's non-tensor state must be one this run's config can be in
+# ------------------------------------------------------------------------------------------------
+
+def _edit_groups(rec, key, value):
+    for k, groups in rec["objects"]["optimizer"]["__dict__"]:
+        if k == "param_groups":
+            for g in groups:
+                for kv in g["__dict__"]:
+                    if kv[0] == key:
+                        kv[1] = value
+
+
+def _edit_entry(rec, obj, key, value):
+    for kv in rec["objects"][obj]["__dict__"]:
+        if kv[0] == key:
+            kv[1] = value
+
+
+EDITS = {
+    "lr_string": lambda r: _edit_groups(r, "lr", "x"),
+    "lr_huge": lambda r: _edit_groups(r, "lr", 1e9),
+    "betas": lambda r: _edit_groups(r, "betas", {"__tuple__": [0.0, 0.0]}),
+    "weight_decay_bool": lambda r: _edit_groups(r, "weight_decay", True),
+    "base_lrs": lambda r: _edit_entry(r, "scheduler", "base_lrs", [1e9]),
+    "last_epoch": lambda r: _edit_entry(r, "scheduler", "last_epoch", "1"),
+    "ema_decay": lambda r: _edit_entry(r, "ema", "decay", 0.5),
+    "ema_step": lambda r: _edit_entry(r, "ema", "optimization_step", 1.5),
+}
+
+
+def _resume(run: Path, data: Path):
+    return runner.invoke(app, ["train", "diffusion", str(run / "config.yaml"), "--out", str(run), "--set", f"dataset.path={data}"])
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_a_checkpoint_record_with_state_the_config_cannot_give_is_damaged(tmp_path, drun, edit):
+    run = _copy_run(drun, tmp_path)
+    (run / "DONE").unlink()
+    shutil.rmtree(run / "checkpoints" / "checkpoint-0000002")
+    ck = run / "checkpoints" / "checkpoint-0000001"
+    rec = json.loads((ck / "checkpoint.json").read_text())
+    EDITS[edit](rec)
+    (ck / "checkpoint.json").write_text(json.dumps(rec))
+    res = _resume(run, drun[1])
+    _clean_exit_2(res, "checkpoint.json is damaged")
+    assert (run / "checkpoints" / "checkpoint-0000001.damaged").is_dir() and not (run / "DONE").exists()
+
+
+@pytest.mark.parametrize("field,value", [("best", "x"), ("best_step", 99), ("train_time_s", -1), ("val", [])])
+def test_a_trainer_state_the_loop_cannot_have_written_is_damaged(tmp_path, drun, field, value):
+    import hashlib
+
+    run = _copy_run(drun, tmp_path)
+    (run / "DONE").unlink()
+    shutil.rmtree(run / "checkpoints" / "checkpoint-0000002")
+    ck = run / "checkpoints" / "checkpoint-0000001"
+    st = json.loads((ck / "trainer_state.json").read_text())
+    st[field] = value
+    body = json.dumps(st).encode()
+    (ck / "trainer_state.json").write_bytes(body)
+    rec = json.loads((ck / "checkpoint.json").read_text())  # the digest updated with it: only the values can tell
+    rec["files"]["trainer_state.json"] = {"bytes": len(body), "sha256": hashlib.sha256(body).hexdigest()}
+    (ck / "checkpoint.json").write_text(json.dumps(rec))
+    res = _resume(run, drun[1])
+    _clean_exit_2(res, "trainer_state.json is damaged", field)
+
+
+def test_a_checkpoint_with_its_own_state_still_resumes(tmp_path, drun):
+    run = _copy_run(drun, tmp_path)
+    (run / "DONE").unlink()
+    shutil.rmtree(run / "checkpoints" / "checkpoint-0000002")
+    res = _resume(run, drun[1])
+    assert res.exit_code == 0, res.output
+    assert "resumed from" in res.output and (run / "DONE").is_file()

@@ -37,6 +37,7 @@ import torch
 
 from mosaic.errors import TrainingError
 from mosaic.io import loads_json, read_json
+from mosaic.lab.checkpoint_fit import state_problem, trainer_state_problem
 from mosaic.lab.run_folder import RunFolder
 
 FORMAT = "mosaic-checkpoint/1"
@@ -270,18 +271,29 @@ def load_checkpoint(folder: Path, accelerator, model, optimizer, scheduler, ema,
     if st["step"] != rec.get("step") or (named.isdigit() and int(named) != st["step"]):  # the step is the checkpoint's own
         raise CheckpointError(f"{folder}/{TRAINER_STATE} is damaged: it records step {st['step']}, but the checkpoint is "
                               f"{folder.name} (its {RECORD} says step {str(rec.get('step'))[:20]})")
+    if (bad := trainer_state_problem(st)) is not None:
+        raise CheckpointError(f"{folder}/{TRAINER_STATE} is damaged: {bad}")
     objects = rec.get("objects") if isinstance(rec.get("objects"), dict) else {}
     try:
         tensors = load_file(str(folder / STATE))
+        # the non-tensor state is the record's own JSON (checkpoint.json is not digested): it must be one this run's config
+        # can be in before anything is loaded (mosaic.lab.checkpoint_fit), else `"lr": 1e9` trains on, `"lr": "x"` is a traceback
+        decoded = {k: _decode(objects.get(k), tensors, str(folder)) for k in ("optimizer", "scheduler", "ema") if k in objects}
+        fresh = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}
+        if ema is not None:
+            fresh["ema"] = ema.state_dict()
+        shapes = [p.shape for g in optimizer.param_groups for p in g["params"]]
+        if (bad := state_problem(decoded, fresh, shapes)) is not None:
+            raise CheckpointError(f"{folder}/{RECORD} is damaged: {bad}")
         missing, unexpected = load_model(accelerator.unwrap_model(model), str(folder / MODEL), strict=False)
         if missing or unexpected:
             raise ValueError(f"the weights do not fit this model (missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
-        optimizer.load_state_dict(_decode(objects.get("optimizer"), tensors, str(folder)))
-        scheduler.load_state_dict(_decode(objects.get("scheduler"), tensors, str(folder)))
+        optimizer.load_state_dict(decoded.get("optimizer"))
+        scheduler.load_state_dict(decoded.get("scheduler"))
         if ema is not None:
             if "ema" not in objects:
                 raise ValueError("the run has EMA weights but the checkpoint holds none")
-            ema.load_state_dict(_decode(objects["ema"], tensors, str(folder)))
+            ema.load_state_dict(decoded["ema"])
         scaler = getattr(accelerator, "scaler", None)
         if scaler is not None and "scaler" in objects:
             scaler.load_state_dict(_decode(objects["scaler"], tensors, str(folder)))
