@@ -2,7 +2,7 @@
 same images, measured in the same run.
 
     python benchmarks/bench_evaluate.py [--n 400] [--repeat 3] [--specs count position_complex ...]
-                                        [--learned DIR] [--compare DIR] [--parser-only]
+                                        [--learned DIR] [--compare DIR] [--parser-only] [--workers 2]
 
 For each spec: the baseline is sampling + rendering the ``evaluator_check`` images (one process);
 then the parser and the learned evaluator read the same images. Each figure is the median of
@@ -13,6 +13,10 @@ average is printed beside each spec. Without ``--learned`` the learned evaluator
 network of the default configuration (same cost as a trained one); it is measured on the CPU and,
 with ``--device cuda``, batched on the accelerator as validation scores with
 ``evaluation.val_evaluator`` (images/s by wall time there, synchronised).
+
+``--workers N`` also reads the same images with ``SceneParser(spec, workers=N)`` (its pool started
+by a warm-up read, as in a long evaluation) and prints its wall images/s and the ratio to one
+process's wall rate measured beside it: on a loaded machine the ratio means little.
 
 ``--compare DIR`` also measures the scene parser of another checkout (e.g.
 ``git archive OLD mosaic renderers | tar -x -C DIR``) on the same images, in a child process with
@@ -78,6 +82,7 @@ def main() -> None:
     ap.add_argument("--device", default=None, help="also score with the learned evaluator batched on this device (e.g. cuda)")
     ap.add_argument("--compare", default=None, help="another checkout's root (mosaic/ and renderers/): its parser beside this one")
     ap.add_argument("--parser-only", action="store_true", help="skip the learned evaluator")
+    ap.add_argument("--workers", type=int, default=0, help="also the parser in this many processes (wall images/s, against one process's wall rate)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -103,6 +108,16 @@ def main() -> None:
         parser = SceneParser(spec)  # abstention on, as everywhere
         r = _rate(lambda: parser.read(images), args.n, args.repeat)
         print(f"{name:<18} {'scene parser (abstention on)':<40} {r:>10.0f} {r / base:>9.2f}x {1e3 / r:>11.3f}")
+        if args.workers > 1:
+            from mosaic.evaluation.parallel_reads import close_pool
+
+            one = _rate(lambda: parser.read(images), args.n, args.repeat, clock=time.perf_counter)
+            par = SceneParser(spec, workers=args.workers)
+            par.read(images)  # warm-up: the pool starts (imports) once, as in a long evaluation
+            w = _rate(lambda: par.read(images), args.n, args.repeat, clock=time.perf_counter)
+            close_pool(par)
+            print(f"{name:<18} {f'scene parser, {args.workers} processes (wall)':<40} {w:>10.0f} {w / base:>9.2f}x {'':>11}   "
+                  f"(one process {one:.0f}/s wall: {w / one:.2f}x; load {os.getloadavg()[0]:.1f})")
         if args.compare:
             pairs = []
             for _ in range(args.repeat):  # alternate: the other checkout, then this one

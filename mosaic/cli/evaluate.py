@@ -10,13 +10,15 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mosaic.cli.common import MAX_CHECK_N, SpecArg, check_out, console, fail, set_option
+from mosaic.cli.common import MAX_CHECK_N, MAX_WORKERS, SpecArg, check_out, console, fail, set_option
 from mosaic.errors import MosaicError
 
 evaluator_app = typer.Typer(no_args_is_help=True, help="Train a learned evaluator, or check an evaluator's accuracy on fresh ground-truth renders.")
 
 SetOpt = set_option("spec")
 EvalOpt = Annotated[str, typer.Option("--evaluator", "-e", help="'parser' (the scene parser) or a directory made by `mosaic evaluator train`")]
+WorkersOpt = Annotated[int, typer.Option("--workers", "-w", min=1, max=MAX_WORKERS, help=(
+    "Processes the scene parser reads in (the same verdicts; 2 on 2 cores reads about twice as fast from a few hundred images on)"))]
 BinsOpt = Annotated[str, typer.Option("--position-bins", help=(
     "How the parser reads a position concept: strict (an angle between two bins is unreadable) or nearest (the nearer "
     "bin, as MOSAIC's position classifier answers)"))]
@@ -87,6 +89,7 @@ def check_command(
     n: Annotated[int, typer.Option("--n", min=1, max=MAX_CHECK_N, help="Fresh ground-truth renders (split evaluator_check)")] = 2000,
     degrade: Annotated[str, typer.Option("--degrade", help="none, mild (blur 0.7 px, noise 6, colour shift 3%) or strong")] = "none",
     position_bins: BinsOpt = "strict",
+    workers: WorkersOpt = 1,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON")] = None,
     set_: SetOpt = None,
 ) -> None:
@@ -97,7 +100,7 @@ def check_command(
 
         check_out(json_out, "--json", kind="file")
         s = load_spec(spec, set_)
-        ev = load_evaluator(s, evaluator, position_bins=position_bins)
+        ev = load_evaluator(s, evaluator, position_bins=position_bins, workers=workers)
         with _progress("check") as progress:
             task = progress.add_task(f"{ev.name} on {s.name}", total=n)
             report = check_evaluator(s, ev, n=n, degrade=degrade, on_progress=lambda a, b: progress.update(task, completed=a))
@@ -171,6 +174,7 @@ def evaluate(
     no_abstain: Annotated[bool, typer.Option("--no-abstain", help="The parser credits the nearest allowed shape however poor the match (default: it abstains below its calibrated quality thresholds)")] = False,
     compare: Annotated[Optional[str], typer.Option("--compare", help="A second evaluator (a learned evaluator directory, or 'parser'): Cohen's kappa with it, and the disagreements")] = None,
     position_bins: BinsOpt = "strict",
+    workers: WorkersOpt = 1,
     copies: Annotated[Optional[Path], typer.Option("--copies", help="The dataset the model trained on: also measure how many seen samples are near-copies of its training images (nearest-image RMSE against fresh renders)")] = None,
     set_: SetOpt = None,
 ) -> None:
@@ -185,8 +189,8 @@ def evaluate(
 
             check_before_read(spec if spec.is_dir() else spec.parent)
         s = load_spec(spec, set_)
-        ev = load_evaluator(s, evaluator, abstain=not no_abstain, position_bins=position_bins)
-        other = load_evaluator(s, compare, abstain=not no_abstain, position_bins=position_bins) if compare is not None else None
+        ev = load_evaluator(s, evaluator, abstain=not no_abstain, position_bins=position_bins, workers=workers)
+        other = load_evaluator(s, compare, abstain=not no_abstain, position_bins=position_bins, workers=workers) if compare is not None else None
         import contextlib
 
         from mosaic.locks import FolderLock

@@ -10,14 +10,15 @@ from mosaic.spec import Spec
 
 
 def load_evaluator(spec: Spec, which: str | Path = "parser", device: str = "cpu", abstain: bool = True,
-                   position_bins: str = "strict") -> Evaluator:
+                   position_bins: str = "strict", workers: int = 1) -> Evaluator:
     """The scene parser (``"parser"``) or a trained learned evaluator (a directory).
 
     ``abstain`` (parser only): a read whose match quality is below the calibrated thresholds is
     unreadable (:mod:`mosaic.evaluation.quality`); False credits the nearest allowed shape.
     ``position_bins`` (parser only): ``strict`` or ``nearest`` (an angle between two position bins
     read as the nearer bin, as MOSAIC's position classifier answers; a learned evaluator is a
-    classifier and always answers a bin).
+    classifier and always answers a bin). ``workers`` (parser only): processes its reads are spread
+    over (the same reads; :mod:`mosaic.evaluation.parallel_reads`).
 
     Raises:
         MosaicError: ``which`` is neither ``parser`` nor a trained evaluator directory, or the
@@ -26,7 +27,7 @@ def load_evaluator(spec: Spec, which: str | Path = "parser", device: str = "cpu"
     if str(which) == "parser":
         from mosaic.evaluation.parser import SceneParser
 
-        return SceneParser(spec, abstain=abstain, position_bins=position_bins)
+        return SceneParser(spec, abstain=abstain, position_bins=position_bins, workers=workers)
     path = Path(which)
     if path.is_dir():
         from mosaic.evaluation.learned import LearnedEvaluator

@@ -107,6 +107,8 @@ class SceneParser:
         position_bins: ``strict`` (default: an angle read between two bins of a position concept
             is unreadable, as the labels' rule) or ``nearest`` (the nearest bin: the forced choice
             of MOSAIC's 10-way position classifier; :func:`mosaic.labels.read_labels`).
+        workers: processes that :meth:`read` and :meth:`predict` spread a call's images over (1:
+            this process; the same reads either way, :mod:`mosaic.evaluation.parallel_reads`).
     Attributes:
         name: ``"parser"``.
         colors: the object colours the spec can produce (the only ones considered).
@@ -115,7 +117,7 @@ class SceneParser:
     name = "parser"
 
     def __init__(self, spec: Spec, abstain: bool = True, thresholds: dict[str, float] | None = None,
-                 position_bins: str = "strict"):
+                 position_bins: str = "strict", workers: int = 1):
         if getattr(spec.image, "renderer", None) == "shaded":
             raise MosaicError(f"the scene parser reads flat renders; spec {spec.name!r} uses image.renderer: shaded: "
                               "score it with a learned evaluator (`mosaic evaluator train SPEC`, then --evaluator DIR)")
@@ -123,6 +125,7 @@ class SceneParser:
         if position_bins not in POSITION_BINS:
             raise MosaicError(f"position_bins is {position_bins!r}: use one of {', '.join(POSITION_BINS)} (--position-bins, evaluation.position_bins)")
         self.position_bins = position_bins
+        self.workers, self._pool = max(1, int(workers)), None
         unknown = set(thresholds or {}) - set(ABSTAIN_THRESHOLDS)
         if unknown:
             raise ValueError(f"unknown abstention measure(s) {sorted(unknown)}: use {', '.join(ABSTAIN_THRESHOLDS)}")
@@ -191,13 +194,17 @@ class SceneParser:
         Raises:
             ValueError: ``images`` is not ``[N, H, W, 3]`` uint8.
         """
-        images = _check_images(images)
-        return [self.parse(im).values for im in images]
+        return [p.values for p in self.read(images)]
 
     def read(self, images: np.ndarray) -> list[Parse]:
         """The full reading of each image (values, quality measures, abstention), uint8
         ``[N, H, W, 3]``; :meth:`predict` is ``[p.values for p in read(images)]``."""
-        return [self.parse(im) for im in _check_images(images)]
+        from mosaic.evaluation.parallel_reads import read_in_processes
+
+        return read_in_processes(self, _check_images(images))
+
+    def __getstate__(self):  # a worker's copy: no pool, reads in its own process
+        return {**self.__dict__, "_pool": None, "workers": 1}
 
     def explain(self, images: np.ndarray) -> list[list[str]]:
         """Per image: what the parser found (``"found 4 red circles, 1 brown circle"``) and the
