@@ -109,7 +109,8 @@ def test_the_training_config_takes_the_reading_and_names_a_bad_one():
     from tests.conftest import ROOT
 
     path = ROOT / "experiments/train/composition_position_cpu.yaml"
-    assert load_config(DiffusionConfig, path).evaluation.position_bins == "strict"
-    assert load_config(DiffusionConfig, path, ["evaluation.position_bins=nearest"]).evaluation.position_bins == "nearest"
+    assert load_config(DiffusionConfig, path).evaluation.position_bins == "nearest"  # the shipped config reads as MOSAIC
+    assert load_config(DiffusionConfig, path, ["evaluation.position_bins=strict"]).evaluation.position_bins == "strict"
+    assert load_config(DiffusionConfig, ROOT / "experiments/train/quickstart_cpu.yaml").evaluation.position_bins == "strict"  # the default
     with pytest.raises(ConfigError, match="position_bins"):
         load_config(DiffusionConfig, path, ["evaluation.position_bins=loose"])

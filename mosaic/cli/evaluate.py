@@ -202,11 +202,13 @@ def evaluate(
         fail(e)
     t = Table(title=f"{m['n']} images of {images_dir} read by {ev.name}")
     t.add_column("concept")
+    from mosaic.evaluation.table import fmt_fraction  # the format and labels of the table `mosaic train` prints
+
     for g in ("overall", "seen", "held_out"):
-        t.add_column(f"{g} (n={m[g]['n']})")
+        t.add_column(f"{g.replace('_', '-')} (n={m[g]['n']})", justify="right")
     for c in m["concepts"]:
-        t.add_row(c, *[_pct(m[g]["accuracy"][c]) for g in ("overall", "seen", "held_out")])
-    t.add_row("[bold]joint[/]", *[_pct(m[g]["joint_accuracy"]) for g in ("overall", "seen", "held_out")])
+        t.add_row(c, *[fmt_fraction(m[g]["accuracy"][c]) for g in ("overall", "seen", "held_out")])
+    t.add_row("[bold]joint[/]", *[fmt_fraction(m[g]["joint_accuracy"]) for g in ("overall", "seen", "held_out")])
     for key, label in (("count_mae", "count MAE"), ("position_distance", "bin distance")):
         for c in (m["overall"].get(key) or {}):
             t.add_row(f"{c} {label}", *["n/a" if m[g].get(key, {}).get(c) is None else f"{m[g][key][c]:.3f}" for g in ("overall", "seen", "held_out")])
