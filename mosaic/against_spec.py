@@ -75,9 +75,14 @@ def _parquet(root: Path, man: dict, spec, tick) -> list[Damage]:
     for split, n in spec.split_sizes().items():
         start = 0
         for shard in (man.get("shards") or {}).get(split, []):
-            rows = int(shard.get("rows", 0)) if isinstance(shard, dict) else 0
-            name = f"data/{shard.get('name')}" if isinstance(shard, dict) else "data/?"
-            stop = min(n, start + rows)
+            raw = shard.get("name") if isinstance(shard, dict) else None
+            rows = shard.get("rows") if isinstance(shard, dict) else None
+            if not isinstance(raw, str) or not raw or "/" in raw or "\\" in raw or raw.startswith(".") \
+                    or not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
+                out.append(Damage(f"data/{str(raw)[:80]}", NOT_SPEC, "the manifest's shard record is not one mosaic writes (a "
+                                  "plain file name in data/ and a row count): nothing was read from it", split))
+                break
+            name, stop = f"data/{raw}", min(n, start + rows)
             want = render_rows(man["spec"], split, start, stop, masks, renderer)
             try:
                 got = pq.read_table(root / name)
