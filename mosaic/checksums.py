@@ -164,6 +164,7 @@ class MetadataScan:
     sha256: str = ""
     bad_lines: list[int] = field(default_factory=list)
     names: dict[int, tuple] = field(default_factory=dict)
+    claims: list[tuple[int, str]] = field(default_factory=list)  # (line, why): records that contradict the spec (``claims``)
 
     def valid(self, index: int) -> bool:
         """Whether line ``index`` is the record of sample ``index``."""
@@ -243,8 +244,9 @@ def safe_name(name) -> bool:
     return not name.startswith("/") and all(p not in ("", ".", "..") for p in name.split("/"))
 
 
-def scan_metadata(path: str | Path, masks: bool) -> MetadataScan:
-    """Check and digest a split's ``metadata.jsonl`` line by line (see :class:`MetadataScan`).
+def scan_metadata(path: str | Path, masks: bool, claims=None) -> MetadataScan:
+    """Check and digest a split's ``metadata.jsonl`` line by line (see :class:`MetadataScan`);
+    ``claims(rec)``, when given, says why a parsed record contradicts its spec (at most 20 kept).
 
     Memory: one line, plus the bad lines' numbers and any non-standard file names.
 
@@ -261,6 +263,8 @@ def scan_metadata(path: str | Path, masks: bool) -> MetadataScan:
             if rec is None:
                 scan.bad_lines.append(k)
                 continue
+            if claims is not None and len(scan.claims) < 20 and (why := claims(rec)) is not None:
+                scan.claims.append((k, why))
             names = (rec.get("file_name"), rec.get("mask_file_name"))
             if names != standard_names(k, masks):
                 scan.names[k] = names

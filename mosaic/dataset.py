@@ -93,9 +93,11 @@ def iter_metadata(root: str | Path, split: str, manifest: dict | None = None) ->
     else:
         man = manifest or read_manifest(root)
     split = resolve_split(root, split, man)
+    claims = _claims_check(root, split, man)
     if storage_of(man) == "parquet":
         cols = [c for c in ("index", "split", "concepts", "labels", "combination", "held_out", "caption", "num_objects", "scene")]
         for rec in iter_records(root, split, columns=cols, manifest=man):
+            claims(rec, f"{root}/data ({split} sample {rec.get('index')})")
             rec["file_name"] = f"images/{rec['index']:06d}.png"
             if man.get("masks"):
                 rec["mask_file_name"] = f"masks/{rec['index']:06d}.png"
@@ -115,7 +117,29 @@ def iter_metadata(root: str | Path, split: str, manifest: dict | None = None) ->
                                      f"`mosaic verify {root}` names every damaged line, `--repair` rewrites them")]) from None
             if not isinstance(rec, dict):
                 raise DatasetError([(f"{path}:{k}", f"a {type(rec).__name__}, not a record: the file is damaged; `mosaic verify {root} --repair`")])
+            claims(rec, f"{path}:{k}")
             yield rec
+
+
+def _claims_check(root, split: str, man: dict):
+    """``check(rec, where)``: raise DatasetError when a record of ``split`` claims what its concepts
+    and the manifest's spec do not give (:func:`mosaic.records.record_claims`: a held-out
+    combination in a seen split, a ``held_out`` flag or ``labels`` not its concepts'); a no-op for a
+    bare folder (no spec)."""
+    from mosaic.against_spec import regenerate_command
+    from mosaic.records import record_claims
+
+    if not isinstance(man.get("spec"), dict):
+        return lambda rec, where: None
+    claims = record_claims(spec_from_data(man["spec"]), split)
+
+    def check(rec: dict, where: str) -> None:
+        why = claims(rec)
+        if why is not None:
+            raise DatasetError([(where, f"{why}: the record contradicts the dataset's own spec, so it is never read (files "
+                                        f"rewritten together with their digests, or by another tool). Regenerate the dataset "
+                                        f"(`{regenerate_command(root, man)}`), or use a copy you trust")])
+    return check
 
 
 def read_metadata(root: str | Path, split: str) -> list[dict]:

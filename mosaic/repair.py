@@ -23,8 +23,32 @@ from mosaic.errors import DatasetError
 from mosaic.hf import write_card
 from mosaic.io import atomic_write, atomic_write_json
 from mosaic.records import package_versions, png_bytes, sample_record, spec_from_data
-from mosaic.verify import MANIFEST, VerifyReport, make_room, read_checksums, read_manifest_checked, sha256_file, verify
+from mosaic.verify import MANIFEST, VerifyReport, read_checksums, read_manifest_checked, sha256_file, verify
 from renderers import backend_of, get_renderer
+
+
+def make_room(root: Path, rel: str, error: type[Exception] = DatasetError) -> Path:
+    """Make ``root/rel`` writable as a file before a repair writes it: a file (or dangling link)
+    standing where one of its folders belongs is removed (that folder is part of the dataset: the
+    file is damage), and so is an empty folder standing where the file belongs. Returns the path.
+
+    Raises:
+        error: a folder that holds files stands where the file belongs (never deleted: move it away).
+    """
+    node = root
+    for part in Path(rel).parts[:-1]:
+        node = node / part
+        if node.is_symlink() or node.exists() and not node.is_dir():  # a link is replaced, never written through
+            node.unlink()
+    target = root / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_dir() and not target.is_symlink():
+        try:
+            target.rmdir()
+        except OSError:
+            raise error([(rel, f"a folder that holds files stands where this file of the dataset belongs: move {target} "
+                          "away (repair never deletes a folder with content), then rerun")], source=str(root)) from None
+    return target
 
 
 def rewrite_card(root: str | Path, man: dict) -> None:

@@ -36,9 +36,10 @@ from mosaic.checksums import (  # noqa: F401 - write_checksums re-exported: the 
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.io import loads_json
 from mosaic.hf import CARD, card_yaml
-from mosaic.records import count_problem, sample_record, spec_from_data, unfinished_hint
+from mosaic.records import count_problem, record_claims, sample_record, shards_problem, spec_from_data, unfinished_hint
 
 MANIFEST = "manifest.json"
+CLAIMS = "contradicts its spec"  # a record whose held_out, split or labels its own concepts and spec do not give
 _PNG_SIG = b"\x89PNG\r\n\x1a\n"
 _PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"
 
@@ -136,7 +137,7 @@ def read_manifest_checked(root: str | Path) -> dict:
     if odd:
         raise DatasetError(f"{path} is damaged (split name {odd[0]!r} is not a folder name of the dataset): restore the file from "
                            f"a copy, or regenerate with `mosaic generate SPEC --out {root} --overwrite`")
-    why = count_problem(man)  # the counts every loop is sized by must be the spec's (an edited 10**30 is never looped over)
+    why = count_problem(man) or shards_problem(man)  # loops sized by the spec's counts; shard names never paths
     if why:
         raise DatasetError(f"{path} is damaged ({why}): restore the file from a copy, or regenerate with `mosaic generate SPEC --out {root} --overwrite`")
     rec = man.get("checksums")
@@ -366,6 +367,10 @@ def fix_of(report: VerifyReport, root: str | Path | None = None) -> str:
         return (f"{CHECKSUMS} (the recorded digests every file is checked against) is damaged, and --repair cannot rebuild it: "
                 f"restore it from a copy (its sha256 is recorded in manifest.json), or regenerate the dataset with "
                 f"`mosaic generate SPEC --out {root} --overwrite`")
+    if any(d.problem == CLAIMS for d in report.damage):
+        return (f"records claim what the dataset's own spec does not give (rewritten together with their digests, or by another "
+                f"tool), which --repair cannot undo: regenerate it (`mosaic generate {root} --out {root} --overwrite"
+                f"{' --format parquet' if report.storage == 'parquet' else ''}`), or use a copy you trust")
     if report.finish:
         return report.finish
     stray = [d.path for d in report.damage if d.problem == "stray"]
@@ -464,30 +469,6 @@ def file_kind_problem(p: Path) -> tuple[str, str] | None:
     return None
 
 
-def make_room(root: Path, rel: str, error: type[Exception] = DatasetError) -> Path:
-    """Make ``root/rel`` writable as a file before a repair writes it: a file (or dangling link)
-    standing where one of its folders belongs is removed (that folder is part of the dataset: the
-    file is damage), and so is an empty folder standing where the file belongs. Returns the path.
-
-    Raises:
-        error: a folder that holds files stands where the file belongs (never deleted: move it away).
-    """
-    node = root
-    for part in Path(rel).parts[:-1]:
-        node = node / part
-        if node.is_symlink() or node.exists() and not node.is_dir():  # a link is replaced, never written through
-            node.unlink()
-    target = root / rel
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if target.is_dir() and not target.is_symlink():
-        try:
-            target.rmdir()
-        except OSError:
-            raise error([(rel, f"a folder that holds files stands where this file of the dataset belongs: move {target} "
-                          "away (repair never deletes a folder with content), then rerun")], source=str(root)) from None
-    return target
-
-
 def _png_state(p: Path) -> tuple[str, str] | None:
     """None when the file looks whole (signature and IEND trailer), else (problem, detail)."""
     kind = file_kind_problem(p)
@@ -528,7 +509,13 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
                 report.damage.append(Damage(rel_meta, kind[0], f"metadata of split {split!r}: {kind[1]}", split))
         else:
             report.files += 1
-            scan = scan_metadata(meta, masks)  # line by line: no record is held
+            if spec is None and report.repairable:  # (an edited spec, refused above, is no measure of the records)
+                spec = spec_from_data(man["spec"])
+            # line by line, no record held; each record's claims against the spec (a leak past the holdout: ~5 us a record)
+            scan = scan_metadata(meta, masks, claims=None if spec is None else record_claims(spec, split))
+            for k, why in scan.claims:
+                report.damage.append(Damage(f"{rel_meta}:{k + 1}", CLAIMS, why, split))
+                report.repairable = False
             altered = sums is not None and scan.sha256 != sums.get(rel_meta)
             bad_lines = scan.bad_lines
             if scan.lines != n:
@@ -537,8 +524,7 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
             for k in bad_lines:
                 report.damage.append(Damage(f"{rel_meta}:{k + 1}", "metadata", f"line {k + 1} is not the record of sample {k}", split, k))
             if (altered or report.deep and sums is None) and not bad_lines:
-                if spec is None:
-                    spec = spec_from_data(man["spec"])
+                spec = spec or spec_from_data(man["spec"])
                 for k in _mismatched_lines(spec, split, meta, masks, sample_fn):
                     report.damage.append(Damage(f"{rel_meta}:{k + 1}", "metadata", f"line {k + 1} differs from the record the spec "
                                                 f"gives sample {k}", split, k))

@@ -15,16 +15,9 @@ from typer.testing import CliRunner
 
 from mosaic.cli import app
 from mosaic.spec import parse_spec
+from tests.test_integrity_reads import SPEC  # the integrity tests' small 3 x 2 grid with a diagonal holdout
 
 runner = CliRunner()
-
-SPEC = {
-    "name": "forged", "image": {"size": 16},
-    "concepts": {"color": {"values": ["red", "green", "blue"]}, "shape": {"values": ["circle", "square"]}},
-    "objects": [{"name": "obj", "shape": {"concept": "shape"}, "color": {"concept": "color"}, "size": 0.5}],
-    "holdout": {"concepts": ["color", "shape"], "rule": {"kind": "diagonal", "n": 1}},
-    "splits": {"train": 12, "val": 3, "test_id": 3, "test_ood": 4},
-}
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +76,18 @@ def test_labels_moved_to_another_seen_value_with_their_digests_rewritten(base, t
     ds = _copy(base, tmp_path, "img")
     meta = ds / "train" / "metadata.jsonl"
     recs = [json.loads(x) for x in meta.read_text().splitlines()]
+    from mosaic.holdout import is_held_out
+    from mosaic.spec import parse_spec
+
+    spec = parse_spec(SPEC)
     r = recs[3]
-    other = next(c for c in ("red", "green", "blue") if c != r["concepts"]["color"])
+    # another *seen* value, with every field that follows from the concepts (the quick check refuses a record whose
+    # labels, combination or held_out flag contradict its concepts: mosaic.records.record_claims)
+    other = next(c for c in ("red", "green", "blue")
+                 if c != r["concepts"]["color"] and not is_held_out(spec, {**r["concepts"], "color": c}))
     r["concepts"]["color"] = other
     r["labels"]["color"] = ["red", "green", "blue"].index(other)
+    r["combination"] = [other, r["combination"][1]]  # the holdout's grid is color x shape
     meta.write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in recs))
     _redigest(ds)
     assert _verify(ds).exit_code == 0  # the digests agree: only the spec can tell
@@ -150,3 +151,18 @@ def test_against_spec_is_skipped_when_the_manifest_itself_is_damaged(base, tmp_p
     r = _verify(ds, "--against-spec")
     assert r.exit_code == 2 and "manifest.json is damaged" in r.output  # refused before anything is made from its spec
     assert "not the spec's" not in r.output
+
+
+@pytest.mark.parametrize("name,rows", [("../../etc/hostname", None), ("sub/x.parquet", None), (7, None), (None, -3), (None, True)])
+def test_a_shard_record_that_mosaic_does_not_write_is_named_and_not_read(base, tmp_path, name, rows):
+    ds = _copy(base, tmp_path, "pq")
+    man = json.loads((ds / "manifest.json").read_text())
+    rec = man["shards"]["train"][0]
+    if name is not None:
+        rec["name"] = name
+    if rows is not None:
+        rec["rows"] = rows
+    (ds / "manifest.json").write_text(json.dumps(man))
+    r = _verify(ds, "--against-spec")
+    assert r.exit_code in (1, 2), r.output
+    assert "Traceback" not in r.output and r.exception is None or isinstance(r.exception, SystemExit)

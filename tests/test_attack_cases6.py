@@ -6,6 +6,9 @@
 - a checkpoint's non-tensor state (``checkpoint.json``, the record, not digested itself) was loaded as
   it stood: ``"lr": 1e9`` trained on to NaN losses with exit 0, ``"lr": "x"`` was a TypeError
   traceback in ``optimizer.step``; ``trainer_state.json``'s ``best: "x"`` likewise;
+- a dataset's records rewritten together with their digests and card were read as they stood: the
+  held-out combination in ``train`` (with either ``held_out`` flag), or a training record's ``labels``
+  moved to the held-out cell (what the transformer trains on), passed ``verify`` and every reader;
 """
 
 from __future__ import annotations
@@ -162,3 +165,45 @@ def test_a_checkpoint_with_its_own_state_still_resumes(tmp_path, drun):
     res = _resume(run, drun[1])
     assert res.exit_code == 0, res.output
     assert "resumed from" in res.output and (run / "DONE").is_file()
+
+
+# ------------------------------------------------------------------------------------------------
+# cases 12, 13: a record's claims are checked against its concepts and its spec on every read
+# ------------------------------------------------------------------------------------------------
+
+def _reseal(root: Path) -> None:
+    from mosaic.checksums import write_checksums
+    from mosaic.hf import write_card
+    from mosaic.spec import parse_spec
+
+    man = json.loads((root / "manifest.json").read_text())
+    recs = {s: [json.loads(x) for x in (root / s / "metadata.jsonl").read_text().splitlines()] for s in man["splits"]}
+    man["checksums"] = write_checksums(root, recs)
+    (root / "manifest.json").write_text(json.dumps(man, indent=2, sort_keys=True))
+    write_card(root, parse_spec(man["spec"]), man)
+
+
+@pytest.mark.parametrize("edit", ["held_out_true", "held_out_false", "labels"])
+def test_a_record_contradicting_its_spec_is_refused_even_with_its_digests_rewritten(tmp_path, drun, edit):
+    from mosaic.dataset import read_metadata
+    from mosaic.errors import DatasetError
+    from mosaic.torch_data import MosaicDataset
+
+    data = tmp_path / "data"
+    shutil.copytree(drun[1], data)
+    meta = data / "train" / "metadata.jsonl"
+    rows = [json.loads(x) for x in meta.read_text().splitlines()]
+    r = next(x for x in rows if x["concepts"]["color"] == "blue")
+    if edit == "labels":  # concepts left seen, labels moved to the held-out cell blue|square
+        r["labels"] = {"color": 2, "shape": 1}
+    else:
+        r.update(concepts={"color": "blue", "shape": "square"}, labels={"color": 2, "shape": 1},
+                 combination=["blue", "square"], held_out=edit == "held_out_true")
+    meta.write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in rows))
+    _reseal(data)
+    res = runner.invoke(app, ["verify", str(data)])
+    assert res.exit_code == 1 and "contradicts its spec" in res.output and "--overwrite" in res.output, res.output
+    with pytest.raises(DatasetError, match="contradicts"):
+        MosaicDataset(data, "train")
+    with pytest.raises(DatasetError, match="contradicts"):
+        read_metadata(data, "train")
