@@ -74,15 +74,8 @@ def _parquet(root: Path, man: dict, spec, tick) -> list[Damage]:
     out: list[Damage] = []
     for split, n in spec.split_sizes().items():
         start = 0
-        for shard in (man.get("shards") or {}).get(split, []):
-            raw = shard.get("name") if isinstance(shard, dict) else None
-            rows = shard.get("rows") if isinstance(shard, dict) else None
-            if not isinstance(raw, str) or not raw or "/" in raw or "\\" in raw or raw.startswith(".") \
-                    or not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
-                out.append(Damage(f"data/{str(raw)[:80]}", NOT_SPEC, "the manifest's shard record is not one mosaic writes (a "
-                                  "plain file name in data/ and a row count): nothing was read from it", split))
-                break
-            name, stop = f"data/{raw}", min(n, start + rows)
+        for shard in (man.get("shards") or {}).get(split, []):  # records of mosaic's shape (records.shards_problem)
+            name, stop = f"data/{shard['name']}", min(n, start + shard["rows"])
             want = render_rows(man["spec"], split, start, stop, masks, renderer)
             try:
                 got = pq.read_table(root / name)
@@ -114,7 +107,8 @@ def regenerate_command(root: str | Path, man: dict) -> str:
 
 def against_spec(root: str | Path, man: dict, report: VerifyReport,
                  on_progress: Callable[[int, int], None] | None = None) -> VerifyReport:
-    """Add to ``report`` (a :func:`mosaic.verify.verify` of ``root`` whose manifest is ``man``) one
+    """Add to ``report`` (a :func:`mosaic.verify.verify` of ``root`` whose manifest is ``man``, as
+    :func:`mosaic.verify.read_manifest_checked` returns it: its shard records are mosaic's) one
     :class:`~mosaic.verify.Damage` per sample (imagefolder: metadata line, image, mask; Parquet:
     shard) that differs from what the spec in ``man`` makes; such a report is not repairable
     (``--repair`` trusts the recorded digests). Skipped when the manifest itself is damaged (its

@@ -22,14 +22,18 @@ def verify(
     """Check every file of a dataset against the digests its manifest records: reports each missing,
     truncated, undecodable or altered file and each metadata line that does not match. Exit status 0
     when whole, 1 when damaged (fix it with --repair or by rerunning `mosaic generate`), 2 for bad input."""
+    from mosaic.against_spec import NOT_SPEC, regenerate_command
     from mosaic.dataset import repair_dataset, sample_record
+    from mosaic.verify import read_manifest_checked
     from mosaic.verify import verify as do_verify
 
+    man = None
     try:
         report = do_verify(dataset, deep=not quick, sample_fn=sample_record)
         if against_spec:
-            report = _against_spec(dataset, report)
-        if repair and not report.ok and not any(d.problem == "not the spec's" for d in report.damage):  # --repair trusts the digests
+            man = read_manifest_checked(dataset)
+            report = _against_spec(dataset, man, report)
+        if repair and not report.ok and not any(d.problem == NOT_SPEC for d in report.damage):  # --repair trusts the digests
             after = repair_dataset(dataset, report)
             if after.ok:
                 console.print(f"[green]repaired[/] {dataset}: {len(report.damage)} damaged file(s) or line(s) regenerated, byte-identical")
@@ -48,25 +52,19 @@ def verify(
         err_console.print(f"  ... and {len(report.damage) - max_lines} more")
     from mosaic.verify import fix_of
 
-    from mosaic.against_spec import NOT_SPEC, regenerate_command
-
-    if any(d.problem == NOT_SPEC for d in report.damage):
-        from mosaic.verify import read_manifest_checked
-
+    if man is not None and any(d.problem == NOT_SPEC for d in report.damage):
         fix = (f"files differ from what the spec makes although their digests may match: they were rewritten after generation, and "
                f"--repair (which trusts the digests) cannot tell; regenerate the dataset from its own spec with "
-               f"`{regenerate_command(dataset, read_manifest_checked(dataset))}`, or restore it from a copy")
+               f"`{regenerate_command(dataset, man)}`, or restore it from a copy")
     else:
         fix = fix_of(report, dataset)  # the one fix line, shared with every reader's refusal
     err_console.print(f"fix: {shown(fix)}", highlight=False)
     raise typer.Exit(1)
 
 
-def _against_spec(dataset: Path, report):
-    """``report`` with every sample made again from the manifest's spec and compared, under a progress bar."""
+def _against_spec(dataset: Path, man: dict, report):
+    """``report`` with every sample made again from the manifest ``man``'s spec and compared, under a progress bar."""
     from mosaic.against_spec import against_spec
-    from mosaic.verify import read_manifest_checked
 
-    man = read_manifest_checked(dataset)
     with lazy_progress("[bold]against the spec[/]") as tick:
         return against_spec(dataset, man, report, on_progress=tick)
