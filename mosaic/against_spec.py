@@ -26,6 +26,7 @@ from typing import Callable
 
 from mosaic.checksums import metadata_lines, parse_record
 from mosaic.records import png_bytes, sample_record, spec_from_data
+from mosaic.repair import expected_sample
 from mosaic.verify import Damage, VerifyReport
 
 #: the problem name of a sample that is not what the spec makes
@@ -40,8 +41,6 @@ def _same_bytes(path: Path, want: bytes) -> bool:
 
 
 def _imagefolder(root: Path, man: dict, spec, tick) -> list[Damage]:
-    from mosaic.repair import expected_sample
-
     masks = bool(man.get("masks"))
     renderer = man.get("renderer", {}).get("name", "pillow")
     out: list[Damage] = []

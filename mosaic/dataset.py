@@ -35,6 +35,7 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Iterator
 
+from mosaic.against_spec import regenerate_command
 from mosaic.checksums import write_checksums
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.executors import LocalExecutor, check_backend, make_executor
@@ -44,8 +45,8 @@ from mosaic.io import JSONReadError, atomic_write, atomic_write_json, atomic_wri
 from mosaic.locks import FolderLock
 from mosaic.png import encode_png
 from mosaic.records import (  # noqa: F401 - re-exported: the dataset API of mosaic.dataset
-    FORMAT, MANIFEST, base_manifest, check_out_dir, package_versions, png_bytes, read_manifest, sample_line, sample_record, spec_from_data,
-    spec_of,
+    FORMAT, MANIFEST, base_manifest, check_out_dir, package_versions, png_bytes, read_manifest, record_claims, sample_line, sample_record,
+    spec_from_data, spec_of,
 )
 from mosaic.repair import check_and_repair, mark_shards_for_regeneration, repair
 from mosaic.spec import Spec
@@ -126,8 +127,6 @@ def _claims_check(root, split: str, man: dict):
     and the manifest's spec do not give (:func:`mosaic.records.record_claims`: a held-out
     combination in a seen split, a ``held_out`` flag or ``labels`` not its concepts'); a no-op for a
     bare folder (no spec)."""
-    from mosaic.against_spec import regenerate_command
-    from mosaic.records import record_claims
 
     if not isinstance(man.get("spec"), dict):
         return lambda rec, where: None

@@ -28,7 +28,7 @@ import numpy as np
 
 from mosaic.errors import DatasetError, LayoutError, MosaicError
 from mosaic.hf import hf_record
-from mosaic.holdout import combination_of, is_held_out
+from mosaic.holdout import HELD_OUT, SEEN, combination_of, is_held_out
 from mosaic.labels import _caption, _read_labels, assign_templates
 from mosaic.scene import Scene
 from mosaic.png import encode_png
@@ -313,7 +313,6 @@ def record_claims(spec: Spec, split: str):
     rewritten together with its digests (a held-out cell's labels on a training image) passes every
     digest; this catches the leak in a few microseconds a record. Values moved to other *seen*
     values take ``mosaic verify --against-spec``."""
-    from mosaic.holdout import HELD_OUT, SEEN
 
     grid = spec.grid  # a property that builds the grid: once, not per record
     want = HELD_OUT if split == "test_ood" else SEEN

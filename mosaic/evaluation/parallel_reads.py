@@ -20,6 +20,8 @@ import weakref
 
 import numpy as np
 
+from mosaic.locks import die_with_parent
+
 #: images per task sent to a worker (a task is one pickle of uint8 pixels there and reads back)
 CHUNK = 32
 #: fewer images than this in one call are read in this process
@@ -29,8 +31,6 @@ _parser = None  # the worker process's copy
 
 
 def _start(blob: bytes) -> None:
-    from mosaic.locks import die_with_parent
-
     global _parser
     die_with_parent()
     _parser = pickle.loads(blob)

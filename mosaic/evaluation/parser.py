@@ -47,6 +47,7 @@ from mosaic.scene import Scene, SceneObject
 from mosaic.spec import Spec, allowed_values, template_sets
 from mosaic.vocab import plural, srgb_to_lab
 from mosaic.errors import MosaicError
+from mosaic.evaluation.parallel_reads import read_in_processes
 from mosaic.evaluation.raster import Canvas, clip, erode, gaussian, median, median_rgb
 from mosaic.evaluation.shape_fit import SHAPE_MARGIN, ShapeFitter, ShapeHypothesis, merge_rotations, soft_iou, unit_area
 
@@ -199,8 +200,6 @@ class SceneParser:
     def read(self, images: np.ndarray) -> list[Parse]:
         """The full reading of each image (values, quality measures, abstention), uint8
         ``[N, H, W, 3]``; :meth:`predict` is ``[p.values for p in read(images)]``."""
-        from mosaic.evaluation.parallel_reads import read_in_processes
-
         return read_in_processes(self, _check_images(images))
 
     def __getstate__(self):  # a worker's copy: no pool, reads in its own process
