@@ -30,7 +30,7 @@ from mosaic.parquet import (
 from mosaic.records import MANIFEST, base_manifest, read_manifest, replaceable_or_raise, spec_from_data, spec_of, unfinished_hint
 from mosaic.spec import Spec
 from mosaic.tally import Tally
-from mosaic.verify import verify as verify_dataset
+from mosaic.verify import fix_of, verify as verify_dataset
 
 
 def _imagefolder_rows(spec: Spec, src: Path, split: str, masks: bool) -> Iterator[dict]:
@@ -95,9 +95,10 @@ def _export(src: str | Path, format: str, dst: Path, shard_bytes: int, overwrite
     # a new dataset whose fresh digests would then pass `mosaic verify`
     report = verify_dataset(src, deep=True)
     if not report.ok:
-        names = ", ".join(d.path for d in report.damage[:5]) + (f" and {len(report.damage) - 5} more" if len(report.damage) > 5 else "")
-        raise DatasetError(f"{src} is damaged ({names}): export copies the source as it is, so repair it first with "
-                           f"`mosaic verify {src} --repair`, then export")
+        shown = report.problems()[:5]
+        more = [("", f"... and {len(report.damage) - 5} more")] if len(report.damage) > 5 else []
+        raise DatasetError([("", f"{src} is damaged, and export copies the source as it is:")] + shown + more
+                           + [("fix", fix_of(report, src) + ", then export")], source=str(src))
     spec = spec_of(src)
     if dst.exists():
         shutil.rmtree(dst)

@@ -42,7 +42,8 @@ from mosaic.records import FORMAT, MANIFEST, base_manifest, check_out_dir, png_b
 from mosaic.repair import check_repaired_shards, mark_shards_for_regeneration
 from mosaic.spec import Spec
 from mosaic.tally import Tally
-from mosaic.verify import check_shards, verify as verify_dataset
+from mosaic.shard_checks import check_shards
+from mosaic.verify import verify as verify_dataset
 from renderers import backend_of, get_renderer
 
 DEFAULT_SHARD_BYTES = 256 * 2**20

@@ -45,6 +45,27 @@ def encode_png(array: np.ndarray, level: int = ZLIB_LEVEL) -> bytes:
     return SIGNATURE + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", zlib.compress(rows.tobytes(), level)) + _IEND
 
 
+def png_size(head: bytes) -> tuple[int, int] | None:
+    """``(width, height)`` in pixels from a PNG's first 24 bytes (the signature and the ``IHDR``
+    chunk's length, type, width and height: PNG specification, 2nd edition, 11.2.2), or None where
+    they are not a PNG's. Reads no pixel data, so a decompression bomb costs nothing to size."""
+    if len(head) < 24 or head[:8] != SIGNATURE or head[12:16] != b"IHDR":
+        return None
+    return struct.unpack(">II", head[16:24])
+
+
+def png_size_problem(head: bytes, size: int) -> str | None:
+    """None when ``head`` (a file's first 24 bytes) opens a PNG of ``size`` x ``size`` pixels, else
+    what is wrong, for a dataset whose spec has ``image.size: size``."""
+    wh = png_size(head)
+    if wh is None:
+        return "not a PNG (no signature and IHDR chunk)"
+    if wh != (size, size):
+        return (f"{wh[0]}x{wh[1]} px, but the dataset's images are {size}x{size} (image.size of its spec): the file was "
+                "replaced, and is not read")
+    return None
+
+
 # ----------------------------------------------------------------------------------------------
 # decoding images from files mosaic did not necessarily write: the size is checked before decoding
 # ----------------------------------------------------------------------------------------------

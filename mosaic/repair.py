@@ -59,6 +59,19 @@ def rewrite_card(root: str | Path, man: dict) -> None:
 
 
 
+def _mismatch_cause(man: dict) -> str:
+    """Why bytes regenerated from the spec can differ from a recorded digest, for the manifest
+    ``man``: another mosaic or library made the dataset (its recorded versions differ from this
+    one's), or, with the same versions, the file was rewritten together with its digests."""
+    versions = package_versions()
+    if man.get("versions") == versions:
+        return ("the versions that determine the bytes are this mosaic's, so the file and its recorded digest were rewritten "
+                "together (`mosaic verify DIR --against-spec` lists every such file); it was left as it is: regenerate "
+                "the dataset with --overwrite")
+    return (f"this mosaic (versions {versions}) differs from the one that made the dataset ({man.get('versions')}); it was left "
+            "as it is: regenerate the dataset with --overwrite")
+
+
 def expected_sample(spec, split: str, index: int, masks: bool, renderer: str = "pillow", sample_fn=None,
                     png_fn=None) -> tuple[dict, bytes, bytes | None]:
     """The record, image PNG bytes and mask PNG bytes (or None) the generator writes for one sample.
@@ -131,9 +144,8 @@ def repair(root: str | Path, report: VerifyReport, sample_fn=None, png_fn=None,
             if data is None:
                 continue
             if sums and hashlib.sha256(data).hexdigest() != sums.get(rel):
-                raise DatasetError([(rel, "regenerating it gives other bytes than the recorded digest: this mosaic "
-                                     f"(versions {package_versions()}) differs from the one that made the dataset "
-                                     f"({man.get('versions')}); regenerate the dataset with --overwrite")], source=str(root))
+                raise DatasetError([(rel, "regenerating it gives other bytes than the recorded digest: " + _mismatch_cause(man))],
+                                   source=str(root))
             atomic_write(make_room(root, rel), data)
         if on_progress:
             on_progress(k + 1, total)
@@ -152,8 +164,7 @@ def repair(root: str | Path, report: VerifyReport, sample_fn=None, png_fn=None,
                     f.write(line)
                     h.update(line)
             if sums and h.hexdigest() != sums.get(rel):
-                raise DatasetError([(rel, "the records the spec gives differ from the recorded digest: this mosaic "
-                                     f"({package_versions()}) differs from the one that made the dataset; regenerate it with --overwrite")],
+                raise DatasetError([(rel, "the records the spec gives differ from the recorded digest: " + _mismatch_cause(man))],
                                    source=str(root))
             os.replace(tmp, make_room(root, rel))
         finally:
@@ -191,8 +202,7 @@ def check_repaired_shards(root: str | Path, man: dict) -> None:
     for split, lst in was.items():
         for s in lst:
             if s["name"] in names and sha256_file(root / "data" / s["name"]) != s["sha256"]:
-                raise DatasetError([(f"data/{s['name']}", "the regenerated shard differs from the recorded digest: this mosaic "
-                                     f"({package_versions()}) differs from the one that made the dataset; regenerate it with --overwrite")],
+                raise DatasetError([(f"data/{s['name']}", "the regenerated shard differs from the recorded digest: " + _mismatch_cause(man))],
                                    source=str(root))
 
 

@@ -35,12 +35,13 @@ from mosaic.checksums import (  # noqa: F401 - write_checksums re-exported: the 
 )
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.io import loads_json
+from mosaic.png import SIGNATURE, png_size_problem
+from mosaic.shard_checks import check_shards, spec_image_size  # noqa: F401 - check_shards re-exported
 from mosaic.hf import CARD, card_yaml
 from mosaic.records import count_problem, record_claims, sample_record, shards_problem, spec_from_data, unfinished_hint
 
 MANIFEST = "manifest.json"
 CLAIMS = "contradicts its spec"  # a record whose held_out, split or labels its own concepts and spec do not give
-_PNG_SIG = b"\x89PNG\r\n\x1a\n"
 _PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"
 
 
@@ -413,35 +414,6 @@ def check_before_read(root: str | Path, manifest: dict | None = None, shard_dige
                        source=str(root))
 
 
-def check_shards(root: Path, man: dict, deep: bool = False) -> list[tuple[str, str]]:
-    """``(data/<shard>, message)`` for each shard a Parquet manifest lists that is missing, of
-    another size, has an unreadable footer or another row count, or (``deep``) another sha256."""
-    import pyarrow.parquet as pq
-
-    problems = []
-    for split, lst in man.get("shards", {}).items():
-        for s in lst:
-            p = root / "data" / s["name"]
-            where = f"data/{s['name']}"
-            if not p.is_file():
-                problems.append((where, "shard is missing"))
-                continue
-            size = p.stat().st_size
-            if size != s["bytes"]:
-                problems.append((where, f"shard is damaged: {size} bytes, the manifest records {s['bytes']}"))
-                continue
-            try:
-                rows = pq.ParquetFile(p).metadata.num_rows
-            except Exception as e:  # noqa: BLE001 - any unreadable footer is damage
-                problems.append((where, f"shard is damaged: {e}"))
-                continue
-            if rows != s["rows"]:
-                problems.append((where, f"shard is damaged: {rows} rows, the manifest records {s['rows']}"))
-            elif deep and sha256_file(p) != s["sha256"]:
-                problems.append((where, "shard is damaged: its sha256 differs from the manifest's"))
-    return problems
-
-
 def _verify_parquet(root: Path, man: dict, report: VerifyReport) -> None:
     report.files = sum(len(v) for v in man.get("shards", {}).values())
     for path, msg in check_shards(root, man, report.deep):
@@ -469,15 +441,18 @@ def file_kind_problem(p: Path) -> tuple[str, str] | None:
     return None
 
 
-def _png_state(p: Path) -> tuple[str, str] | None:
-    """None when the file looks whole (signature and IEND trailer), else (problem, detail)."""
+def _png_state(p: Path, image_size: int | None) -> tuple[str, str] | None:
+    """None when the file looks whole (signature, IHDR and IEND trailer) and its header gives the
+    spec's ``image_size`` x ``image_size`` pixels, else (problem, detail). The size is read from the
+    header alone, so an image of another size (a decompression bomb among them) that was written
+    together with its digests is refused here, by every reader's quick check, before a decoder runs."""
     kind = file_kind_problem(p)
     if kind is not None:
         return kind
     try:
         size = p.stat().st_size
         with p.open("rb") as f:
-            head = f.read(8)
+            head = f.read(24)
             if size < 8 + 12:
                 return "truncated", f"{size} bytes, too short for a PNG"
             f.seek(size - 12)
@@ -486,16 +461,21 @@ def _png_state(p: Path) -> tuple[str, str] | None:
         return "missing", "file is missing"
     except OSError as e:
         return "undecodable", f"cannot be read: {e.strerror}"
-    if head != _PNG_SIG:
+    if head[:8] != SIGNATURE:
         return "undecodable", "not a PNG (wrong signature)"
+    if size < 24 + 12:
+        return "truncated", f"{size} bytes, too short for a PNG"
     if tail != _PNG_END:
         return "truncated", "the PNG ends early (no IEND chunk)"
+    if image_size is not None and (why := png_size_problem(head, image_size)) is not None:
+        return "undecodable", why
     return None
 
 
 def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=None) -> None:
     sums = read_checksums(root, man, report)
     recorded_bytes = (man.get("checksums") or {}).get("bytes", {})
+    image_size = spec_image_size(man)
     spec = None
     for split, info in man["splits"].items():
         n = int(info.get("count", 0))
@@ -538,7 +518,7 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
                 rel = f"{split}/{name}"
                 p = root / rel
                 report.files += 1
-                state = _png_state(p)
+                state = _png_state(p, image_size)
                 if state is not None:
                     report.damage.append(Damage(rel, state[0], state[1], split, index))
                     continue

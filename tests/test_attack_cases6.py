@@ -207,3 +207,77 @@ def test_a_record_contradicting_its_spec_is_refused_even_with_its_digests_rewrit
         MosaicDataset(data, "train")
     with pytest.raises(DatasetError, match="contradicts"):
         read_metadata(data, "train")
+
+
+# ------------------------------------------------------------------------------------------------
+# case 14: an image of another size (a decompression bomb) written together with its digests is
+# refused by verify, export and every reader from its PNG header, before a decoder runs
+# ------------------------------------------------------------------------------------------------
+
+def _bomb_png(side: int = 6000) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (side, side)).save(buf, format="PNG")  # ~100 KB on disk, 108 MB decoded
+    return buf.getvalue()
+
+
+def test_an_image_of_another_size_resealed_with_its_digests_is_refused_everywhere(tmp_path, drun):
+    from mosaic.errors import DatasetError
+    from mosaic.hf_load import load_dataset
+    from mosaic.torch_data import MosaicDataset
+
+    data = tmp_path / "data"
+    shutil.copytree(drun[1], data)
+    img = data / "train" / "images" / "000003.png"
+    img.write_bytes(_bomb_png())
+    _reseal(data)
+    res = runner.invoke(app, ["verify", str(data)])
+    assert res.exit_code == 1 and "train/images/000003.png" in res.output and "6000x6000 px" in res.output, res.output
+    res = runner.invoke(app, ["verify", str(data), "--quick"])
+    assert res.exit_code == 1 and "6000x6000 px" in res.output, res.output
+    _clean_exit_2(runner.invoke(app, ["export", str(data), "--format", "parquet", "-o", str(tmp_path / "pq")]), "6000x6000 px")
+    assert not (tmp_path / "pq" / "manifest.json").exists()
+    for read in (lambda: MosaicDataset(data, "train"), lambda: load_dataset(data)):
+        with pytest.raises(DatasetError, match="6000x6000 px"):
+            read()
+    # --repair cannot trust digests rewritten with the file: it says so (not "another mosaic made it") and leaves the file
+    bomb = img.read_bytes()
+    _clean_exit_2(runner.invoke(app, ["verify", str(data), "--repair"]), "rewritten", "--overwrite")
+    assert img.read_bytes() == bomb
+
+
+def test_a_parquet_row_of_another_size_resealed_with_its_shard_digest_is_refused(tmp_path, drun):
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    from mosaic.errors import DatasetError
+    from mosaic.hf import write_card
+    from mosaic.hf_load import load_dataset
+    from mosaic.spec import parse_spec
+    from mosaic.torch_data import MosaicDataset
+
+    res = runner.invoke(app, ["export", str(drun[1]), "--format", "parquet", "-o", str(tmp_path / "pq")])
+    assert res.exit_code == 0, res.output
+    root = tmp_path / "pq"
+    man = json.loads((root / "manifest.json").read_text())
+    shard = man["shards"]["train"][0]
+    p = root / "data" / shard["name"]
+    f = pq.ParquetFile(p)
+    table = f.read()
+    rows = table.to_pylist()
+    rows[1]["image"]["bytes"] = _bomb_png()
+    import pyarrow as pa
+
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), p)
+    shard.update(bytes=p.stat().st_size, sha256=hashlib.sha256(p.read_bytes()).hexdigest())
+    (root / "manifest.json").write_text(json.dumps(man, indent=2, sort_keys=True))
+    write_card(root, parse_spec(man["spec"]), man, "parquet")  # the card names the shards' digests too
+    res = runner.invoke(app, ["verify", str(root)])
+    assert res.exit_code == 1 and "6000x6000 px" in res.output and f"data/{shard['name']}" in res.output, res.output
+    for read in (lambda: MosaicDataset(root, "train"), lambda: load_dataset(root)):
+        with pytest.raises(DatasetError, match="6000x6000 px"):
+            read()
