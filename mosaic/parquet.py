@@ -448,14 +448,15 @@ def verify_parquet(out: str | Path, manifest: dict | None = None, deep: bool = F
     """Check that every shard of a Parquet dataset is present and whole.
 
     Checks each shard listed in the manifest: the file exists, has the recorded size, its footer
-    reads and holds the recorded rows; with ``deep`` also its sha256.
+    reads and holds the recorded rows; with ``deep`` also its sha256 and each row's image and mask
+    PNG header against the spec's ``image.size``.
 
     Raises:
         DatasetError: listing every missing or damaged shard by name (``data/<name>``).
     """
     out = Path(out)
     man = manifest or read_manifest(out)
-    problems = check_shards(out, man, deep)  # the one shard check (mosaic.verify), shared with `mosaic verify`
+    problems = check_shards(out, man, deep)  # the one shard check (mosaic.shard_checks), shared with `mosaic verify`
     if problems:
         problems.append(("", f"regenerate the dataset (`mosaic generate ... --format parquet --out {out} --overwrite`) or restore the shards"))
         raise DatasetError(problems, source=str(out))

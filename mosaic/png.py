@@ -60,10 +60,13 @@ def png_size_problem(head: bytes, size: int) -> str | None:
     wh = png_size(head)
     if wh is None:
         return "not a PNG (no signature and IHDR chunk)"
-    if wh != (size, size):
-        return (f"{wh[0]}x{wh[1]} px, but the dataset's images are {size}x{size} (image.size of its spec): the file was "
-                "replaced, and is not read")
-    return None
+    return None if wh == (size, size) else _other_size(*wh, size)
+
+
+def _other_size(w: int, h: int, size: int) -> str:
+    """The message for a dataset's image of ``w`` x ``h`` px where its spec gives ``size``."""
+    return (f"{w}x{h} px, but the dataset's images are {size}x{size} (image.size of its spec): "
+            "the file was replaced or damaged")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -118,8 +121,7 @@ def decode_image(src, *, where: str, error: type[Exception], mode: str | None = 
     with im:
         w, h = im.size
         if exact_size is not None and (w, h) != (exact_size, exact_size):
-            raise error([(where, f"{w}x{h} px, but the dataset's images are {exact_size}x{exact_size} (image.size of its spec): "
-                                 "the file was replaced or damaged")])
+            raise error([(where, _other_size(w, h, exact_size))])
         if max_pixels is not None and w * h > max_pixels:
             raise error([(where, f"{w}x{h} px = {w * h:,} pixels, more than the {max_pixels:,} an image of this spec may have "
                                  f"({EVAL_SCALE} x image.size per side): refused before decoding")])

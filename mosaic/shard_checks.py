@@ -39,7 +39,8 @@ def check_shards(root: Path, man: dict, deep: bool = False) -> list[tuple[str, s
                 problems.append((where, f"shard is damaged: {size} bytes, the manifest records {s['bytes']}"))
                 continue
             try:
-                rows = pq.ParquetFile(p).metadata.num_rows
+                f = pq.ParquetFile(p)
+                rows = f.metadata.num_rows
             except Exception as e:  # noqa: BLE001 - any unreadable footer is damage
                 problems.append((where, f"shard is damaged: {e}"))
                 continue
@@ -48,25 +49,23 @@ def check_shards(root: Path, man: dict, deep: bool = False) -> list[tuple[str, s
             elif deep and digest_file(p)[0] != s["sha256"]:
                 problems.append((where, "shard is damaged: its sha256 differs from the manifest's"))
             elif deep and image_size is not None:
-                problems += _shard_image_sizes(p, where, image_size)
+                problems += _shard_image_sizes(f, where, image_size)
     return problems
 
 
-def _shard_image_sizes(p: Path, where: str, image_size: int) -> list[tuple[str, str]]:
-    """Each row of a Parquet shard whose image or mask PNG header gives another size than the
-    spec's (rows rewritten together with the shard's sha256): read from the first 24 bytes of each,
-    nothing decoded. At most 20 named."""
-    import pyarrow.parquet as pq
-
+def _shard_image_sizes(f, where: str, image_size: int, limit: int = 20) -> list[tuple[str, str]]:
+    """Each row of an open Parquet shard ``f`` (``pyarrow.parquet.ParquetFile``) whose image or
+    mask PNG header gives another size than the spec's (rows rewritten together with the shard's
+    sha256): read from the first 24 bytes of each, nothing decoded. At most ``limit`` named."""
     problems = []
-    f = pq.ParquetFile(p)
     cols = [c for c in ("image", "mask") if c in f.schema_arrow.names]
     for batch in f.iter_batches(batch_size=1024, columns=["index", *cols]):
         rows = batch.to_pydict()
         for i, index in enumerate(rows["index"]):
             for c in cols:
-                cell = rows[c][i]
-                head = (cell or {}).get("bytes") or b""
-                if (why := png_size_problem(head[:24], image_size)) is not None and len(problems) < 20:
+                head = (rows[c][i] or {}).get("bytes") or b""
+                if (why := png_size_problem(head[:24], image_size)) is not None:
                     problems.append((f"{where} (sample {index}, {c})", f"shard is damaged: {why}"))
+                    if len(problems) == limit:
+                        return problems
     return problems
