@@ -27,7 +27,7 @@ from mosaic.verdicts import check_sweep_claims, claims_html, fmt_effect, write_c
 from mosaic.overrides import safe_load
 from mosaic.report import make_report
 from mosaic.sweep import load_sweep
-from mosaic.trials import plan, read_status, run_sweep
+from mosaic.trials import cpu_slots, plan, pool_wall_seconds, read_status, run_sweep
 from mosaic.io import atomic_write
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +88,8 @@ def _estimate(cfg, scale: str) -> dict:
     except Exception as e:  # an estimate must not stop a dry run
         return {"error": f"{type(e).__name__}: {e}"}
     if scale == "cpu":
-        return {"seconds": est.cpu_total_s, "where": f"this CPU ({est.cpu_threads} thread(s), load {est.cpu_load:.1f})"}
+        return {"seconds": est.cpu_total_s, "where": f"this CPU ({est.cpu_threads} thread(s), load {est.cpu_load:.1f})",
+                "threads": est.cpu_threads}
     rows = [a for a in est.accelerators if a.fits]
     if not rows:
         return {"error": "fits no accelerator of the table"}
@@ -102,8 +103,11 @@ def plan_reproduction(paper: str, scale: str, out: str | Path, workers: int = 1,
 
     Returns:
         ``{"paper", "scale", "sweeps": [{"name", "path", "folder", "trials": [{"id", "values", "done",
-        "estimate"}], "seconds"}], "missing", "trials", "todo", "seconds" (sum of the trials still to
-        run), "wall_seconds" (divided by ``workers``)}``.
+        "estimate"}], "seconds", "wall_seconds"}], "missing", "trials", "todo", "seconds" (sum of the
+        trials still to run), "wall_seconds"}``. A sweep's wall time is its trials run through a pool of
+        ``workers`` (at CPU scale no more side by side than there are cores for their threads;
+        :func:`mosaic.lab.cost.pool_wall_seconds`); the sweeps run one after another, so the total
+        is their sum.
     Raises:
         SweepError / SpecError / ConfigError: an invalid sweep, config or spec (before anything runs).
     """
@@ -111,13 +115,13 @@ def plan_reproduction(paper: str, scale: str, out: str | Path, workers: int = 1,
 
     paths, missing = sweeps_of(paper, scale, registry, sweeps_dir)
     out = Path(out)
-    res = {"paper": paper, "scale": scale, "sweeps": [], "missing": missing, "trials": 0, "todo": 0, "seconds": 0.0}
+    res = {"paper": paper, "scale": scale, "sweeps": [], "missing": missing, "trials": 0, "todo": 0, "seconds": 0.0, "wall_seconds": 0.0}
     for p in paths:
         s = load_sweep(p)
         folder = out / s.name
         trials = plan(s, folder)
         cache: dict[str, dict] = {}
-        rows, total = [], 0.0
+        rows, total, todo_s, threads = [], 0.0, [], 1
         for t in trials:
             if t["cfg"].dataset.spec is not None:
                 load_dataset_spec(t["cfg"].dataset)
@@ -129,13 +133,17 @@ def plan_reproduction(paper: str, scale: str, out: str | Path, workers: int = 1,
                     cache[key] = _estimate(t["cfg"], scale)
                 est = cache[key]
                 total += est.get("seconds") or 0.0
+                todo_s.append(est.get("seconds") or 0.0)
+                threads = max(threads, est.get("threads") or 1)
             rows.append({"id": t["id"], "values": t["values"], "done": done, "estimate": est})
-        res["sweeps"].append({"name": s.name, "path": str(p), "folder": str(folder), "trials": rows, "seconds": total,
+        slots = cpu_slots(workers, threads) if scale == "cpu" else max(1, workers)
+        wall = pool_wall_seconds(todo_s, slots)
+        res["wall_seconds"] += wall
+        res["sweeps"].append({"name": s.name, "path": str(p), "folder": str(folder), "trials": rows, "seconds": total, "wall_seconds": wall,
                               "claims": len(s.report.claims) if hasattr(s.report, "claims") else 0})
         res["trials"] += len(rows)
         res["todo"] += sum(not r["done"] for r in rows)
         res["seconds"] += total
-    res["wall_seconds"] = res["seconds"] / max(1, workers)
     return res
 
 

@@ -230,6 +230,26 @@ def _gpu_count() -> int:
         return 0
 
 
+def pool_wall_seconds(durations: list[float], slots: int) -> float:
+    """Wall seconds of running trials of ``durations`` (seconds each, in submission order) through a
+    pool of ``slots`` workers, each taking the next trial as soon as it is free (the local backend,
+    :func:`run_local`): greedy list scheduling. Not ``sum / slots``: 9 trials of
+    600 s on 2 slots take 3,000 s (the ninth runs alone), not 2,700. ``slots`` below 1 counts as 1."""
+    import heapq
+
+    free = [0.0] * max(1, int(slots))
+    for d in durations:
+        heapq.heappush(free, heapq.heappop(free) + max(0.0, float(d)))
+    return max(free)
+
+
+def cpu_slots(workers: int, threads: int, cores: int | None = None) -> int:
+    """How many CPU trials of ``threads`` torch threads run side by side with ``--workers workers``
+    on ``cores`` cores (default ``os.cpu_count()``): at most one thread per core."""
+    cores = cores if cores is not None else (os.cpu_count() or 1)
+    return max(1, min(int(workers), cores // max(int(threads), 1)))
+
+
 def run_local(kind: str, trials: list[dict], workers: int, timeout_s: float | None,
               on_done: Callable[[dict], None] | None = None) -> list[dict]:
     """Run trials in a local pool of ``workers`` slots. With GPUs, each slot owns one GPU

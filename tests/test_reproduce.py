@@ -96,3 +96,32 @@ def test_bad_claims_stop_the_sweep_before_it_runs(tmp_path, monkeypatch):
     assert not (tmp_path / "o").exists()
     r = CliRunner().invoke(app, ["reproduce", "toy", "--scale", "tpu"])
     assert r.exit_code == 2 and "--scale 'tpu'" in r.output
+
+
+def test_pool_wall_time_is_the_makespan_of_the_local_pool_not_the_sum_over_workers():
+    from mosaic.trials import cpu_slots, pool_wall_seconds
+
+    assert pool_wall_seconds([600.0] * 9, 2) == 3000.0  # the ninth trial runs alone: 5 rounds, not 4.5
+    assert pool_wall_seconds([600.0] * 8, 2) == 2400.0
+    assert pool_wall_seconds([100.0, 50.0, 50.0], 2) == 100.0  # the two short ones share the second slot
+    assert pool_wall_seconds([50.0, 50.0, 100.0], 2) == 150.0  # submission order: the long one starts last
+    assert pool_wall_seconds([], 2) == 0.0 and pool_wall_seconds([10.0, 20.0], 0) == 30.0
+    assert cpu_slots(2, 1, cores=2) == 2 and cpu_slots(4, 1, cores=2) == 2 and cpu_slots(2, 2, cores=2) == 1
+    assert cpu_slots(3, 1, cores=16) == 3
+
+
+def test_reproduce_dry_run_sums_each_sweeps_pool_wall_time(tmp_path, monkeypatch):
+    import mosaic.reproduce as R
+
+    reg, sweeps = tiny(tmp_path)
+    monkeypatch.setattr(R, "load_registry", lambda path=None: reg)
+    monkeypatch.setattr(R, "SWEEPS_DIR", sweeps)
+    monkeypatch.setattr(R, "_estimate", lambda cfg, scale: {"seconds": 100.0, "where": "this CPU", "threads": 1})
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    one = R.plan_reproduction("toy", "cpu", tmp_path / "out", workers=1)
+    two = R.plan_reproduction("toy", "cpu", tmp_path / "out", workers=2)
+    many = R.plan_reproduction("toy", "cpu", tmp_path / "out", workers=8)  # 2 cores: no more than 2 side by side
+    assert one["seconds"] == two["seconds"] == 400.0 and one["wall_seconds"] == 400.0
+    assert two["wall_seconds"] == 200.0 and two["sweeps"][0]["wall_seconds"] == 200.0 and many["wall_seconds"] == 200.0
+    monkeypatch.setattr(R, "_estimate", lambda cfg, scale: {"seconds": 100.0, "where": "this CPU", "threads": 2})
+    assert R.plan_reproduction("toy", "cpu", tmp_path / "out", workers=2)["wall_seconds"] == 400.0  # 2 threads each fill the 2 cores

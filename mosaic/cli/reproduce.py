@@ -39,7 +39,8 @@ def reproduce_command(
         if dry_run:
             plan = plan_reproduction(paper, scale, folder, workers=workers)
             for s in plan["sweeps"]:
-                t = Table(title=f"{s['name']} ({s['path']}): {len(s['trials'])} trials, {s['claims']} claim(s) -> {s['folder']}")
+                t = Table(title=f"{s['name']} ({s['path']}): {len(s['trials'])} trials, {s['claims']} claim(s) -> {s['folder']}; "
+                                f"about {_fmt_s(s['wall_seconds'])} with {workers} worker(s)")
                 for col in ("trial", "status", "estimate"):  # a trial name folds, never cut: its seed must stay readable
                     t.add_column(col, overflow="fold", min_width=len("trial") if col != "trial" else 24, ratio=None)
                 for r in s["trials"]:

@@ -22,6 +22,7 @@ def _print_estimates(name: str, trials: list[dict], workers: int) -> None:
     shape): FLOPs, peak memory per process, time on this machine (trials with ``training.device:
     cpu``) and on the first accelerators of the table, and the totals."""
     from mosaic.lab.cost import estimate_run
+    from mosaic.trials import cpu_slots, pool_wall_seconds
     from mosaic.lab.cost_table import fmt_bytes, fmt_flops, fmt_seconds
 
     cache: dict = {}
@@ -53,12 +54,13 @@ def _print_estimates(name: str, trials: list[dict], workers: int) -> None:
                       fmt_seconds(tot_cpu) if tot_cpu else "-", *[fmt_seconds(x) for x in tot_acc])
         console.print(table)
         if tot_cpu:
-            threads = max(r[1].cpu_threads for r in rows)
-            side = max(1, min(workers, (os.cpu_count() or 1) // max(threads, 1)))
+            side = cpu_slots(workers, max(r[1].cpu_threads for r in rows))
+            wall = pool_wall_seconds([est.cpu_total_s for _, est, cpu in rows if cpu], side)
             console.print(f"this machine: about {fmt_seconds(tot_cpu)} one trial at a time, a core per thread (measured at load "
                           f"{rows[0][1].cpu_load:.1f}, scaled to an idle machine by the step's process CPU time); "
-                          + (f"--workers {workers}: about {fmt_seconds(tot_cpu / side)} wall, {side} trials side by side on "
-                             f"{os.cpu_count()} cores" if workers > 1 else "--workers 1 runs them one at a time"))
+                          + (f"--workers {workers}: about {fmt_seconds(wall)} wall, {side} trials side by side on "
+                             f"{os.cpu_count()} cores, each worker taking the next trial when it is free" if workers > 1
+                             else "--workers 1 runs them one at a time"))
     for w, tid in warnings.items():
         console.print(f"[yellow]warning[/] {escape(w)} (trial {tid} and others of its shape)")
 
