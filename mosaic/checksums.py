@@ -157,7 +157,7 @@ class RecordedDigests:
 class MetadataScan:
     """What :func:`scan_metadata` found in one ``metadata.jsonl``: ``lines`` (count), ``sha256`` of
     the file, ``bad_lines`` (0-based numbers of lines that are not the JSON record of their index
-    with a string ``file_name``) and ``names`` (index -> ``(file_name, mask_file_name)`` for the valid
+    with a string ``file_name``, and a string ``mask_file_name`` exactly when the dataset has masks) and ``names`` (index -> ``(file_name, mask_file_name)`` for the valid
     records whose file names are not the standard ones; empty for a generated dataset)."""
 
     lines: int = 0
@@ -260,7 +260,9 @@ def scan_metadata(path: str | Path, masks: bool, claims=None) -> MetadataScan:
             h.update(line)
             scan.lines = k + 1
             rec = parse_record(line[:-1] if line.endswith(b"\n") else line, k)
-            if rec is None:
+            # a dataset with masks names each record's mask; one without names none (a missing or null name would
+            # leave the mask unchecked and unread)
+            if rec is None or (isinstance(rec.get("mask_file_name"), str) != masks) or (not masks and "mask_file_name" in rec):
                 scan.bad_lines.append(k)
                 continue
             if claims is not None and len(scan.claims) < 20 and (why := claims(rec)) is not None:

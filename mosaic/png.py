@@ -45,6 +45,15 @@ def encode_png(array: np.ndarray, level: int = ZLIB_LEVEL) -> bytes:
     return SIGNATURE + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", zlib.compress(rows.tobytes(), level)) + _IEND
 
 
+#: bytes of a PNG's signature and whole ``IHDR`` chunk (8 + length 4 + type 4 + 13 data bytes):
+#: what :func:`png_header_problem` reads of a file.
+HEADER_BYTES = 29
+
+#: (bit depth, colour type) of each kind of file in a dataset, as :func:`encode_png` writes them.
+_DATASET_FORMAT = {"image": (8, 2), "mask": (8, 0)}
+_COLOUR_TYPES = {0: "greyscale", 2: "RGB", 3: "palette", 4: "greyscale + alpha", 6: "RGBA"}
+
+
 def png_size(head: bytes) -> tuple[int, int] | None:
     """``(width, height)`` in pixels from a PNG's first 24 bytes (the signature and the ``IHDR``
     chunk's length, type, width and height: PNG specification, 2nd edition, 11.2.2), or None where
@@ -54,13 +63,103 @@ def png_size(head: bytes) -> tuple[int, int] | None:
     return struct.unpack(">II", head[16:24])
 
 
-def png_size_problem(head: bytes, size: int) -> str | None:
-    """None when ``head`` (a file's first 24 bytes) opens a PNG of ``size`` x ``size`` pixels, else
-    what is wrong, for a dataset whose spec has ``image.size: size``."""
+def _format_name(depth: int, colour: int) -> str:
+    return f"{depth}-bit {_COLOUR_TYPES.get(colour, 'unknown')} (colour type {colour})"
+
+
+def png_header_problem(head: bytes, size: int, kind: str = "image") -> str | None:
+    """None when ``head`` (a file's first :data:`HEADER_BYTES` bytes) opens a PNG of ``size`` x
+    ``size`` pixels in the format mosaic writes for ``kind`` (``"image"``: 8-bit RGB, colour type 2;
+    ``"mask"``: 8-bit greyscale, colour type 0; no interlace), else what is wrong, for a dataset
+    whose spec has ``image.size: size``. A file of the right size in another format (RGBA, palette,
+    16-bit, interlaced) was not written by mosaic: read anyway, it would be converted silently."""
     wh = png_size(head)
     if wh is None:
         return "not a PNG (no signature and IHDR chunk)"
-    return None if wh == (size, size) else _other_size(*wh, size)
+    if wh != (size, size):
+        return _other_size(*wh, size)
+    if len(head) < HEADER_BYTES:
+        return "truncated inside its IHDR chunk"
+    depth, colour, _compression, _filter, interlace = head[24:29]
+    want = _DATASET_FORMAT[kind]
+    if (depth, colour) != want:
+        return (f"{_format_name(depth, colour)}, but a dataset's {kind}s are {_format_name(*want)}, as mosaic writes "
+                "them: the file was replaced or converted")
+    if interlace:
+        return f"interlaced (Adam7), but mosaic writes its {kind}s without interlace: the file was replaced or converted"
+    return None
+
+
+def max_png_bytes(size: int, kind: str = "image") -> int:
+    """The most bytes a PNG mosaic writes for a ``size`` x ``size`` ``kind`` can take: twice its
+    raw scanlines (zlib's stored blocks add 5 bytes per 16 KB) plus 4 KB for the chunks. A file
+    larger than this is refused before it is read whole."""
+    channels = 3 if kind == "image" else 1
+    return 2 * size * (1 + size * channels) + 4096
+
+
+def png_structure_problem(data: bytes, size: int, kind: str = "image") -> str | None:
+    """None when ``data`` is a whole PNG in the form mosaic writes a ``size`` x ``size`` ``kind``
+    (``"image"`` or ``"mask"``), else what is wrong. The form (what :func:`encode_png` writes, and
+    Pillow's plain ``save`` of version-1 datasets): the signature; one ``IHDR`` of 13 bytes with this
+    size, bit depth 8, colour type 2 (image) or 0 (mask), compression, filter and interlace 0; then
+    ``IDAT`` chunks only, one after another; then an empty ``IEND`` and nothing after it; every
+    chunk's CRC right; the ``IDAT`` zlib stream complete, decompressing to exactly ``size`` scanlines
+    of ``1 + size x channels`` bytes, each filter byte 0-4. Any other chunk (a second ``IHDR``,
+    ``eXIf`` or ``tEXt`` orientation, ``tRNS``, ``PLTE``, ``gAMA``, ``iCCP``, APNG frames) is refused:
+    decoders differ on them (Pillow takes the last ``IHDR``; HF ``datasets`` applies EXIF
+    orientation), so the pixels a reader gets would depend on the reader. Cost: one pass over the
+    chunks and one ``zlib`` decompression of at most ``size * (1 + 3 size)`` bytes."""
+    if (why := png_header_problem(data[:HEADER_BYTES], size, kind)) is not None:
+        return why
+    if len(data) > max_png_bytes(size, kind):
+        return f"{len(data):,} bytes, more than a {size}x{size} {kind} PNG mosaic writes can take: the file was replaced"
+    pos, chunks, idat = 8, [], []
+    while pos < len(data):
+        if pos + 12 > len(data):
+            return f"truncated inside a chunk at byte {pos}"
+        n, kind_b = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + n]
+        if len(body) != n or pos + 12 + n > len(data):
+            return f"truncated inside its {kind_b!r} chunk at byte {pos}"
+        (crc,) = struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])
+        if crc != zlib.crc32(kind_b + body):
+            return f"the CRC of its {kind_b.decode('latin-1')!r} chunk at byte {pos} is wrong: the file is damaged"
+        chunks.append((kind_b, n))
+        if kind_b == b"IDAT":
+            idat.append(body)
+        pos += 12 + n
+        if kind_b == b"IEND":
+            break
+    names = [c for c, _ in chunks]
+    if not names or names[0] != b"IHDR" or chunks[0][1] != 13:
+        return "its first chunk is not a 13-byte IHDR"
+    if names[-1] != b"IEND" or chunks[-1][1] != 0:
+        return "it does not end with an empty IEND chunk"
+    if pos != len(data):
+        return f"{len(data) - pos} byte(s) after its IEND chunk: the file was replaced or damaged"
+    middle = names[1:-1]
+    others = sorted({c.decode("latin-1") for c in middle if c != b"IDAT"})
+    if others:
+        return (f"it holds {', '.join(others)} chunk(s), which mosaic never writes (a second IHDR, EXIF orientation, "
+                "transparency, a palette, colour profiles or animation frames would change what some decoders show): "
+                "the file was replaced or converted")
+    if not middle:
+        return "it holds no IDAT chunk (no pixel data)"
+    d = zlib.decompressobj()
+    channels = 3 if kind == "image" else 1
+    row = 1 + size * channels
+    try:
+        raw = d.decompress(b"".join(idat), size * row + 1)
+    except zlib.error as e:
+        return f"its pixel data does not decompress ({e}): the file is damaged"
+    if len(raw) != size * row or not d.eof or d.unused_data or d.unconsumed_tail:
+        return (f"its pixel data holds {len(raw):,}{'+' if len(raw) > size * row or d.unconsumed_tail else ''} bytes"
+                f"{'' if d.eof else ' in an unfinished zlib stream'}, not the {size * row:,} of {size} scanlines: "
+                "the file is truncated or was replaced")
+    if max(raw[::row]) > 4:
+        return "a scanline has a filter type above 4: the file is damaged"
+    return None
 
 
 def _other_size(w: int, h: int, size: int) -> str:
@@ -89,6 +188,22 @@ def eval_pixel_bound(image_size: int) -> int:
 FOREIGN_FORMATS = ("PNG", "JPEG", "WEBP", "BMP", "GIF", "TIFF")
 
 
+def _read_bounded(src, where: str, error: type[Exception], limit: int) -> bytes:
+    """The bytes of ``src`` (bytes, or a path read only when it holds at most ``limit`` bytes)."""
+    if isinstance(src, (bytes, bytearray)):
+        return bytes(src)
+    try:
+        with open(src, "rb") as f:
+            data = f.read(limit + 1)
+    except FileNotFoundError:
+        raise error([(where, "the image file is missing")]) from None
+    except OSError as e:
+        raise error([(where, f"the image file cannot be read ({e.strerror or e})")]) from None
+    if len(data) > limit:
+        raise error([(where, f"more than {limit:,} bytes, more than a PNG mosaic writes at this size can take: the file was replaced")])
+    return data
+
+
 def decode_image(src, *, where: str, error: type[Exception], mode: str | None = "RGB", max_pixels: int | None = None,
                  exact_size: int | None = None, formats: tuple[str, ...] = ("PNG",)) -> np.ndarray:
     """Decode one image file (a path, or bytes) into a uint8 array after checking its size from the
@@ -99,17 +214,25 @@ def decode_image(src, *, where: str, error: type[Exception], mode: str | None = 
         error: the MosaicError class raised.
         mode: ``"RGB"`` (``[H, W, 3]``), None (as stored: a mask is ``[H, W]``).
         max_pixels: refuse more pixels than this (a decompression bomb).
-        exact_size: refuse any size other than ``exact_size`` x ``exact_size`` (a dataset's images).
+        exact_size: a dataset's own file: its bytes must be a PNG in mosaic's form of ``exact_size``
+            x ``exact_size`` (:func:`png_structure_problem`; an image with ``mode="RGB"``, a mask
+            with ``mode=None``: 8-bit RGB / greyscale), checked before a decoder runs: a dataset's
+            own file is never converted.
         formats: the Pillow formats tried (default PNG, what mosaic writes; :data:`FOREIGN_FORMATS`
             for images to score): a file of any other format, whatever its name, is refused
             before a decoder runs.
     Raises:
-        error: missing, empty, truncated or not an image; too many pixels; another size.
+        error: missing, empty, truncated or not an image; too many pixels; another size or (with
+            ``exact_size``) not in mosaic's PNG form.
     """
     import io
 
     from PIL import Image, UnidentifiedImageError
 
+    if exact_size is not None:  # a dataset's own file: mosaic's PNG form, checked on the bytes before any decoder sees them
+        src = _read_bounded(src, where, error, max_png_bytes(exact_size, "image" if mode == "RGB" else "mask"))
+        if (why := png_structure_problem(src, exact_size, "image" if mode == "RGB" else "mask")) is not None:
+            raise error([(where, why)])
     try:
         im = Image.open(io.BytesIO(src) if isinstance(src, (bytes, bytearray)) else src, formats=list(formats))
     except FileNotFoundError:

@@ -1,15 +1,16 @@
 """Checks of a Parquet dataset's shards against its manifest (size, footer, rows, sha256) and of
-each stored image's PNG header against the spec's ``image.size``: the shard part of
+each row against what mosaic writes (its index, paths and PNG bytes): the shard part of
 :func:`mosaic.verify.verify` and of every reader's quick check
 (:func:`mosaic.verify.check_before_read`), shared with the Parquet writer's own check
 (:mod:`mosaic.parquet`). pyarrow is imported only when a shard is read."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from mosaic.checksums import digest_file
-from mosaic.png import png_size_problem
+from mosaic.png import png_structure_problem
 
 
 def spec_image_size(man: dict) -> int | None:
@@ -19,16 +20,51 @@ def spec_image_size(man: dict) -> int | None:
     return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 
+def expected_schema(man: dict):
+    """The ``pyarrow.Schema`` a Parquet shard of this manifest's dataset has (its spec's columns,
+    with masks where the manifest records them), or None where the spec does not parse (the
+    fingerprint check names that)."""
+    from mosaic.parquet import row_schema
+    from mosaic.records import spec_from_data
+
+    try:
+        return row_schema(spec_from_data(man["spec"]), bool(man.get("masks")))
+    except Exception:  # noqa: BLE001 - an unparsable spec is named by the fingerprint check
+        return None
+
+
+def _schema_problem(got, want) -> str | None:
+    """What differs between a shard's Arrow schema ``got`` and mosaic's ``want`` (names, order and
+    types; the schema metadata aside), or None."""
+    if got.equals(want, check_metadata=False):
+        return None
+    g, w = {f.name: f.type for f in got}, {f.name: f.type for f in want}
+    parts = []
+    if missing := [n for n in w if n not in g]:
+        parts.append(f"no column {', '.join(missing)}")
+    if extra := [n for n in g if n not in w]:
+        parts.append(f"column(s) {', '.join(extra)} mosaic never writes")
+    if typed := [f"{n} is {g[n]}, not {w[n]}" for n in w if n in g and g[n] != w[n]]:
+        parts.append("; ".join(typed))
+    if not parts:
+        parts.append(f"its columns are in another order ({', '.join(g)})")
+    return "shard is damaged: its schema is not mosaic's: " + "; ".join(parts)
+
+
 def check_shards(root: Path, man: dict, deep: bool = False) -> list[tuple[str, str]]:
     """``(data/<shard>, message)`` for each shard a Parquet manifest lists that is missing, of
-    another size, has an unreadable footer or another row count, or (``deep``) another sha256 or
-    an image or mask whose PNG header gives another size than the spec's ``image.size``."""
+    another size, has an unreadable footer, another row count or another schema (columns and
+    types) than mosaic writes for the spec, or (``deep``) another sha256, or a row that is not the
+    one mosaic writes at its place (:func:`_shard_rows`)."""
     import pyarrow.parquet as pq
 
     image_size = spec_image_size(man)
+    want = expected_schema(man)
     problems = []
     for split, lst in man.get("shards", {}).items():
+        start = 0
         for s in lst:
+            first, start = start, start + (s.get("rows") if isinstance(s.get("rows"), int) else 0)
             p = root / "data" / s["name"]
             where = f"data/{s['name']}"
             if not p.is_file():
@@ -41,31 +77,54 @@ def check_shards(root: Path, man: dict, deep: bool = False) -> list[tuple[str, s
             try:
                 f = pq.ParquetFile(p)
                 rows = f.metadata.num_rows
+                schema = f.schema_arrow
             except Exception as e:  # noqa: BLE001 - any unreadable footer is damage
                 problems.append((where, f"shard is damaged: {e}"))
                 continue
             if rows != s["rows"]:
                 problems.append((where, f"shard is damaged: {rows} rows, the manifest records {s['rows']}"))
+            elif want is not None and (why := _schema_problem(schema, want)) is not None:
+                problems.append((where, why))
             elif deep and digest_file(p)[0] != s["sha256"]:
                 problems.append((where, "shard is damaged: its sha256 differs from the manifest's"))
             elif deep and image_size is not None:
-                problems += _shard_image_sizes(f, where, image_size)
+                problems += _shard_rows(f, where, image_size, first)
     return problems
 
 
-def _shard_image_sizes(f, where: str, image_size: int, limit: int = 20) -> list[tuple[str, str]]:
-    """Each row of an open Parquet shard ``f`` (``pyarrow.parquet.ParquetFile``) whose image or
-    mask PNG header gives another size than the spec's (rows rewritten together with the shard's
-    sha256): read from the first 24 bytes of each, nothing decoded. At most ``limit`` named."""
+def _row_cell_problem(cell, index: int, image_size: int, kind: str) -> str | None:
+    """What is wrong with one row's ``image`` or ``mask`` cell (``{"bytes", "path"}``), or None."""
+    if not isinstance(cell, dict) or not isinstance(cell.get("bytes"), bytes):
+        return f"its {kind} holds no PNG bytes"
+    path, folder = cell.get("path"), "images" if kind == "image" else "masks"
+    if path is not None and not (isinstance(path, str) and path.isprintable() and re.fullmatch(rf"{folder}/[^/\\]+\.png", path)):
+        return f"its {kind} path is {path!r}, not a file name under {folder}/ (mosaic writes {folder}/{index:06d}.png)"
+    return png_structure_problem(cell["bytes"], image_size, kind)
+
+
+def _shard_rows(f, where: str, image_size: int, first: int, limit: int = 20) -> list[tuple[str, str]]:
+    """Each row of an open Parquet shard ``f`` (``pyarrow.parquet.ParquetFile``, its schema already
+    mosaic's) that is not the one mosaic writes at its place, rows rewritten together with the
+    shard's sha256: row ``k`` must hold ``index == first + k`` (no row repeated, moved or renumbered;
+    ``first`` is the rows of the split's earlier shards), its image (and mask) path, where stored, a
+    file name under ``images/`` (``masks/``), its PNG bytes whole and in mosaic's form
+    (:func:`mosaic.png.png_structure_problem`: size, format, chunks, pixel bytes; nothing decoded).
+    At most ``limit`` named."""
     problems = []
     cols = [c for c in ("image", "mask") if c in f.schema_arrow.names]
+    k = first
     for batch in f.iter_batches(batch_size=1024, columns=["index", *cols]):
         rows = batch.to_pydict()
         for i, index in enumerate(rows["index"]):
-            for c in cols:
-                head = (rows[c][i] or {}).get("bytes") or b""
-                if (why := png_size_problem(head[:24], image_size)) is not None:
-                    problems.append((f"{where} (sample {index}, {c})", f"shard is damaged: {why}"))
-                    if len(problems) == limit:
-                        return problems
+            if index != k:
+                problems.append((f"{where} (row {k - first})", f"shard is damaged: the row at sample {k}'s place holds index "
+                                 f"{index!r}: rows were repeated, moved or renumbered"))
+            else:
+                for c in cols:
+                    if (why := _row_cell_problem(rows[c][i], index, image_size, c)) is not None:
+                        problems.append((f"{where} (sample {index}, {c})", f"shard is damaged: {why}"))
+                        break
+            k += 1
+            if len(problems) >= limit:
+                return problems[:limit]
     return problems

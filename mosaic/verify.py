@@ -35,7 +35,7 @@ from mosaic.checksums import (  # noqa: F401 - write_checksums re-exported: the 
 )
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.io import loads_json
-from mosaic.png import SIGNATURE, png_size_problem
+from mosaic.png import HEADER_BYTES, SIGNATURE, max_png_bytes, png_header_problem, png_structure_problem
 from mosaic.shard_checks import check_shards, spec_image_size  # noqa: F401 - check_shards re-exported
 from mosaic.hf import CARD, card_yaml
 from mosaic.records import count_problem, record_claims, sample_record, shards_problem, spec_from_data, unfinished_hint
@@ -441,35 +441,51 @@ def file_kind_problem(p: Path) -> tuple[str, str] | None:
     return None
 
 
-def _png_state(p: Path, image_size: int | None) -> tuple[str, str] | None:
-    """None when the file looks whole (signature, IHDR and IEND trailer) and its header gives the
-    spec's ``image_size`` x ``image_size`` pixels, else (problem, detail). The size is read from the
-    header alone, so an image of another size (a decompression bomb among them) that was written
-    together with its digests is refused here, by every reader's quick check, before a decoder runs."""
-    kind = file_kind_problem(p)
-    if kind is not None:
-        return kind
+def _png_state(p: Path, image_size: int | None, kind: str = "image") -> tuple[tuple[str, str] | None, bytes | None]:
+    """``(None, data)`` when the file is whole (signature, IHDR, IEND trailer) and, where the spec
+    gives ``image_size``, a PNG in the form mosaic writes a ``kind`` (``image`` or ``mask``) of
+    that size (:func:`mosaic.png.png_structure_problem`: one IHDR, IDAT chunks only, CRCs, the exact
+    pixel bytes), else ``((problem, detail), None)``. ``data`` is the file's bytes (for its sha256),
+    None without ``image_size``. A file larger than such a PNG can be (a decompression bomb among
+    them) is refused from its size, unread; nothing is decoded."""
+    not_file = file_kind_problem(p)
+    if not_file is not None:
+        return not_file, None
+    data = None
     try:
         size = p.stat().st_size
         with p.open("rb") as f:
-            head = f.read(24)
-            if size < 8 + 12:
-                return "truncated", f"{size} bytes, too short for a PNG"
-            f.seek(size - 12)
-            tail = f.read(12)
+            if image_size is not None and size <= max_png_bytes(image_size, kind):
+                data = f.read()
+                head, tail = data[:HEADER_BYTES], data[-12:]
+            else:
+                head = f.read(HEADER_BYTES)
+                if size < 8 + 12:
+                    return ("truncated", f"{size} bytes, too short for a PNG"), None
+                f.seek(size - 12)
+                tail = f.read(12)
     except FileNotFoundError:
-        return "missing", "file is missing"
+        return ("missing", "file is missing"), None
     except OSError as e:
-        return "undecodable", f"cannot be read: {e.strerror}"
+        return ("undecodable", f"cannot be read: {e.strerror}"), None
+    if size < 8 + 12:
+        return ("truncated", f"{size} bytes, too short for a PNG"), None
     if head[:8] != SIGNATURE:
-        return "undecodable", "not a PNG (wrong signature)"
+        return ("undecodable", "not a PNG (wrong signature)"), None
     if size < 24 + 12:
-        return "truncated", f"{size} bytes, too short for a PNG"
+        return ("truncated", f"{size} bytes, too short for a PNG"), None
     if tail != _PNG_END:
-        return "truncated", "the PNG ends early (no IEND chunk)"
-    if image_size is not None and (why := png_size_problem(head, image_size)) is not None:
-        return "undecodable", why
-    return None
+        return ("truncated", "the PNG ends early (no IEND chunk)"), None
+    if image_size is None:
+        return None, None
+    if (why := png_header_problem(head, image_size, kind)) is not None:
+        return ("undecodable", why), None
+    if data is None:
+        return ("undecodable", f"{size:,} bytes, more than a {image_size}x{image_size} {kind} PNG mosaic writes can take: "
+                               "the file was replaced"), None
+    if (why := png_structure_problem(data, image_size, kind)) is not None:
+        return ("truncated" if "truncated" in why else "undecodable", why), None
+    return None, data
 
 
 def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=None) -> None:
@@ -512,18 +528,18 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
                     report.damage.append(Damage(rel_meta, "altered", "its sha256 differs from the recorded one", split))
         total = 0
         for index in range(n):
-            for name in (scan.files_of(index, masks) if scan is not None else standard_names(index, masks)):
+            for j, name in enumerate(scan.files_of(index, masks) if scan is not None else standard_names(index, masks)):
                 if not name:
                     continue
                 rel = f"{split}/{name}"
                 p = root / rel
                 report.files += 1
-                state = _png_state(p, image_size)
+                state, data = _png_state(p, image_size, "image" if j == 0 else "mask")
                 if state is not None:
                     report.damage.append(Damage(rel, state[0], state[1], split, index))
                     continue
                 total += p.stat().st_size
-                if report.deep and sums is not None and sha256_file(p) != sums.get(rel):
+                if report.deep and sums is not None and (hashlib.sha256(data).hexdigest() if data is not None else sha256_file(p)) != sums.get(rel):
                     report.damage.append(Damage(rel, "altered", "its sha256 differs from the recorded one", split, index))
                 elif report.deep and sums is None:
                     try:
