@@ -69,6 +69,9 @@ def read_manifest(root: str | Path) -> dict:
         raise DatasetError(f"{root} does not exist: give the folder of a generated dataset (`mosaic generate SPEC --out {root}` makes one)")
     if not Path(root).is_dir():
         raise DatasetError(f"{root} is a file, not a dataset folder: give the folder `mosaic generate SPEC --out DIR` wrote")
+    if not path.is_file() and path.exists():  # a FIFO, device or socket, never opened (a FIFO would block)
+        raise DatasetError(f"{path} is damaged (not a regular file: a device, FIFO or socket stands where the manifest belongs): "
+                           f"restore the file from a copy, or regenerate the dataset with `mosaic generate SPEC --out {root} --overwrite`")
     if not path.is_file():
         raise DatasetError(f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with `mosaic generate SPEC --out {root}`)")
     try:

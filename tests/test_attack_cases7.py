@@ -379,3 +379,14 @@ def test_a_parquet_shard_of_another_schema_or_row_order_resealed_is_refused(tmp_
     assert not (tmp_path / "img").exists()
     with pytest.raises(DatasetError, match=where.replace(".", r"\.")):
         MosaicDataset(root, "train", load_masks=True)
+
+
+def test_a_fifo_standing_for_the_manifest_is_named_as_such_by_export(tmp_path, data):
+    import os
+
+    root = tmp_path / "data"
+    shutil.copytree(data, root)
+    (root / "manifest.json").unlink()
+    os.mkfifo(root / "manifest.json")
+    _clean_exit_2(runner.invoke(app, ["export", str(root), "--format", "parquet", "-o", str(tmp_path / "pq")]),
+                  "not a regular file")
