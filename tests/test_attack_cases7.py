@@ -20,15 +20,9 @@ import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli import app
+from tests.test_attack_cases6 import _clean_exit_2, _reseal
 
 runner = CliRunner()
-
-
-def _clean_exit_2(res, *needles):
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output, res.output
-    for n in needles:
-        assert n in res.output, res.output
 
 
 @pytest.fixture(scope="module")
@@ -41,18 +35,6 @@ def data(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("fmt") / "data"
     generate(parse_spec(SPEC), root, masks=True)
     return root
-
-
-def _reseal(root: Path) -> None:
-    from mosaic.checksums import write_checksums
-    from mosaic.hf import write_card
-    from mosaic.spec import parse_spec
-
-    man = json.loads((root / "manifest.json").read_text())
-    recs = {s: [json.loads(x) for x in (root / s / "metadata.jsonl").read_text().splitlines()] for s in man["splits"]}
-    man["checksums"] = write_checksums(root, recs)
-    (root / "manifest.json").write_text(json.dumps(man, indent=2, sort_keys=True))
-    write_card(root, parse_spec(man["spec"]), man)
 
 
 def _as(path: Path, mode: str) -> bytes:
