@@ -188,10 +188,13 @@ def eval_pixel_bound(image_size: int) -> int:
 FOREIGN_FORMATS = ("PNG", "JPEG", "WEBP", "BMP", "GIF", "TIFF")
 
 
-def _read_bounded(src, where: str, error: type[Exception], limit: int) -> bytes:
-    """The bytes of ``src`` (bytes, or a path read only when it holds at most ``limit`` bytes)."""
+def _read_bounded(src, where: str, error: type[Exception], size: int, kind: str) -> bytes:
+    """The bytes of ``src`` (bytes, or a path read only up to the most a ``size`` px ``kind`` PNG of
+    mosaic's can take, :func:`max_png_bytes`); a larger file is refused, by its header's size or
+    format where that is what differs."""
     if isinstance(src, (bytes, bytearray)):
         return bytes(src)
+    limit = max_png_bytes(size, kind)
     try:
         with open(src, "rb") as f:
             data = f.read(limit + 1)
@@ -200,7 +203,9 @@ def _read_bounded(src, where: str, error: type[Exception], limit: int) -> bytes:
     except OSError as e:
         raise error([(where, f"the image file cannot be read ({e.strerror or e})")]) from None
     if len(data) > limit:
-        raise error([(where, f"more than {limit:,} bytes, more than a PNG mosaic writes at this size can take: the file was replaced")])
+        why = png_header_problem(data[:HEADER_BYTES], size, kind)
+        raise error([(where, why or f"more than {limit:,} bytes, more than a {size}x{size} {kind} PNG mosaic writes can take: "
+                                    "the file was replaced")])
     return data
 
 
@@ -230,8 +235,9 @@ def decode_image(src, *, where: str, error: type[Exception], mode: str | None = 
     from PIL import Image, UnidentifiedImageError
 
     if exact_size is not None:  # a dataset's own file: mosaic's PNG form, checked on the bytes before any decoder sees them
-        src = _read_bounded(src, where, error, max_png_bytes(exact_size, "image" if mode == "RGB" else "mask"))
-        if (why := png_structure_problem(src, exact_size, "image" if mode == "RGB" else "mask")) is not None:
+        kind = "image" if mode == "RGB" else "mask"
+        src = _read_bounded(src, where, error, exact_size, kind)
+        if (why := png_structure_problem(src, exact_size, kind)) is not None:
             raise error([(where, why)])
     try:
         im = Image.open(io.BytesIO(src) if isinstance(src, (bytes, bytearray)) else src, formats=list(formats))
