@@ -441,12 +441,16 @@ def file_kind_problem(p: Path) -> tuple[str, str] | None:
     return None
 
 
-def _png_state(p: Path, image_size: int | None, kind: str = "image") -> tuple[tuple[str, str] | None, bytes | None]:
+def _png_state(p: Path, image_size: int | None, kind: str = "image",
+               recorded: str | None = None) -> tuple[tuple[str, str] | None, bytes | None]:
     """``(None, data)`` when the file is whole (signature, IHDR, IEND trailer) and, where the spec
     gives ``image_size``, a PNG in the form mosaic writes a ``kind`` (``image`` or ``mask``) of
     that size (:func:`mosaic.png.png_structure_problem`: one IHDR, IDAT chunks only, CRCs, the exact
     pixel bytes), else ``((problem, detail), None)``. ``data`` is the file's bytes (for its sha256),
-    None without ``image_size``. A file larger than such a PNG can be (a decompression bomb among
+    None without ``image_size``. With ``recorded`` (the file's sha256 in ``checksums.sha256``), a
+    whole file whose bytes differ from it is ``altered`` (changed after generation: ``--repair``
+    rewrites it) before its form is judged; a file in another form under its own digest was
+    rewritten together with the digests. A file larger than such a PNG can be (a decompression bomb among
     them) is refused from its size, unread; nothing is decoded."""
     not_file = file_kind_problem(p)
     if not_file is not None:
@@ -478,6 +482,8 @@ def _png_state(p: Path, image_size: int | None, kind: str = "image") -> tuple[tu
         return ("truncated", "the PNG ends early (no IEND chunk)"), None
     if image_size is None:
         return None, None
+    if recorded is not None and data is not None and hashlib.sha256(data).hexdigest() != recorded:
+        return ("altered", "its sha256 differs from the recorded one"), None
     if (why := png_header_problem(head, image_size, kind)) is not None:
         return ("undecodable", why), None
     if data is None:
@@ -534,12 +540,13 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
                 rel = f"{split}/{name}"
                 p = root / rel
                 report.files += 1
-                state, data = _png_state(p, image_size, "image" if j == 0 else "mask")
+                recorded = sums.get(rel) if report.deep and sums is not None else None  # asked once: the digest list is read forward
+                state, data = _png_state(p, image_size, "image" if j == 0 else "mask", recorded)
                 if state is not None:
                     report.damage.append(Damage(rel, state[0], state[1], split, index))
                     continue
                 total += p.stat().st_size
-                if report.deep and sums is not None and (hashlib.sha256(data).hexdigest() if data is not None else sha256_file(p)) != sums.get(rel):
+                if report.deep and sums is not None and (hashlib.sha256(data).hexdigest() if data is not None else sha256_file(p)) != recorded:
                     report.damage.append(Damage(rel, "altered", "its sha256 differs from the recorded one", split, index))
                 elif report.deep and sums is None:
                     try:

@@ -372,3 +372,20 @@ def test_a_fifo_standing_for_the_manifest_is_named_as_such_by_export(tmp_path, d
     os.mkfifo(root / "manifest.json")
     _clean_exit_2(runner.invoke(app, ["export", str(root), "--format", "parquet", "-o", str(tmp_path / "pq")]),
                   "not a regular file")
+
+
+def test_a_byte_flipped_image_is_altered_to_the_full_check_and_damaged_to_the_quick_one(tmp_path, data):
+    """Without a reseal the digest names it (``altered``: --repair rewrites it); the quick check, which has no
+    digests, now finds it too, from the CRC of the chunk the flip landed in."""
+    root = tmp_path / "data"
+    shutil.copytree(data, root)
+    f = root / "val" / "images" / "000001.png"
+    b = bytearray(f.read_bytes())
+    b[len(b) // 2] ^= 0xFF
+    f.write_bytes(bytes(b))
+    res = runner.invoke(app, ["verify", str(root)])
+    assert res.exit_code == 1 and "val/images/000001.png: altered" in res.output, res.output
+    res = runner.invoke(app, ["verify", str(root), "--quick"])
+    assert res.exit_code == 1 and "val/images/000001.png" in res.output and "CRC" in res.output, res.output
+    res = runner.invoke(app, ["verify", str(root), "--repair"])
+    assert res.exit_code == 0 and runner.invoke(app, ["verify", str(root)]).exit_code == 0

@@ -302,21 +302,22 @@ def test_verify_reports_each_fault_and_generate_repairs_them_byte_identically(ds
     r = runner.invoke(app, ["verify", str(out)])
     assert r.exit_code == 0 and "OK" in r.output
     _damage_all(out)
-    f = out / "val" / "images" / "000001.png"                            # altered, same size: only digests see it
-    data = bytearray(f.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    f.write_bytes(bytes(data))
+    a, b = out / "val" / "images" / "000001.png", out / "val" / "images" / "000002.png"  # swapped: whole PNGs, same
+    a_bytes, b_bytes = a.read_bytes(), b.read_bytes()                                     # bytes in all: only digests see it
+    assert a_bytes != b_bytes
+    a.write_bytes(b_bytes)
+    b.write_bytes(a_bytes)
     r = runner.invoke(app, ["verify", str(out)])
     assert r.exit_code == 1, r.output
     for needle in ("train/images/000001.png: truncated", "train/images/000002.png: missing", "test/images/000000.png: undecodable",
                    "train/metadata.jsonl:4: metadata", "val/images/000001.png: altered"):
         assert needle in r.output, (needle, r.output)
-    # a rerun of generate: the quick check finds and regenerates all but the same-size alteration
+    # a rerun of generate: the quick check finds and regenerates all but the swap
     r = runner.invoke(app, ["generate", str(sp), "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert "repaired" in r.output
     now = _snapshot(out)
-    assert [k for k in pristine if now.get(k) != pristine[k]] == ["val/images/000001.png"]
+    assert [k for k in pristine if now.get(k) != pristine[k]] == ["val/images/000001.png", "val/images/000002.png"]
     # --verify: the full digest check finds the rest
     r = runner.invoke(app, ["generate", str(sp), "--out", str(out), "--verify"])
     assert r.exit_code == 0, r.output

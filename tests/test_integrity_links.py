@@ -103,8 +103,8 @@ def _encoded(fmt: str) -> bytes:
 
 def test_only_png_is_decoded_for_a_dataset_and_only_plain_rasters_for_scoring(tmp_path):
     jpeg = _encoded("JPEG")
-    with pytest.raises(MosaicError, match="not a readable image"):
-        decode_image(jpeg, where="train/images/000000.png", error=MosaicError, exact_size=8)  # mosaic writes PNG only
+    with pytest.raises(MosaicError, match="not a PNG"):  # mosaic writes PNG only: its form is checked before any decoder runs
+        decode_image(jpeg, where="train/images/000000.png", error=MosaicError, exact_size=8)
     assert decode_image(jpeg, where="x.png", error=MosaicError, formats=FOREIGN_FORMATS).shape == (8, 8, 3)
     eps = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 8 8\nshowpage\n"  # Pillow's EPS plugin runs Ghostscript
     for formats in (("PNG",), FOREIGN_FORMATS):
