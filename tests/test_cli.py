@@ -127,3 +127,12 @@ def test_piped_output_is_wide_enough_for_the_tables(monkeypatch):
     assert _width(object()) == PIPE_WIDTH  # a stream without isatty
     monkeypatch.setenv("COLUMNS", "100")
     assert _width(io.StringIO()) is None  # rich reads COLUMNS itself
+
+
+def test_help_shows_no_value_type_after_a_flag_and_keeps_it_for_options_that_take_one():
+    r = runner.invoke(app, ["verify", "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and "--repair" in r.output and "--quick" in r.output
+    assert "<bool>" not in r.output  # `--repair <bool>` read as "give a value", and `--repair true` is an error
+    r = runner.invoke(app, ["train", "diffusion", "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and "--dry-run" in r.output and "<bool>" not in r.output
+    assert "<list[str]>" in r.output or "<path>" in r.output  # an option that takes a value still shows its type

@@ -169,3 +169,21 @@ def lazy_progress(label: str):
     finally:
         if task is not None:
             progress.stop()
+
+
+def hide_flag_types() -> None:
+    """No ``<bool>`` after a flag in ``--help``: typer 0.29's rich help shows an option's annotation
+    as its type even for a flag that takes no value (``--overwrite <bool>``), and a user who then
+    types ``--overwrite true`` gets "unexpected extra argument". Flags show no type; every other
+    option is unchanged. A no-op where typer has no ``TyperOption.display_type_rich``."""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None or getattr(shown, "_mosaic_flags_hidden", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag and not self.count else shown(self, ctx)
+
+    display_type_rich._mosaic_flags_hidden = True
+    TyperOption.display_type_rich = display_type_rich
