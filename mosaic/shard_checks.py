@@ -10,7 +10,9 @@ import re
 from pathlib import Path
 
 from mosaic.checksums import digest_file
+from mosaic.hf import arrow_schema, feature_tree
 from mosaic.png import png_structure_problem
+from mosaic.records import spec_from_data
 
 
 def spec_image_size(man: dict) -> int | None:
@@ -24,11 +26,8 @@ def expected_schema(man: dict):
     """The ``pyarrow.Schema`` a Parquet shard of this manifest's dataset has (its spec's columns,
     with masks where the manifest records them), or None where the spec does not parse (the
     fingerprint check names that)."""
-    from mosaic.parquet import row_schema
-    from mosaic.records import spec_from_data
-
     try:
-        return row_schema(spec_from_data(man["spec"]), bool(man.get("masks")))
+        return arrow_schema(feature_tree(spec_from_data(man["spec"]), bool(man.get("masks"))))  # mosaic.parquet.row_schema
     except Exception:  # noqa: BLE001 - an unparsable spec is named by the fingerprint check
         return None
 
