@@ -165,6 +165,7 @@ class MetadataScan:
     bad_lines: list[int] = field(default_factory=list)
     names: dict[int, tuple] = field(default_factory=dict)
     claims: list[tuple[int, str]] = field(default_factory=list)  # (line, why): records that contradict the spec (``claims``)
+    why: dict[int, str] = field(default_factory=dict)  # line -> why, for bad lines that parse as records (at most 20)
 
     def valid(self, index: int) -> bool:
         """Whether line ``index`` is the record of sample ``index``."""
@@ -264,6 +265,9 @@ def scan_metadata(path: str | Path, masks: bool, claims=None) -> MetadataScan:
             # leave the mask unchecked and unread)
             if rec is None or (isinstance(rec.get("mask_file_name"), str) != masks) or (not masks and "mask_file_name" in rec):
                 scan.bad_lines.append(k)
+                if rec is not None and len(scan.why) < 20:
+                    scan.why[k] = ("it names no mask (mask_file_name missing or not a string), but the dataset has masks" if masks
+                                   else "it names a mask (mask_file_name), but the dataset has none")
                 continue
             if claims is not None and len(scan.claims) < 20 and (why := claims(rec)) is not None:
                 scan.claims.append((k, why))

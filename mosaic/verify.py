@@ -524,7 +524,8 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
                 report.damage.append(Damage(rel_meta, "truncated" if scan.lines < n else "altered",
                                             f"{scan.lines} lines, the manifest records {n} samples", split))
             for k in bad_lines:
-                report.damage.append(Damage(f"{rel_meta}:{k + 1}", "metadata", f"line {k + 1} is not the record of sample {k}", split, k))
+                report.damage.append(Damage(f"{rel_meta}:{k + 1}", "metadata", f"line {k + 1} is not the record of sample {k}"
+                                            + (f": {scan.why[k]}" if k in scan.why else ""), split, k))
             if (altered or report.deep and sums is None) and not bad_lines:
                 spec = spec or spec_from_data(man["spec"])
                 for k in _mismatched_lines(spec, split, meta, masks, sample_fn):

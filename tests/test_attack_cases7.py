@@ -257,7 +257,7 @@ def test_a_masks_dataset_record_without_its_mask_name_is_refused(tmp_path, data,
     meta.write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in rows))
     _reseal(root)
     res = runner.invoke(app, ["verify", str(root)])
-    assert res.exit_code == 1 and "metadata.jsonl:4" in res.output, res.output
+    assert res.exit_code == 1 and "metadata.jsonl:4" in res.output and "it names no mask" in res.output, res.output
     _clean_exit_2(runner.invoke(app, ["export", str(root), "--format", "parquet", "-o", str(tmp_path / "pq")]))
     with pytest.raises(DatasetError, match="metadata.jsonl"):
         MosaicDataset(root, "train", load_masks=True)
