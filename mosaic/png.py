@@ -80,8 +80,11 @@ def png_header_problem(head: bytes, size: int, kind: str = "image") -> str | Non
         return _other_size(*wh, size)
     if len(head) < HEADER_BYTES:
         return "truncated inside its IHDR chunk"
-    depth, colour, _compression, _filter, interlace = head[24:29]
+    depth, colour, compression, filter_method, interlace = head[24:29]
     want = _DATASET_FORMAT[kind]
+    if compression or filter_method:  # PNG defines only method 0 of each; decoders differ on others (Pillow ignores one, libpng refuses)
+        return (f"its IHDR gives compression method {compression} and filter method {filter_method}; PNG defines only 0, "
+                "which mosaic writes: the file was replaced or damaged")
     if (depth, colour) != want:
         return (f"{_format_name(depth, colour)}, but a dataset's {kind}s are {_format_name(*want)}, as mosaic writes "
                 "them: the file was replaced or converted")
@@ -153,6 +156,9 @@ def png_structure_problem(data: bytes, size: int, kind: str = "image") -> str | 
         raw = d.decompress(b"".join(idat), size * row + 1)
     except zlib.error as e:
         return f"its pixel data does not decompress ({e}): the file is damaged"
+    if len(raw) == size * row and not d.unconsumed_tail and (not d.eof or d.unused_data):
+        return ("its pixel data is not one complete zlib stream of its scanlines (" + ("bytes follow the stream" if d.eof else "the stream "
+                "does not end") + "): the file was replaced or damaged")
     if len(raw) != size * row or not d.eof or d.unused_data or d.unconsumed_tail:
         return (f"its pixel data holds {len(raw):,}{'+' if len(raw) > size * row or d.unconsumed_tail else ''} bytes"
                 f"{'' if d.eof else ' in an unfinished zlib stream'}, not the {size * row:,} of {size} scanlines: "

@@ -389,3 +389,23 @@ def test_a_byte_flipped_image_is_altered_to_the_full_check_and_damaged_to_the_qu
     assert res.exit_code == 1 and "val/images/000001.png" in res.output and "CRC" in res.output, res.output
     res = runner.invoke(app, ["verify", str(root), "--repair"])
     assert res.exit_code == 0 and runner.invoke(app, ["verify", str(root)]).exit_code == 0
+
+
+def test_the_header_check_refuses_a_compression_or_filter_method_png_does_not_define_and_names_a_stream_with_trailing_bytes():
+    """Attack 8: Pillow ignores the IHDR compression byte and libpng refuses it, so readers would differ; a complete
+    zlib stream followed by more bytes was named with a self-contradicting size."""
+    import struct
+    import zlib
+
+    from mosaic.png import HEADER_BYTES, encode_png, png_header_problem, png_structure_problem
+
+    good = encode_png(np.zeros((16, 16, 3), np.uint8))
+    for comp, filt in ((1, 0), (0, 1)):
+        ihdr = struct.pack(">IIBBBBB", 16, 16, 8, 2, comp, filt, 0)
+        bad = good[:8] + struct.pack(">I", 13) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr)) + good[33:]
+        assert "PNG defines only 0" in png_header_problem(bad[:HEADER_BYTES], 16)
+    rows = zlib.decompress(good[41:-16])
+    body = zlib.compress(rows) + b"tail"
+    idat = struct.pack(">I", len(body)) + b"IDAT" + body + struct.pack(">I", zlib.crc32(b"IDAT" + body))
+    why = png_structure_problem(good[:33] + idat + good[-12:], 16)
+    assert "bytes follow the stream" in why and "not the 784" not in why
