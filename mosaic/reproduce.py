@@ -106,7 +106,7 @@ def plan_reproduction(paper: str, scale: str, out: str | Path, workers: int = 1,
         "estimate"}], "seconds", "wall_seconds"}], "missing", "trials", "todo", "seconds" (sum of the
         trials still to run), "wall_seconds"}``. A sweep's wall time is its trials run through a pool of
         ``workers`` (at CPU scale no more side by side than there are cores for their threads;
-        :func:`mosaic.lab.cost.pool_wall_seconds`); the sweeps run one after another, so the total
+        :func:`mosaic.trials.pool_wall_seconds`); the sweeps run one after another, so the total
         is their sum.
     Raises:
         SweepError / SpecError / ConfigError: an invalid sweep, config or spec (before anything runs).
@@ -121,7 +121,7 @@ def plan_reproduction(paper: str, scale: str, out: str | Path, workers: int = 1,
         folder = out / s.name
         trials = plan(s, folder)
         cache: dict[str, dict] = {}
-        rows, total, todo_s, threads = [], 0.0, [], 1
+        rows, todo_s, threads = [], [], 1
         for t in trials:
             if t["cfg"].dataset.spec is not None:
                 load_dataset_spec(t["cfg"].dataset)
@@ -132,12 +132,11 @@ def plan_reproduction(paper: str, scale: str, out: str | Path, workers: int = 1,
                 if key not in cache:
                     cache[key] = _estimate(t["cfg"], scale)
                 est = cache[key]
-                total += est.get("seconds") or 0.0
                 todo_s.append(est.get("seconds") or 0.0)
                 threads = max(threads, est.get("threads") or 1)
             rows.append({"id": t["id"], "values": t["values"], "done": done, "estimate": est})
         slots = cpu_slots(workers, threads) if scale == "cpu" else max(1, workers)
-        wall = pool_wall_seconds(todo_s, slots)
+        wall, total = pool_wall_seconds(todo_s, slots), sum(todo_s)
         res["wall_seconds"] += wall
         res["sweeps"].append({"name": s.name, "path": str(p), "folder": str(folder), "trials": rows, "seconds": total, "wall_seconds": wall,
                               "claims": len(s.report.claims) if hasattr(s.report, "claims") else 0})

@@ -484,12 +484,10 @@ def _png_state(p: Path, image_size: int | None, kind: str = "image",
         return None, None
     if recorded is not None and data is not None and hashlib.sha256(data).hexdigest() != recorded:
         return ("altered", "its sha256 differs from the recorded one"), None
-    if (why := png_header_problem(head, image_size, kind)) is not None:
-        return ("undecodable", why), None
-    if data is None:
-        return ("undecodable", f"{size:,} bytes, more than a {image_size}x{image_size} {kind} PNG mosaic writes can take: "
-                               "the file was replaced"), None
-    if (why := png_structure_problem(data, image_size, kind)) is not None:
+    if data is None:  # larger than mosaic's PNG can be: named by its header where that differs, unread
+        return ("undecodable", png_header_problem(head, image_size, kind) or f"{size:,} bytes, more than a {image_size}x{image_size} "
+                f"{kind} PNG mosaic writes can take: the file was replaced"), None
+    if (why := png_structure_problem(data, image_size, kind)) is not None:  # the header check first, then the chunks
         return ("truncated" if "truncated" in why else "undecodable", why), None
     return None, data
 
@@ -547,7 +545,9 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
                     report.damage.append(Damage(rel, state[0], state[1], split, index))
                     continue
                 total += p.stat().st_size
-                if report.deep and sums is not None and (hashlib.sha256(data).hexdigest() if data is not None else sha256_file(p)) != recorded:
+                # with the bytes in hand _png_state has compared them with the recorded digest already (a file with no
+                # recorded digest differs from it)
+                if report.deep and sums is not None and (recorded is None or (data is None and sha256_file(p) != recorded)):
                     report.damage.append(Damage(rel, "altered", "its sha256 differs from the recorded one", split, index))
                 elif report.deep and sums is None:
                     try:

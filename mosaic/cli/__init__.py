@@ -27,11 +27,10 @@ import typer
 from typer.core import TyperGroup
 
 from mosaic.cli import analyze, audit, autoencoder, data, evaluate, export, reproduce, schema, splits, sweep, train, verify
-from mosaic.cli.common import hide_flag_types
+from mosaic.cli.common import fail, hide_flag_types
+from mosaic.errors import MosaicError
 
 hide_flag_types()
-from mosaic.cli.common import fail
-from mosaic.errors import MosaicError
 
 
 class _MosaicGroup(TyperGroup):
