@@ -157,23 +157,18 @@ class RecordedDigests:
 class MetadataScan:
     """What :func:`scan_metadata` found in one ``metadata.jsonl``: ``lines`` (count), ``sha256`` of
     the file, ``bad_lines`` (0-based numbers of lines that are not the JSON record of their index
-    with a string ``file_name``, and a string ``mask_file_name`` exactly when the dataset has masks) and ``names`` (index -> ``(file_name, mask_file_name)`` for the valid
-    records whose file names are not the standard ones; empty for a generated dataset)."""
+    with its own file names (:func:`standard_names`), a ``mask_file_name`` exactly when the dataset has
+    masks); ``why`` says, for some of them, what is wrong."""
 
     lines: int = 0
     sha256: str = ""
     bad_lines: list[int] = field(default_factory=list)
-    names: dict[int, tuple] = field(default_factory=dict)
     claims: list[tuple[int, str]] = field(default_factory=list)  # (line, why): records that contradict the spec (``claims``)
     why: dict[int, str] = field(default_factory=dict)  # line -> why, for bad lines that parse as records (at most 20)
 
     def valid(self, index: int) -> bool:
         """Whether line ``index`` is the record of sample ``index``."""
         return index < self.lines and index not in self._bad
-
-    def files_of(self, index: int, masks: bool) -> tuple:
-        """``(file_name, mask_file_name)`` of a sample: its record's, or the standard names."""
-        return self.names.get(index) or standard_names(index, masks)
 
     def __post_init__(self):
         self._bad = set(self.bad_lines)
@@ -193,20 +188,38 @@ def metadata_lines(path: str | Path) -> Iterator[bytes]:
 
 
 def parse_record(line: bytes, index: int) -> dict | None:
-    """The record on a metadata line when it is a JSON object with ``index == index``, a
-    ``file_name`` inside the split folder (:func:`safe_name`; ``mask_file_name`` too) and, when
-    present, a boolean ``held_out``; else None (a line nested too deep for the JSON parser too)."""
+    """The record on a metadata line when it is a JSON object with ``index == index``, the file
+    names generation gives that sample (:func:`standard_names`: ``images/NNNNNN.png`` and, when
+    present, ``masks/NNNNNN.png``) and, when present, a boolean ``held_out``; else None (a line
+    nested too deep for the JSON parser too). A record naming another sample's image would be
+    read under its own labels, so no other name is a record of this sample."""
+    rec = _json_record(line, index)
+    return rec if rec is not None and name_problem(rec, index) is None else None
+
+
+def _json_record(line: bytes, index: int) -> dict | None:
+    """:func:`parse_record` without the file-name check."""
     try:
         rec = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return None
-    if not isinstance(rec, dict) or rec.get("index") != index or not safe_name(rec.get("file_name")):
-        return None
-    if rec.get("mask_file_name") is not None and not safe_name(rec.get("mask_file_name")):
+    if not isinstance(rec, dict) or type(rec.get("index")) is not int or rec["index"] != index:  # not True for 1
         return None
     if "held_out" in rec and not isinstance(rec["held_out"], bool):
         return None
     return rec
+
+
+def name_problem(rec: dict, index: int) -> str | None:
+    """Why record ``rec`` of sample ``index`` names files other than its own (:func:`standard_names`),
+    or None. A ``mask_file_name`` may be absent or null (whether the dataset has masks is checked
+    against its manifest elsewhere)."""
+    image, mask = standard_names(index, True)
+    if rec.get("file_name") != image:
+        return f"its file_name is {str(rec.get('file_name'))[:80]!r}, not {image!r}, the name mosaic gives sample {index}'s image"
+    if rec.get("mask_file_name") not in (None, mask):
+        return f"its mask_file_name is {str(rec.get('mask_file_name'))[:80]!r}, not {mask!r}, the name mosaic gives sample {index}'s mask"
+    return None
 
 
 def lines_problem(path: str | Path, splits: Iterable[str], files) -> str | None:
@@ -249,7 +262,7 @@ def scan_metadata(path: str | Path, masks: bool, claims=None) -> MetadataScan:
     """Check and digest a split's ``metadata.jsonl`` line by line (see :class:`MetadataScan`);
     ``claims(rec)``, when given, says why a parsed record contradicts its spec (at most 20 kept).
 
-    Memory: one line, plus the bad lines' numbers and any non-standard file names.
+    Memory: one line, plus the bad lines' numbers.
 
     Raises:
         OSError: the file cannot be read.
@@ -260,20 +273,20 @@ def scan_metadata(path: str | Path, masks: bool, claims=None) -> MetadataScan:
         for k, line in enumerate(f):
             h.update(line)
             scan.lines = k + 1
-            rec = parse_record(line[:-1] if line.endswith(b"\n") else line, k)
+            rec = _json_record(line[:-1] if line.endswith(b"\n") else line, k)
+            why = None if rec is None else name_problem(rec, k)
             # a dataset with masks names each record's mask; one without names none (a missing or null name would
             # leave the mask unchecked and unread)
-            if rec is None or (isinstance(rec.get("mask_file_name"), str) != masks) or (not masks and "mask_file_name" in rec):
+            if why is None and rec is not None and (isinstance(rec.get("mask_file_name"), str) != masks or (not masks and "mask_file_name" in rec)):
+                why = ("it names no mask (mask_file_name missing or not a string), but the dataset has masks" if masks
+                       else "it names a mask (mask_file_name), but the dataset has none")
+            if rec is None or why is not None:
                 scan.bad_lines.append(k)
-                if rec is not None and len(scan.why) < 20:
-                    scan.why[k] = ("it names no mask (mask_file_name missing or not a string), but the dataset has masks" if masks
-                                   else "it names a mask (mask_file_name), but the dataset has none")
+                if why is not None and len(scan.why) < 20:
+                    scan.why[k] = why
                 continue
             if claims is not None and len(scan.claims) < 20 and (why := claims(rec)) is not None:
                 scan.claims.append((k, why))
-            names = (rec.get("file_name"), rec.get("mask_file_name"))
-            if names != standard_names(k, masks):
-                scan.names[k] = names
     scan.sha256 = h.hexdigest()
     scan._bad = set(scan.bad_lines)
     return scan

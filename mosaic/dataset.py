@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from mosaic.against_spec import regenerate_command
-from mosaic.checksums import write_checksums
+from mosaic.checksums import name_problem, write_checksums
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.executors import LocalExecutor, check_backend, make_executor
 from mosaic.hf import mosaic_split, write_card
@@ -107,9 +107,10 @@ def iter_metadata(root: str | Path, split: str, manifest: dict | None = None) ->
     path = Path(root) / split / "metadata.jsonl"
     if not path.is_file():
         raise DatasetError(f"split {split!r} of {root}: {path} is missing; regenerate the dataset (`mosaic generate ... --overwrite`)")
+    own = manifest is not None or (Path(root) / MANIFEST).is_file()  # a mosaic dataset: each record names its own files
     with path.open("rb") as f:
         for k, line in enumerate(f, start=1):
-            if not line.strip():
+            if not line.strip() and not own:
                 continue
             try:
                 rec = json.loads(line.decode("utf-8"))
@@ -118,6 +119,10 @@ def iter_metadata(root: str | Path, split: str, manifest: dict | None = None) ->
                                      f"`mosaic verify {root}` names every damaged line, `--repair` rewrites them")]) from None
             if not isinstance(rec, dict):
                 raise DatasetError([(f"{path}:{k}", f"a {type(rec).__name__}, not a record: the file is damaged; `mosaic verify {root} --repair`")])
+            if own and (why := (f"its index is {str(rec.get('index'))[:40]!r}, not {k - 1}" if type(rec.get("index")) is not int or rec["index"] != k - 1
+                                else name_problem(rec, k - 1))) is not None:
+                raise DatasetError([(f"{path}:{k}", f"not the record of sample {k - 1}: {why}; `mosaic verify {root}` names every "
+                                     "damaged line, `--repair` rewrites them")])
             claims(rec, f"{path}:{k}")
             yield rec
 

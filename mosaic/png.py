@@ -23,6 +23,12 @@ ZLIB_LEVEL = 1
 _IEND = struct.pack(">I", 0) + b"IEND" + struct.pack(">I", zlib.crc32(b"IEND"))
 
 
+def _kind_name(kind: bytes) -> str:
+    """A chunk type as a message shows it: quoted, any byte outside printable ASCII escaped
+    (``'IDAT'``, ``'\\x1b[2J'``), so a hostile file's control bytes never reach a terminal."""
+    return ascii(kind.decode("latin-1"))
+
+
 def _chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
@@ -124,10 +130,10 @@ def png_structure_problem(data: bytes, size: int, kind: str = "image") -> str | 
         n, kind_b = struct.unpack(">I4s", data[pos:pos + 8])
         body = data[pos + 8:pos + 8 + n]
         if len(body) != n or pos + 12 + n > len(data):
-            return f"truncated inside its {kind_b!r} chunk at byte {pos}"
+            return f"truncated inside its {_kind_name(kind_b)} chunk at byte {pos}"
         (crc,) = struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])
         if crc != zlib.crc32(kind_b + body):
-            return f"the CRC of its {kind_b.decode('latin-1')!r} chunk at byte {pos} is wrong: the file is damaged"
+            return f"the CRC of its {_kind_name(kind_b)} chunk at byte {pos} is wrong: the file is damaged"
         chunks.append((kind_b, n))
         if kind_b == b"IDAT":
             idat.append(body)
@@ -142,7 +148,7 @@ def png_structure_problem(data: bytes, size: int, kind: str = "image") -> str | 
     if pos != len(data):
         return f"{len(data) - pos} byte(s) after its IEND chunk: the file was replaced or damaged"
     middle = names[1:-1]
-    others = sorted({c.decode("latin-1") for c in middle if c != b"IDAT"})
+    others = sorted({_kind_name(c) for c in middle if c != b"IDAT"})
     if others:
         return (f"it holds {', '.join(others)} chunk(s), which mosaic never writes (a second IHDR, EXIF orientation, "
                 "transparency, a palette, colour profiles or animation frames would change what some decoders show): "

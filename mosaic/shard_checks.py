@@ -6,7 +6,6 @@ each row against what mosaic writes (its index, paths and PNG bytes): the shard 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from mosaic.checksums import digest_file
@@ -95,9 +94,9 @@ def _row_cell_problem(cell, index: int, image_size: int, kind: str) -> str | Non
     """What is wrong with one row's ``image`` or ``mask`` cell (``{"bytes", "path"}``), or None."""
     if not isinstance(cell, dict) or not isinstance(cell.get("bytes"), bytes):
         return f"its {kind} holds no PNG bytes"
-    path, folder = cell.get("path"), "images" if kind == "image" else "masks"
-    if path is not None and not (isinstance(path, str) and path.isprintable() and re.fullmatch(rf"{folder}/[^/\\]+\.png", path)):
-        return f"its {kind} path is {path!r}, not a file name under {folder}/ (mosaic writes {folder}/{index:06d}.png)"
+    path, want = cell.get("path"), f"{'images' if kind == 'image' else 'masks'}/{index:06d}.png"
+    if path is not None and path != want:  # another sample's name (cells swapped between rows) or not mosaic's
+        return f"its {kind} path is {str(path)[:80]!r}, not {want!r}, the name mosaic gives sample {index}'s {kind}"
     return png_structure_problem(cell["bytes"], image_size, kind)
 
 
@@ -106,7 +105,7 @@ def _shard_rows(f, where: str, image_size: int, first: int, limit: int = 20) -> 
     mosaic's) that is not the one mosaic writes at its place, rows rewritten together with the
     shard's sha256: row ``k`` must hold ``index == first + k`` (no row repeated, moved or renumbered;
     ``first`` is the rows of the split's earlier shards), its image (and mask) path, where stored, a
-    file name under ``images/`` (``masks/``), its PNG bytes whole and in mosaic's form
+    sample's own name ``images/NNNNNN.png`` (``masks/NNNNNN.png``) of its index, its PNG bytes whole and in mosaic's form
     (:func:`mosaic.png.png_structure_problem`: size, format, chunks, pixel bytes; nothing decoded).
     At most ``limit`` named."""
     problems = []

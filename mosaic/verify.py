@@ -9,10 +9,11 @@ Both storage forms are covered by one :func:`verify`:
 - **parquet**: the manifest lists every shard with its rows, bytes and sha256
   (:mod:`mosaic.parquet`).
 
-The **quick** check (what a rerun of ``mosaic generate`` on a finished dataset does) reads no image
-data: the manifest, each split's ``metadata.jsonl`` (line count, JSON, indices, its sha256), every
-image's and mask's presence, its PNG signature and ``IEND`` trailer (a truncated PNG loses it) and
-the bytes per split; Parquet: every shard's presence, size, footer and row count. The **deep**
+The **quick** check (what a rerun of ``mosaic generate`` on a finished dataset does) computes no
+digest of an image: the manifest, each split's ``metadata.jsonl`` (line count, JSON, indices, each
+record's own file names, its sha256), every image's and mask's presence and PNG form
+(:func:`mosaic.png.png_structure_problem`) and the bytes per split; Parquet: every shard's
+presence, size, footer, row count and schema, no row read. The **deep**
 check (``mosaic verify``, ``mosaic generate --verify``) adds every file's sha256 and, for
 metadata lines, a comparison with the record the spec produces.
 
@@ -533,7 +534,7 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
                     report.damage.append(Damage(rel_meta, "altered", "its sha256 differs from the recorded one", split))
         total = 0
         for index in range(n):
-            for j, name in enumerate(scan.files_of(index, masks) if scan is not None else standard_names(index, masks)):
+            for j, name in enumerate(standard_names(index, masks)):
                 if not name:
                     continue
                 rel = f"{split}/{name}"
@@ -563,7 +564,7 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
                 for index in range(n):
                     if scan is None or not scan.valid(index):
                         continue
-                    for name in scan.files_of(index, masks):
+                    for name in standard_names(index, masks):
                         if name:
                             rel = f"{split}/{name}"
                             if sha256_file(root / rel) != sums.get(rel):

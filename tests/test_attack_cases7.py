@@ -191,12 +191,12 @@ def _forged(own: bytes, how: str) -> bytes:
 
 
 @pytest.mark.parametrize("how, said", [
-    ("second_ihdr", "IHDR chunk(s), which mosaic never writes"),
-    ("exif", "eXIf chunk(s), which mosaic never writes"),
+    ("second_ihdr", "'IHDR' chunk(s), which mosaic never writes"),
+    ("exif", "'eXIf' chunk(s), which mosaic never writes"),
     ("bad_crc", "CRC of its 'IHDR' chunk"),
     ("short_idat", "not the 784 of 16 scanlines"),
     ("after_iend", "after its IEND chunk"),
-    ("trns", "tRNS chunk(s)"),
+    ("trns", "'tRNS' chunk(s)"),
 ])
 def test_a_png_in_another_form_behind_mosaics_header_resealed_is_refused_by_every_reader(tmp_path, data, how, said):
     from mosaic.errors import DatasetError

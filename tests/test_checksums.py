@@ -135,7 +135,7 @@ def test_recorded_digests_lookups_peak_memory_does_not_grow(tmp_path):
     assert p_large - p_small < 32 * 1024, (p_small, p_large)
 
 
-def test_scan_metadata_finds_bad_lines_and_odd_names(tmp_path):
+def test_scan_metadata_finds_bad_lines_and_foreign_names(tmp_path):
     fake_dataset(tmp_path, 6, splits=("train",))
     meta = tmp_path / "train" / "metadata.jsonl"
     lines = meta.read_bytes().split(b"\n")[:-1]
@@ -146,10 +146,9 @@ def test_scan_metadata_finds_bad_lines_and_odd_names(tmp_path):
     meta.write_bytes(data)
     scan = scan_metadata(meta, masks=False)
     assert scan.lines == 7 and scan.sha256 == hashlib.sha256(data).hexdigest()
-    assert scan.bad_lines == [2, 3, 6]
-    assert scan.names == {4: ("elsewhere/4.png", None)}
-    assert scan.files_of(4, False) == ("elsewhere/4.png", None) and scan.files_of(5, True) == ("images/000005.png", "masks/000005.png")
-    assert scan.valid(0) and not scan.valid(2) and not scan.valid(7)
+    assert scan.bad_lines == [2, 3, 4, 6]  # line 4 names a file that is not sample 4's own
+    assert "'elsewhere/4.png', not 'images/000004.png'" in scan.why[4]
+    assert scan.valid(0) and scan.valid(5) and not scan.valid(2) and not scan.valid(4) and not scan.valid(7)
 
 
 def test_finalize_and_verify_peak_memory_does_not_grow_with_the_dataset(tmp_path):

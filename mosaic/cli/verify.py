@@ -14,7 +14,7 @@ from mosaic.errors import MosaicError
 
 def verify(
     dataset: Annotated[Path, typer.Argument(help="Dataset folder (made by `mosaic generate`)")],
-    quick: Annotated[bool, typer.Option("--quick", help="Only counts, presence, PNG trailers and sizes (no digests): what a rerun of `mosaic generate` checks")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="No digests: what a rerun of `mosaic generate` checks. Imagefolder: counts, metadata lines and their names, each PNG's presence, size and form. Parquet: each shard's size, footer, row count and schema; no row is read (the full check and every reader check rows)")] = False,
     repair: Annotated[bool, typer.Option("--repair", help="Regenerate the damaged samples (byte-identical) after the check")] = False,
     max_lines: Annotated[int, typer.Option("--max-lines", min=1, help="Damaged files listed at most")] = 50,
     against_spec: Annotated[bool, typer.Option("--against-spec", help="Also make every sample again from the manifest's spec and compare (records, images, masks, shards): finds files rewritten together with their digests. Costs about one generation of the dataset with one process")] = False,
