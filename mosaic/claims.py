@@ -40,10 +40,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal, Union
+from typing import Any, Iterable, Literal, Mapping, Union
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from mosaic.evaluation.cell_sets import cell_set_problems
 from mosaic.schema import StrictModel
 from mosaic.spec import load_spec
 from mosaic.vocab import closest
@@ -401,13 +402,16 @@ FAMILY_METRICS = {
 
 
 def expected_columns(kind: str, concepts: list[str], objective: str | None = None,
-                     domains: dict[str, list] | None = None) -> list[str]:
+                     domains: dict[str, list] | None = None, cells: Iterable[str] = (),
+                     grid_concepts: Iterable[str] = ()) -> list[str]:
     """The results columns a sweep's trials will have (``metrics.*`` columns are not predicted:
     claims may name them freely): ``seen.`` / ``held_out.`` (+ ``test.`` for the transformer
     lab; diffusion scores a dataset without a holdout as ``seen``) + the concepts and the
     family's metrics (+ ``<group>.raw.*`` for diffusion), ``evaluator.joint``, ``time_s``,
     ``abstention.abstained``, ``abstention.verdicts_changed``, and for diffusion with ``domains``
-    (concept -> values) ``value.<concept>.<value>`` (joint accuracy on the images of that value)."""
+    (concept -> values) ``value.<concept>.<value>`` (joint accuracy on the images of that value), and for
+    each name of ``cells`` (the sweep's ``report.cells``) ``cells.<name>.joint`` / ``.n`` / ``.held_out`` /
+    ``.<concept>`` of ``grid_concepts`` (:mod:`mosaic.evaluation.cell_sets`)."""
     fam = "diffusion" if kind == "diffusion" else (objective or "classifier")
     metrics = FAMILY_METRICS.get(fam, ["joint"])
     names = ([] if fam == "binding" else list(concepts)) + metrics
@@ -419,19 +423,23 @@ def expected_columns(kind: str, concepts: list[str], objective: str | None = Non
         cols += [f"{g}.{RAW}.{m}" for g in groups for m in list(concepts) + ["joint"]]
         cols += ["abstention.abstained", "abstention.verdicts_changed"]
         cols += [f"value.{c}.{v}" for c, vals in (domains or {}).items() for v in vals]
+        cols += [f"cells.{n}.{m}" for n in cells for m in ["joint", "n", "held_out", *grid_concepts]]
     return cols + ["evaluator.joint", "time_s"]
 
 
-def sweep_claim_problems(claims: list, trials: list[dict], kind: str) -> list[str]:
+def sweep_claim_problems(claims: list, trials: list[dict], kind: str, cells: Mapping | None = None) -> list[str]:
     """The problems of a sweep's claims against the columns its planned trials will have
     (:func:`expected_columns` of each distinct dataset spec; ``trials`` as from
-    :func:`mosaic.trials.plan`, with ``cfg``); ``metrics.*`` columns are not checked."""
-    if not claims:
+    :func:`mosaic.trials.plan`, with ``cfg``); ``metrics.*`` columns are not checked. With
+    ``cells`` (the sweep's ``report.cells``: name -> holdout rule), also each cell set's problems
+    on every distinct spec's holdout grid (:func:`mosaic.evaluation.cell_sets.cell_set_problems`)."""
+    if not claims and not cells:
         return []
     from mosaic.lab.data import load_dataset_spec
 
     cols: set[str] = set()
     seen: set[str] = set()
+    cell_problems: list[str] = []
     for t in trials:
         ds = t["cfg"].dataset
         key = json.dumps(ds.model_dump(mode="json"), sort_keys=True)
@@ -442,10 +450,18 @@ def sweep_claim_problems(claims: list, trials: list[dict], kind: str) -> list[st
             spec = load_dataset_spec(ds)
         else:
             spec = load_spec(ds.path)
+        grid_concepts = list(spec.holdout.concepts) if spec.holdout is not None else []
+        if cells and kind != "diffusion":
+            cell_problems.append("report.cells: scored for diffusion sweeps only (from the generated images' per-combination scores)")
+        elif cells and not grid_concepts:
+            cell_problems.append(f"report.cells: spec {spec.name!r} has no holdout grid to take the cells from: give it a holdout (rule none scores every cell)")
+        elif cells:
+            cell_problems += [p for p in cell_set_problems(cells, grid_concepts, [spec.domain(c) for c in grid_concepts])
+                              if p not in cell_problems]
         cols |= set(expected_columns(kind, list(spec.concepts), getattr(t["cfg"], "objective", None),
-                                     {c: [str(v) for v in spec.domain(c)] for c in spec.concepts}))
+                                     {c: [str(v) for v in spec.domain(c)] for c in spec.concepts}, cells or (), grid_concepts))
     parsed = [parse_claim(c) for c in claims]
     axes = list(trials[0]["values"]) if trials else []
     unchecked = {y for c in parsed for y in c.columns() if y.startswith("metrics.")}
-    return claim_problems(parsed, axes, sorted(cols | unchecked))
+    return cell_problems + claim_problems(parsed, axes, sorted(cols | unchecked))
 

@@ -34,7 +34,7 @@ import json
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, field_validator, model_validator
@@ -43,6 +43,7 @@ from mosaic.errors import MosaicError, SweepError
 from mosaic.schema import SafeName, Seed
 from mosaic.schema import StrictModel as _Base
 from mosaic.claims import _canon, claim_problems, parse_claim
+from mosaic.holdout_rules import HoldoutRule
 from mosaic.kinds import check_family, check_kind
 from mosaic.lab.config import _config_error, read_config_yaml, set_path
 from mosaic.overrides import apply_overrides, validation_problems
@@ -71,6 +72,11 @@ class ReportSection(_Base):
     x_label: str | None = None
     x_scale: Literal["linear", "log"] = Field("linear", description="scale of the x axis of the curves: 'log' for axes such as training sizes that span orders of magnitude (numeric, positive values)")
     claims: list[Any] = Field(default_factory=list, max_length=1000, description="claims the sweep tests (mosaic.claims): structured mappings or sentences, at most 1,000")
+    cells: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")], HoldoutRule] = Field(
+        default_factory=dict, max_length=100,
+        description="fixed cell sets scored in every trial whatever its holdout: name -> a holdout rule whose held-out cells are the set "
+                    "(e.g. same_colour: {kind: diagonal, n: 1}); gives columns cells.<name>.joint / .<concept> / .n / .held_out "
+                    "(mosaic.evaluation.cell_sets)")
 
     @field_validator("claims")
     @classmethod

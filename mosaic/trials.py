@@ -23,6 +23,7 @@ import yaml
 from mosaic.claims import sweep_claim_problems
 from mosaic.diagnostics.columns import analysis_columns
 from mosaic.errors import MosaicError, SweepError
+from mosaic.evaluation.cell_sets import cell_set_columns
 from mosaic.evaluation.table import check_row, table_columns
 from mosaic.io import atomic_write, atomic_writer, make_output_dir, open_append, read_json
 from mosaic.lab.config import config_diff, read_config_yaml, validate_config
@@ -61,9 +62,8 @@ def plan(sweep: SweepSpec, out: Path) -> list[dict]:
         if key not in datasets:
             datasets[key] = resolve_dataset(cfg.dataset, generate=False)
         trials.append({"id": tid, "values": values, "dir": out / "trials" / tid, "dataset": datasets[key], "raw": raw, "cfg": cfg})
-    if sweep.report.claims:  # a claim naming a column the trials will not have is an error now, not after the run
-
-        problems = sweep_claim_problems(sweep.report.claims, trials, sweep.kind)
+    if sweep.report.claims or sweep.report.cells:  # a claim naming a column the trials will not have is an error now, not after the run
+        problems = sweep_claim_problems(sweep.report.claims, trials, sweep.kind, sweep.report.cells)
         if problems:
             raise SweepError(f"invalid sweep {sweep.name}\n" + "\n".join(f"  {p}" for p in problems))
     return trials
@@ -320,7 +320,7 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def result_row(tdir: Path) -> dict:
+def result_row(tdir: Path, cells: dict | None = None) -> dict:
     """One results row: the trial's axis values, status, run time, and its metrics (flattened).
 
     Standard columns (when the run reports them): ``seen.<metric>`` and ``held_out.<metric>``,
@@ -330,7 +330,9 @@ def result_row(tdir: Path) -> dict:
     representation diagnostics (:func:`mosaic.diagnostics.columns.analysis_columns`), and
     ``value.<concept>.<value>``, the joint accuracy over every test image whose intended value of
     the concept is that value (diffusion; :func:`mosaic.evaluation.metrics.score`'s ``by_value``):
-    e.g. ``value.shape.cross`` scores the tail value of a skewed shape distribution.
+    e.g. ``value.shape.cross`` scores the tail value of a skewed shape distribution; and with
+    ``cells`` (the sweep's ``report.cells``) ``cells.<name>.*``, the scores over a fixed set of
+    combinations (:func:`mosaic.evaluation.cell_sets.cell_set_columns`).
     """
     st = read_status(tdir)
     row: dict[str, Any] = {"trial": st.get("id", tdir.name), "status": st.get("status"), "time_s": st.get("time_s"),
@@ -362,6 +364,7 @@ def result_row(tdir: Path) -> dict:
             row["abstention.abstained"] = q["abstained"]
             row["abstention.verdicts_changed"] = q["verdicts_changed"]
 
+        row.update(cell_set_columns((m.get("scores") or {}).get("grid"), cells or {}))
         row.update(analysis_columns(m.get("analysis")))  # the representation diagnostics (mosaic analyze)
         joint = check_row(m.get("evaluator_check")).get("joint")
         if isinstance(joint, (int, float)):
@@ -439,7 +442,8 @@ def collect(out: Path) -> "pd.DataFrame":  # noqa: F821
 
     dirs = [d for d in sorted((out / "trials").iterdir()) if d.is_dir()] if (out / "trials").is_dir() else []
     check_trial_folders(out, dirs)
-    rows = [result_row(d) for d in dirs]
+    sweep = folder_sweep(out)[1]
+    rows = [result_row(d, sweep.report.cells if sweep is not None else None) for d in dirs]
     df = pd.DataFrame(rows)
     axes = [c for c in df.columns if c.startswith(("spec.", "training.", "model.", "dataset.", LABEL)) or c == "seed"]
     sortable = [c for c in axes if df[c].map(lambda v: isinstance(v, (int, float))).all()]
