@@ -57,6 +57,8 @@ HEADER_BYTES = 29
 
 #: (bit depth, colour type) of each kind of file in a dataset, as :func:`encode_png` writes them.
 _DATASET_FORMAT = {"image": (8, 2), "mask": (8, 0)}
+#: samples a pixel of a dataset's image (RGB) and mask (greyscale)
+_CHANNELS = {"image": 3, "mask": 1}
 _COLOUR_TYPES = {0: "greyscale", 2: "RGB", 3: "palette", 4: "greyscale + alpha", 6: "RGBA"}
 
 
@@ -103,7 +105,7 @@ def max_png_bytes(size: int, kind: str = "image") -> int:
     """The most bytes a PNG mosaic writes for a ``size`` x ``size`` ``kind`` can take: twice its
     raw scanlines (zlib's stored blocks add 5 bytes per 16 KB) plus 4 KB for the chunks. A file
     larger than this is refused before it is read whole."""
-    channels = 3 if kind == "image" else 1
+    channels = _CHANNELS[kind]
     return 2 * size * (1 + size * channels) + 4096
 
 
@@ -156,7 +158,7 @@ def png_structure_problem(data: bytes, size: int, kind: str = "image") -> str | 
     if not middle:
         return "it holds no IDAT chunk (no pixel data)"
     d = zlib.decompressobj()
-    channels = 3 if kind == "image" else 1
+    channels = _CHANNELS[kind]
     row = 1 + size * channels
     try:
         raw = d.decompress(b"".join(idat), size * row + 1)
