@@ -14,10 +14,10 @@ import numpy as np
 
 from mosaic.errors import LayoutError
 from mosaic.scene import COORD_DECIMALS, Scene, SceneObject, angle_deg, relation
-from mosaic.scene3d import Scene3D, SolidObject, camera_relation, preset_view
+from mosaic.scene3d import Scene3D, SolidObject, camera_relation_of, preset_view
 from mosaic.spec import Rule, Spec, interchangeable
 from mosaic.splits import SPLIT_IDS, combination_for, marginal_quotas, value_for  # noqa: F401  (marginal_quotas: re-exported)
-from renderers.shaded import annotate
+from renderers.shaded import annotate_boxes, visibility
 
 
 def rng_for(spec: Spec, split: str, index: int) -> np.random.Generator:
@@ -218,17 +218,17 @@ def solid_scene(spec: Spec, values: dict, rng: np.random.Generator, where: str =
     min_px = 8 if lay.min_visible_pixels is None else lay.min_visible_pixels
     tries = 50 if lay.visibility_retries is None else lay.visibility_retries
 
-    def relate(a, b, margin):
-        return camera_relation(view, a, b, margin)
+    relate = camera_relation_of(view)
 
     hidden_count: dict[str, int] = {}
     for _ in range(tries):
         objs = build_objects(spec, values, rng)
         place(spec, objs, values, rng, where, relate)
         scene = Scene3D(img.size, spec.background_rgb(), objs, view)
-        annotate(scene)
+        mask = visibility(scene)
         hidden = [o for o in objs if o.visible_fraction < min_frac or o.visible_pixels < min_px]
         if not hidden:
+            annotate_boxes(scene, mask)  # boxes and pixel coordinates: only of the layout kept
             return scene
         for o in hidden:
             hidden_count[o.template] = hidden_count.get(o.template, 0) + 1

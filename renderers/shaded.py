@@ -37,7 +37,7 @@ import numpy as np
 
 from mosaic.scene3d import Scene3D
 from renderers.base import Renderer
-from renderers.shaded_geom import _INF, EPS, F, Plan, Solid, cast, cells, nearest, rects  # noqa: F401  (EPS: re-exported)
+from renderers.shaded_geom import _INF, EPS, F, Plan, Solid, cast, cells, nearest, normals_at, rects  # noqa: F401  (EPS: re-exported)
 
 AMBIENT = 0.16  # sky light, times (0.5 + 0.5 n_z)
 SKY = np.array([0.62, 0.64, 0.68], F)  # linear sky radiance at the horizon (metal reflections, rays that miss)
@@ -113,10 +113,10 @@ class _Cam:
         if sub:
             i = np.arange(lo, hi)
             tabs.append(((i % s) * s, i % s, lo))
-        out = cells(rc, tabs)
+        out = cells(rc, tabs, coords=False)
         d = out[4:7]
         inv = F(1) / np.sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2])
-        g = {"ii": out[0], "jj": out[1], "cnt": out[2], "seg": out[3], "D": (d[0] * inv, d[1] * inv, d[2] * inv)}
+        g = {"cnt": out[2], "seg": out[3], "D": (d[0] * inv, d[1] * inv, d[2] * inv)}
         if q:
             g["q"] = out[7]
         if sub:
@@ -175,7 +175,7 @@ def _primary(cam: _Cam, plan: Plan):
     distance, ``D`` and ``normals`` float32 triples)."""
     g = cam.grid(rects(cam, plan.corners))
     D = g["D"]
-    tk, _ = cast(plan, g["cnt"], cam.C, D)
+    tk, code = cast(plan, g["cnt"], cam.C, D, normals="codes")
     h = np.flatnonzero(tk < _INF)
     q = g["q"][h]
     kid = (plan.order + 1).astype(np.uint8)[g["seg"][h]]
@@ -185,8 +185,9 @@ def _primary(cam: _Cam, plan: Plan):
     w = nearest(cam.n * cam.n, q, tg, tk[h], kid)
     win = h[w]
     Dw = tuple(d[win] for d in D)
-    # the winners' normals: their rays cast again, with normals, against their own objects
-    tw, nw = cast(plan, np.bincount(g["seg"][win], minlength=len(plan.solids)), cam.C, Dw, normals=True)
+    # the winners' normals, from their hits and which surface each hit
+    tw = tk[win]
+    nw = normals_at(plan, g["seg"][win], cam.C, Dw, tw, code[win])
     return q[w], kid[w], tw, Dw, nw
 
 
@@ -222,13 +223,24 @@ def instance_mask(scene: Scene3D) -> tuple[np.ndarray, np.ndarray]:
     return mask, sil
 
 
-def annotate(scene: Scene3D) -> np.ndarray:
-    """Fill each object's mask-derived ground truth in place (``visible_pixels``,
-    ``visible_fraction``, ``box``, ``pixel``) and return the instance mask uint8 ``[H, W]``."""
+def visibility(scene: Scene3D) -> np.ndarray:
+    """Fill each object's ``visible_pixels`` and ``visible_fraction`` in place (what the layout's
+    occlusion check reads) and return the instance mask uint8 ``[H, W]``; :func:`annotate` adds the
+    rest."""
     mask, sil = instance_mask(scene)
+    counts = np.bincount(mask.ravel(), minlength=len(scene.objects) + 1).tolist()
+    for k, (o, s_) in enumerate(zip(scene.objects, sil.tolist()), start=1):
+        c = counts[k]
+        o.visible_pixels = c
+        o.visible_fraction = round(c / s_, 6) if s_ else 0.0  # rounded as stored: the scene round-trips
+    return mask
+
+
+def annotate_boxes(scene: Scene3D, mask: np.ndarray) -> None:
+    """Fill each object's ``box`` (from the instance ``mask`` of :func:`visibility`) and ``pixel``
+    (projected centre) in place."""
     side = scene.image_size
     K = len(scene.objects)
-    counts = np.bincount(mask.ravel(), minlength=K + 1)
     rows_any = np.zeros((K + 1, side), bool)
     cols_any = np.zeros((K + 1, side), bool)
     ii, jj = np.nonzero(mask)
@@ -236,22 +248,41 @@ def annotate(scene: Scene3D) -> np.ndarray:
     rows_any[kk, ii] = True
     cols_any[kk, jj] = True
     # first and last row / column of each object (meaningful where it has a pixel)
-    r0, r1 = rows_any.argmax(1), side - rows_any[:, ::-1].argmax(1)
-    c0, c1 = cols_any.argmax(1), side - cols_any[:, ::-1].argmax(1)
+    r0, r1 = rows_any.argmax(1).tolist(), (side - rows_any[:, ::-1].argmax(1)).tolist()
+    c0, c1 = cols_any.argmax(1).tolist(), (side - cols_any[:, ::-1].argmax(1)).tolist()
     pos = np.array([o.position for o in scene.objects], np.float64).reshape(-1, 3)
-    pix = scene.view.project(pos, side) if len(pos) else np.zeros((0, 3))
+    pix = scene.view.project(pos, side).tolist() if len(pos) else []
     for k, o in enumerate(scene.objects, start=1):
-        c = int(counts[k])
-        o.visible_pixels = c
-        o.visible_fraction = round(c / int(sil[k - 1]), 6) if sil[k - 1] else 0.0  # rounded as stored: the scene round-trips
-        o.box = (int(c0[k]), int(r0[k]), int(c1[k]), int(r1[k])) if c else None
-        o.pixel = tuple(round(float(v), 4) for v in pix[k - 1])
+        o.box = (c0[k], r0[k], c1[k], r1[k]) if o.visible_pixels else None
+        o.pixel = tuple(round(v, 4) for v in pix[k - 1])
+
+
+def annotate(scene: Scene3D) -> np.ndarray:
+    """Fill each object's mask-derived ground truth in place (``visible_pixels``,
+    ``visible_fraction``, ``box``, ``pixel``) and return the instance mask uint8 ``[H, W]``."""
+    mask = visibility(scene)
+    annotate_boxes(scene, mask)
     return mask
 
 
 # ----------------------------------------------------------------------------------------------
 # shading
 # ----------------------------------------------------------------------------------------------
+
+_OFFSETS: dict = {}
+
+
+def _light_offsets_xy(s: int, radius: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_light_offsets` as two float32 ``[s * s]`` tables (x, y) by supersample, cached."""
+    key = (s, radius)
+    out = _OFFSETS.get(key)
+    if out is None:
+        off = _light_offsets(s, radius).reshape(s * s, 2)
+        out = _OFFSETS[key] = (np.ascontiguousarray(off[:, 0]), np.ascontiguousarray(off[:, 1]))
+        if len(_OFFSETS) > 64:
+            _OFFSETS.clear()
+    return out
+
 
 def _light_offsets(s: int, radius: float) -> np.ndarray:
     """float32 ``[s, s, 2]``: points on a horizontal disk of ``radius`` (a Fibonacci spiral), one per
@@ -312,9 +343,9 @@ def _shade(scene: Scene3D, s: int) -> list[np.ndarray]:
         lx = F(key[0]) - P[0]
         ly = F(key[1]) - P[1]
         if krad > 0:
-            off = _light_offsets(s, krad).reshape(s * s, 2)[g["sub"]]  # the lamp point of each supersample
-            lx = lx + off[:, 0]
-            ly = ly + off[:, 1]
+            offx, offy = _light_offsets_xy(s, krad)  # the lamp point of each supersample
+            lx = lx + offx.take(g["sub"])
+            ly = ly + offy.take(g["sub"])
         lz = F(key[2]) - P[2]
         dist = np.sqrt(lx * lx + ly * ly + lz * lz)
         inv = F(1) / dist

@@ -114,8 +114,11 @@ class Solid:
             best = np.where(ok, t, best)
             if normals:
                 which[ok] = k
+        self._wn = wn  # the normal of each code of ``which`` (normals_at)
         if not normals:
             return best, None
+        if normals == "codes":
+            return best, which
         return best, (wn[which, 0], wn[which, 1], wn[which, 2])
 
 
@@ -159,6 +162,8 @@ def _cylinder(O, D, X, Y, R, H, normals):
     if not normals:
         return t, None
     side = ts < tc
+    if normals == "codes":
+        return t, side.view(np.int8)
     tt = np.where(side, ts, F(0))
     inv = F(1) / R
     return t, (np.where(side, (ox + tt * dx) * inv, F(0)), np.where(side, (oy + tt * dy) * inv, F(0)), np.where(side, F(0), F(1)))
@@ -199,6 +204,62 @@ def _convex(O, D, pl, seg, normals):
     return t, tuple(wn[c, which, col] for c in range(3))
 
 
+def _convex_batch(O, D, pl, cnt, normals):
+    """:func:`_convex` of ``m`` objects at once, object ``q`` taking ``cnt[q]`` consecutive rays: the
+    same float32 values. Walls are ``a x + b y <= d`` (``c = 0``) and the last plane is the top
+    ``z <= h`` (``a = b = 0, c = 1``) by construction (:class:`Solid`), so the terms that
+    :func:`_convex` multiplies by 0 (a signed zero) or 1 are left out: they change no value but
+    the sign of a zero ``den`` or ``num``, and a zero ``den`` takes neither the entering nor the
+    leaving branch, and a zero ``num`` never makes ``t > EPS``. A ray parallel to a plane and
+    outside it (``t_out = -inf`` in :func:`_convex`, which no later plane raises) is kept as a
+    flag and applied at the end."""
+    ox, oy, oz = O
+    dx, dy, dz = D
+    scalar_o = not np.ndim(ox)
+    L = len(dx)
+    t_in = np.full(L, -np.inf, F)
+    t_out = np.where(dz < 0, -oz / dz, _INF)  # where the ray leaves z >= 0
+    out_par = np.zeros(L, bool)
+    P = pl.shape[1]
+    which = np.full(L, P, np.int8) if normals else None
+    for k in range(P):
+        a_, b_, d_ = pl[0, k], pl[1, k], pl[3, k]
+        if k < P - 1:  # a wall
+            a, b = np.repeat(a_, cnt), np.repeat(b_, cnt)
+            den = a * dx
+            den += b * dy
+            if scalar_o:
+                num = np.repeat(d_ - (a_ * ox + b_ * oy), cnt)
+            else:
+                num = a * ox
+                num += b * oy
+                np.subtract(np.repeat(d_, cnt), num, out=num)
+        else:  # the top
+            den = dz
+            num = np.repeat(d_ - oz, cnt) if scalar_o else np.repeat(d_, cnt) - oz
+        t = num / den
+        upd = den < 0
+        upd &= t > t_in
+        np.copyto(t_in, t, where=upd)
+        if normals:
+            which[upd] = k
+        np.minimum(t_out, t, out=t_out, where=den > 0)
+        par = den == 0
+        par &= num < 0
+        out_par |= par
+    ok = t_in <= t_out
+    ok &= t_in > EPS
+    ok &= ~out_par
+    t = np.where(ok, t_in, _INF)
+    if not normals:
+        return t, None
+    if normals == "codes":
+        return t, which
+    wn = np.concatenate([pl[:3], np.broadcast_to(np.array([0, 0, 1], F)[:, None, None], (3, 1, pl.shape[2]))], 1)
+    seg = np.repeat(np.arange(pl.shape[2]), cnt)
+    return t, tuple(wn[c, which, seg] for c in range(3))
+
+
 # ----------------------------------------------------------------------------------------------
 # a scene's solids, grouped by kind
 # ----------------------------------------------------------------------------------------------
@@ -235,11 +296,12 @@ class Plan:
         self.corners = np.array([solids[k].corners() for k in order], np.float64).reshape(-1, 8, 3)
 
 
-def cells(rects: np.ndarray, tabs=()) -> tuple:
+def cells(rects: np.ndarray, tabs=(), coords: bool = True) -> tuple:
     """The samples of rectangles ``rects`` int ``[m, 4]`` (``i0, i1, j0, j1``; empty ones allowed) end
     to end, row-major within each: ``(rows, cols, counts [m], seg, *extra)`` with ``seg`` the rectangle
     of each sample and, for each ``(row_table, col_table, lo)`` of ``tabs``, ``row_table[i - lo] +
-    col_table[j - lo]`` per sample (an index computed per row and per column, not per sample)."""
+    col_table[j - lo]`` per sample (an index computed per row and per column, not per sample).
+    Without ``coords``, ``rows`` and ``cols`` are None (not built)."""
     i0, i1, j0, j1 = rects.T
     w = np.maximum(j1 - j0, 0)
     h = np.where(w > 0, np.maximum(i1 - i0, 0), 0)
@@ -250,20 +312,26 @@ def cells(rects: np.ndarray, tabs=()) -> tuple:
     j0r = j0[rseg]
     L = int(cnt.sum())
     jj = np.arange(L) - np.repeat(np.cumsum(rw) - rw - j0r, rw)
-    out = [np.repeat(ri, rw), jj, cnt, np.repeat(rseg, rw)]
+    out = [np.repeat(ri, rw) if coords else None, jj if coords else None, cnt, np.repeat(rseg, rw)]
+    shifted: dict = {}
     for rt, ct, lo in tabs:
-        out.append(np.repeat(rt[ri - lo], rw) + ct[jj - lo])
+        if lo not in shifted:
+            shifted[lo] = (ri - lo, jj - lo)
+        r_, j_ = shifted[lo]
+        out.append(np.repeat(rt.take(r_), rw) + ct.take(j_))
     return tuple(out)
 
 
-def cast(plan: Plan, cnt: np.ndarray, O, D, normals: bool = False):
+def cast(plan: Plan, cnt: np.ndarray, O, D, normals: bool | str = False):
     """First hits of rays laid out as :func:`cells` of one rectangle per object in cast order (``cnt``
     samples each): ``O`` a triple of scalars or float32 ``[L]`` arrays, ``D`` of float32 ``[L]``.
-    Returns ``t`` float32 ``[L]`` (inf where missed) and the normals (None unless ``normals``)."""
+    Returns ``t`` float32 ``[L]`` (inf where missed) and the normals (None unless ``normals``; with
+    ``normals="codes"``, int8 ``[L]``: which surface of its solid a ray hit, for :func:`normals_at`)."""
     L = int(cnt.sum())
     end = np.cumsum(cnt)
     t = np.empty(L, F)
-    nrm = tuple(np.empty(L, F) for _ in range(3)) if normals else None
+    codes = normals == "codes"
+    nrm = (np.zeros(L, np.int8) if codes else tuple(np.empty(L, F) for _ in range(3))) if normals else None
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for key, lo, hi, consts in plan.groups:
             a, b = (int(end[lo - 1]) if lo else 0), int(end[hi - 1])
@@ -273,18 +341,58 @@ def cast(plan: Plan, cnt: np.ndarray, O, D, normals: bool = False):
             Dg = tuple(d[a:b] for d in D)
             c = cnt[lo:hi]
             if key == "sphere":
-                tg, ng = _sphere(Og, Dg, *(np.repeat(v, c) for v in consts), normals)
+                tg, ng = _sphere(Og, Dg, *(np.repeat(v, c) for v in consts), normals and not codes)  # no codes: one surface
             elif key == "cylinder":
                 tg, ng = _cylinder(Og, Dg, *(np.repeat(v, c) for v in consts), normals)
             elif key[0] == "convex":
-                tg, ng = _convex(Og, Dg, consts, np.repeat(np.arange(hi - lo), c), normals)
+                tg, ng = _convex_batch(Og, Dg, consts, c, normals)
             else:
                 tg, ng = consts._prism(Og, Dg, normals)
             t[a:b] = tg
-            if normals:
+            if codes:
+                if ng is not None:
+                    nrm[a:b] = ng
+            elif normals:
                 for q in range(3):
                     nrm[q][a:b] = ng[q]
     return t, nrm
+
+
+def normals_at(plan: Plan, seg: np.ndarray, O, D, t: np.ndarray, code: np.ndarray) -> tuple:
+    """The unit normals at hits ``t`` (finite) of rays ``O + t D`` (``O`` a triple of scalars, ``D`` of
+    float32 ``[N]``) on the objects ``seg`` (cast order, ascending), with the ``code`` of each hit
+    (:func:`cast` with ``normals="codes"``): the values :func:`cast` with ``normals=True`` gives
+    for the same rays, from the same float32 operations, without intersecting them again."""
+    N = len(t)
+    nrm = tuple(np.empty(N, F) for _ in range(3))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for key, lo, hi, consts in plan.groups:
+            a, b = np.searchsorted(seg, (lo, hi))
+            if a == b:
+                continue
+            loc = seg[a:b] - lo
+            dx, dy, dz = (d[a:b] for d in D)
+            tg = t[a:b]
+            if key == "sphere":
+                X, Y, R = (v[loc] for v in consts)
+                inv = F(1) / R
+                ng = (((O[0] - X) + tg * dx) * inv, ((O[1] - Y) + tg * dy) * inv, ((O[2] - R) + tg * dz) * inv)
+            elif key == "cylinder":
+                X, Y, R = (v[loc] for v in consts[:3])
+                side = code[a:b].view(bool)
+                tt = np.where(side, tg, F(0))
+                inv = F(1) / R
+                ng = (np.where(side, ((O[0] - X) + tt * dx) * inv, F(0)), np.where(side, ((O[1] - Y) + tt * dy) * inv, F(0)),
+                      np.where(side, F(0), F(1)))
+            elif key[0] == "convex":
+                wn = np.concatenate([consts[:3], np.broadcast_to(np.array([0, 0, 1], F)[:, None, None], (3, 1, consts.shape[2]))], 1)
+                ng = tuple(wn[c, code[a:b], loc] for c in range(3))
+            else:
+                wn = consts._wn
+                ng = tuple(wn[code[a:b], c] for c in range(3))
+            for q in range(3):
+                nrm[q][a:b] = ng[q]
+    return nrm
 
 
 def _order_key(t: np.ndarray) -> np.ndarray:
