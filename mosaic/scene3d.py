@@ -226,11 +226,11 @@ class SolidObject(SceneObject):
         if shape in ("sphere", "cylinder", "circle"):
             return None
         v = SceneObject(shape, self.color, self.rgb, self.size, self.center, self.rotation).vertices(1.0)
-        p = np.array([world_xy(q) for q in v], np.float64)
-        x, y = p[:, 0], p[:, 1]
-        if 0.5 * float(np.sum(x * np.roll(y, -1) - np.roll(x, -1) * y)) < 0:
-            p = p[::-1].copy()
-        return p
+        p = [world_xy(q) for q in v]
+        # the shoelace sum's sign (a polygon's area is far from the rounding of any order of the sum)
+        if sum(a[0] * b[1] - b[0] * a[1] for a, b in zip(p, p[1:] + p[:1])) < 0:
+            p.reverse()
+        return np.array(p, np.float64)
 
     def vertices(self, side: float = 1.0):
         shape = "square" if self.shape == "cube" else self.shape

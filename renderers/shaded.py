@@ -200,6 +200,17 @@ def instance_mask(scene: Scene3D) -> tuple[np.ndarray, np.ndarray]:
             pixels outside the frame (so an object half out of the frame has visible fraction 1/2).
     """
     plan = _plan(scene)
+    v = scene.view
+    key = (plan, tuple(v.camera), tuple(v.look_at), v.fov, scene.image_size)
+    cached = scene.__dict__.get("_mask")
+    if cached is not None and cached[0] == key:  # the layout's check drew it (a copy: callers may write to theirs)
+        return cached[1].copy(), cached[2].copy()
+    mask, sil = _instance_mask(scene, plan)
+    scene.__dict__["_mask"] = (key, mask.copy(), sil.copy())
+    return mask, sil
+
+
+def _instance_mask(scene: Scene3D, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
     cam = _Cam(scene, 1)
     n = cam.n
     K = len(plan.solids)

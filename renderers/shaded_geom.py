@@ -44,22 +44,25 @@ class Solid:
         self.planes = None
         if self.poly is not None:
             p = self.poly
-            nxt = np.r_[1:len(p), 0]
-            e = p[nxt] - p
-            cross = e[:, 0] * e[nxt, 1] - e[:, 1] * e[nxt, 0]
-            if np.all(cross > 0):  # convex: the solid is the intersection of its wall, top and ground half-spaces
-                ln = np.hypot(e[:, 0], e[:, 1])
-                nx, ny = e[:, 1] / ln, -e[:, 0] / ln
-                c = nx * p[:, 0] + ny * p[:, 1]
-                self.planes = [(F(a), F(b), F(0), F(d)) for a, b, d in zip(nx, ny, c)] + [(F(0), F(0), F(1), F(self.h))]
+            e = np.concatenate([p[1:], p[:1]]) - p  # edge k: vertex k -> k + 1
+            en = np.concatenate([e[1:], e[:1]])
+            ex, ey = e[:, 0], e[:, 1]
+            if np.all(ex * en[:, 1] - ey * en[:, 0] > 0):  # convex: the solid is the intersection of its wall, top and ground half-spaces
+                ln = np.hypot(ex, ey)
+                nx, ny = ey / ln, -ex / ln
+                pl = np.zeros((len(p) + 1, 4), np.float64)
+                pl[:-1, 0], pl[:-1, 1], pl[:-1, 3] = nx, ny, nx * p[:, 0] + ny * p[:, 1]
+                pl[-1, 2], pl[-1, 3] = 1.0, self.h
+                self.planes = pl.astype(F)  # [P, 4]: (a, b, c, d) of a x + b y + c z <= d
             self.poly = p.astype(F)
-        self.group = self.kind if self.kind != "prism" else ("convex", len(self.planes)) if self.planes else ("prism", id(self))
+        self.group = self.kind if self.kind != "prism" else ("convex", len(self.planes)) if self.planes is not None else ("prism", id(self))
         if self.poly is not None:
-            x0, y0 = self.poly.min(0)
-            x1, y1 = self.poly.max(0)
+            (x0, y0), (x1, y1) = self.poly.min(0).tolist(), self.poly.max(0).tolist()
         else:
-            x0, x1, y0, y1 = self.x - self.r, self.x + self.r, self.y - self.r, self.y + self.r
-        self._corners = np.array([[a, b, c] for a in (x0, x1) for b in (y0, y1) for c in (0.0, float(self.h))], np.float64)
+            x0, x1, y0, y1 = (float(v) for v in (self.x - self.r, self.x + self.r, self.y - self.r, self.y + self.r))
+        h = float(self.h)
+        self._corners = np.array([[x0, y0, 0.0], [x0, y0, h], [x0, y1, 0.0], [x0, y1, h],
+                                  [x1, y0, 0.0], [x1, y0, h], [x1, y1, 0.0], [x1, y1, h]], np.float64)
 
     def corners(self) -> np.ndarray:
         """The 8 corners float64 ``[8, 3]`` of the axis-aligned bounding box."""
@@ -78,7 +81,7 @@ class Solid:
         if self.kind == "cylinder":
             return _cylinder(O, D, self.x, self.y, self.r, self.h, normals)
         if self.planes is not None:
-            return _convex(O, D, np.array(self.planes, F).T[:, :, None], None, normals)
+            return _convex(O, D, self.planes.T[:, :, None], None, normals)
         return self._prism(O, D, normals)
 
     def _prism(self, O, D, normals):
