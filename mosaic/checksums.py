@@ -210,6 +210,22 @@ def _json_record(line: bytes, index: int) -> dict | None:
     return rec
 
 
+def text_problem(text: str, rec: dict) -> str | None:
+    """Why the line ``text`` (without its newline) is not the text mosaic writes for the record it
+    parses to, ``json.dumps(rec, sort_keys=True)``, or None. Catches what parsing hides: a key given
+    twice (``json.loads`` keeps the last one; a reader that keeps the first would see another
+    record), a number that is not finite (``NaN``, ``Infinity``, ``1e400``), and any change of key
+    order, spacing or number form. One C-speed encode a record."""
+    try:
+        canon = json.dumps(rec, sort_keys=True, allow_nan=False)
+    except ValueError:
+        return "it holds a number that is not finite (NaN, Infinity, or beyond a double such as 1e400), which mosaic never writes"
+    if canon != text:
+        return ("its text is not the JSON mosaic writes for it (json.dumps with sorted keys): a key given twice, "
+                "keys reordered, or spacing or a number's form changed")
+    return None
+
+
 def name_problem(rec: dict, index: int) -> str | None:
     """Why record ``rec`` of sample ``index`` names files other than its own (:func:`standard_names`),
     or None. A ``mask_file_name`` may be absent or null (whether the dataset has masks is checked
@@ -273,8 +289,9 @@ def scan_metadata(path: str | Path, masks: bool, claims=None) -> MetadataScan:
         for k, line in enumerate(f):
             h.update(line)
             scan.lines = k + 1
-            rec = _json_record(line[:-1] if line.endswith(b"\n") else line, k)
-            why = None if rec is None else name_problem(rec, k)
+            text = line[:-1] if line.endswith(b"\n") else line
+            rec = _json_record(text, k)
+            why = None if rec is None else name_problem(rec, k) or text_problem(text.decode("utf-8"), rec)
             # a dataset with masks names each record's mask; one without names none (a missing or null name would
             # leave the mask unchecked and unread)
             if why is None and rec is not None and (isinstance(rec.get("mask_file_name"), str) != masks or (not masks and "mask_file_name" in rec)):

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from mosaic.against_spec import regenerate_command
-from mosaic.checksums import name_problem, write_checksums
+from mosaic.checksums import name_problem, text_problem, write_checksums
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.executors import LocalExecutor, check_backend, make_executor
 from mosaic.hf import mosaic_split, write_card
@@ -98,10 +98,10 @@ def iter_metadata(root: str | Path, split: str, manifest: dict | None = None) ->
     if storage_of(man) == "parquet":
         cols = [c for c in ("index", "split", "concepts", "labels", "combination", "held_out", "caption", "num_objects", "scene")]
         for rec in iter_records(root, split, columns=cols, manifest=man):
-            claims(rec, f"{root}/data ({split} sample {rec.get('index')})")
-            rec["file_name"] = f"images/{rec['index']:06d}.png"
+            rec["file_name"] = f"images/{rec.get('index')!s:0>6}.png"  # the record's form, as the imagefolder one
             if man.get("masks"):
-                rec["mask_file_name"] = f"masks/{rec['index']:06d}.png"
+                rec["mask_file_name"] = f"masks/{rec.get('index')!s:0>6}.png"
+            claims(rec, f"{root}/data ({split} sample {rec.get('index')})")
             yield rec
         return
     path = Path(root) / split / "metadata.jsonl"
@@ -120,7 +120,7 @@ def iter_metadata(root: str | Path, split: str, manifest: dict | None = None) ->
             if not isinstance(rec, dict):
                 raise DatasetError([(f"{path}:{k}", f"a {type(rec).__name__}, not a record: the file is damaged; `mosaic verify {root} --repair`")])
             if own and (why := (f"its index is {str(rec.get('index'))[:40]!r}, not {k - 1}" if type(rec.get("index")) is not int or rec["index"] != k - 1
-                                else name_problem(rec, k - 1))) is not None:
+                                else name_problem(rec, k - 1) or text_problem(line.decode("utf-8").removesuffix("\n"), rec))) is not None:
                 raise DatasetError([(f"{path}:{k}", f"not the record of sample {k - 1}: {why}; `mosaic verify {root}` names every "
                                      "damaged line, `--repair` rewrites them")])
             claims(rec, f"{path}:{k}")
@@ -156,16 +156,15 @@ def read_metadata(root: str | Path, split: str) -> list[dict]:
 
 
 def _write_file(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path``; a symbolic link standing there is replaced, never written through
-    (``O_NOFOLLOW``)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    """Write ``data`` to ``path`` as a new file. Whatever stands at that name (an old file, a
+    symbolic link, a hard link to a file outside the dataset) is unlinked first, never written
+    through: the file is created with ``O_EXCL | O_NOFOLLOW``, so no existing inode is opened."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(path, flags, 0o644)
-    except OSError as e:
-        if not os.path.islink(path):
-            raise
-        os.unlink(path)  # ELOOP: a link stands where the sample's file belongs
-        fd = os.open(path, flags | os.O_EXCL, 0o644)
+    except FileExistsError:  # a rerun's old file, or a link planted at the name: unlink the name, keep its target
+        os.unlink(path)
+        fd = os.open(path, flags, 0o644)
     try:
         view = memoryview(data)
         while view:

@@ -32,6 +32,7 @@ from mosaic.holdout import HELD_OUT, SEEN, combination_of, is_held_out
 from mosaic.labels import _caption, _read_labels, assign_templates
 from mosaic.scene import Scene
 from mosaic.png import encode_png
+from mosaic.record_form import record_form_check
 from mosaic.recordline import record_line
 from mosaic.sampling import sample_scene
 from mosaic.spec import Spec, parse_spec
@@ -309,7 +310,8 @@ def spec_from_data(spec_data: dict) -> Spec:
 
 def record_claims(spec: Spec, split: str):
     """``check(rec)``: why a record of ``split`` claims what its own concepts and its spec do not
-    give, or None. Every concept value one of its domain (JSON type kept, as
+    give, or None. First its form (:func:`mosaic.record_form.record_form_check`: the keys and JSON
+    types mosaic writes, no null concept value), then every concept value one of its domain (JSON type kept, as
     :func:`mosaic.grammar.domain_index`), ``split`` this split, ``held_out`` the spec's, a held-out
     combination only in ``test_ood`` and only held-out ones there (what the leak check counted at
     generation), ``labels`` and ``combination`` (where present) those of its concepts. A record
@@ -317,12 +319,15 @@ def record_claims(spec: Spec, split: str):
     digest; this catches the leak in a few microseconds a record. Values moved to other *seen*
     values take ``mosaic verify --against-spec``."""
 
+    form = record_form_check(spec)  # keys and JSON types at every depth, as mosaic writes them
     grid = spec.grid  # a property that builds the grid: once, not per record
     want = HELD_OUT if split == "test_ood" else SEEN
     # value -> index by JSON type: a string matches a string, a number (never a bool) an equal number
     lookup = {c: {(isinstance(d, str), d): i for i, d in enumerate(k.domain)} for c, k in spec.concepts.items()}
 
     def check(rec: dict) -> str | None:
+        if (why := form(rec)) is not None:
+            return why
         conc = rec.get("concepts")
         if not isinstance(conc, dict):
             return "concepts is not a mapping of concept values"

@@ -6,6 +6,7 @@ each row against what mosaic writes (its index, paths and PNG bytes): the shard 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from mosaic.checksums import digest_file
@@ -31,11 +32,30 @@ def expected_schema(man: dict):
         return None
 
 
+def _metadata_problem(got, want) -> str | None:
+    """What differs between the schema metadata of ``got`` and ``want``: the keys, and each value as
+    JSON (the ``huggingface`` key holds the features HF decodes the labels with: class names
+    reordered there would have HF read a red sample's label as another colour), or None."""
+    g, w = got.metadata or {}, want.metadata or {}
+    if set(g) != set(w):
+        return f"its footer's metadata keys are {sorted(k.decode('latin-1')[:40] for k in g)}, not {sorted(k.decode() for k in w)}"
+    for k in w:
+        try:
+            same = json.loads(g[k]) == json.loads(w[k])
+        except ValueError:
+            same = False
+        if not same:
+            return (f"its footer's {k.decode()!r} metadata is not the one mosaic writes for the spec (HF reads the features, "
+                    "and so the class names of the labels, from it)")
+    return None
+
+
 def _schema_problem(got, want) -> str | None:
     """What differs between a shard's Arrow schema ``got`` and mosaic's ``want`` (names, order and
-    types; the schema metadata aside), or None."""
+    types, then the schema metadata: :func:`_metadata_problem`), or None."""
     if got.equals(want, check_metadata=False):
-        return None
+        why = _metadata_problem(got, want)
+        return None if why is None else f"shard is damaged: {why}"
     g, w = {f.name: f.type for f in got}, {f.name: f.type for f in want}
     parts = []
     if missing := [n for n in w if n not in g]:

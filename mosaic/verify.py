@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import stat
 from dataclasses import dataclass, field
@@ -228,9 +229,10 @@ def card_damage(root: str | Path, man: dict) -> list[Damage]:
     before it was regenerated, would make ``datasets.load_dataset(DIR)`` serve that dataset's cached
     rows or read other files; a missing card makes HF guess the splits (``test_id`` and ``test_ood``
     merged) and take every file for data. Reads the card (at most :data:`CARD_LIMIT` bytes) and
-    parses its front matter with ``yaml.safe_load``. Returns ``[]`` or one Damage (``card``);
+    parses its front matter with huggingface_hub's ``DatasetCard``, as HF does. Returns ``[]`` or one Damage (``card``);
     ``--repair`` (or a rerun of generate) writes the card again."""
     import yaml
+    from huggingface_hub import DatasetCard
 
     root = Path(root)
     p = root / CARD
@@ -247,11 +249,19 @@ def card_damage(root: str | Path, man: dict) -> list[Damage]:
         if not p.is_file() or p.stat().st_size > CARD_LIMIT:
             raise ValueError(f"not a card of at most {CARD_LIMIT} bytes")
         text = p.read_bytes().decode("utf-8")
-        if not text.startswith("---\n") or "\n---\n" not in text[4:]:
-            raise ValueError("no YAML front matter")
-        head = yaml.safe_load(text[4:text.index("\n---\n", 4)])
+        # the header as HF finds it (huggingface_hub's own parser: its block ends at a `---` line with trailing
+        # spaces or tabs, or \r line ends, where a plain split would read on), so mosaic checks what HF reads
+        quiet = logging.getLogger("huggingface_hub.repocard")  # its 'metadata block was not found' warning: named below
+        level, quiet.level = quiet.level, logging.ERROR
+        try:
+            head = DatasetCard(text, ignore_metadata_errors=False).data.to_dict()
+        finally:
+            quiet.setLevel(level)
         want = card_yaml(spec_from_data(man["spec"]), man, man.get("storage", "imagefolder"))
-        if not isinstance(head, dict) or _configs_key(head.get("configs")) != _configs_key(want["configs"]):
+        if not head:
+            why = ("HF finds no YAML header, or an empty one, in it (its front matter ends at the first line of three dashes, trailing spaces "
+                   "allowed): HF would guess the splits, merging test_id and test_ood, and read any file as data")
+        elif not isinstance(head, dict) or _configs_key(head.get("configs")) != _configs_key(want["configs"]):
             why = ("its configs (the files datasets.load_dataset reads and the dataset's identity, which HF's cache key hashes) "
                    "are not this dataset's: a card copied from another dataset, or from this folder before it was regenerated, "
                    "would serve that dataset's cached rows")
@@ -423,12 +433,12 @@ def _verify_parquet(root: Path, man: dict, report: VerifyReport) -> None:
         report.damage.append(Damage(path, problem, msg))
 
 
-def file_kind_problem(p: Path) -> tuple[str, str] | None:
+def file_kind_problem(p: str | Path) -> tuple[str, str] | None:
     """None when ``p`` is a regular file, else ``(problem, detail)``: ``missing`` (absent, a folder
     standing where the file belongs, or a file standing where one of its folders belongs) or
     ``undecodable`` (a device, FIFO or socket, which is never opened: a FIFO would block)."""
     try:
-        st = p.stat()
+        st = os.stat(p)
     except FileNotFoundError:
         return "missing", "file is missing"
     except NotADirectoryError:
@@ -442,7 +452,7 @@ def file_kind_problem(p: Path) -> tuple[str, str] | None:
     return None
 
 
-def _png_state(p: Path, image_size: int | None, kind: str = "image",
+def _png_state(p: str | Path, image_size: int | None, kind: str = "image",
                recorded: str | None = None) -> tuple[tuple[str, str] | None, bytes | None]:
     """``(None, data)`` when the file is whole (signature, IHDR, IEND trailer) and, where the spec
     gives ``image_size``, a PNG in the form mosaic writes a ``kind`` (``image`` or ``mask``) of
@@ -458,8 +468,8 @@ def _png_state(p: Path, image_size: int | None, kind: str = "image",
         return not_file, None
     data = None
     try:
-        size = p.stat().st_size
-        with p.open("rb") as f:
+        size = os.stat(p).st_size
+        with open(p, "rb") as f:
             if image_size is not None and size <= max_png_bytes(image_size, kind):
                 data = f.read()
                 head, tail = data[:HEADER_BYTES], data[-12:]
@@ -498,6 +508,7 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
     recorded_bytes = (man.get("checksums") or {}).get("bytes", {})
     image_size = spec_image_size(man)
     spec = None
+    root_s = str(root)
     for split, info in man["splits"].items():
         n = int(info.get("count", 0))
         meta = root / split / "metadata.jsonl"
@@ -538,14 +549,14 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
                 if not name:
                     continue
                 rel = f"{split}/{name}"
-                p = root / rel
+                p = os.path.join(root_s, rel)  # a string: pathlib would intern every name part, a table that grows with the files
                 report.files += 1
                 recorded = sums.get(rel) if report.deep and sums is not None else None  # asked once: the digest list is read forward
                 state, data = _png_state(p, image_size, "image" if j == 0 else "mask", recorded)
                 if state is not None:
                     report.damage.append(Damage(rel, state[0], state[1], split, index))
                     continue
-                total += p.stat().st_size
+                total += os.stat(p).st_size
                 # with the bytes in hand _png_state has compared them with the recorded digest already (a file with no
                 # recorded digest differs from it)
                 if report.deep and sums is not None and (recorded is None or (data is None and sha256_file(p) != recorded)):

@@ -253,7 +253,7 @@ def test_parquet_to_imagefolder_export_never_writes_out_of_the_split(tmp_path):
     from mosaic.records import spec_from_data
 
     write_card(src, spec_from_data(man["spec"]), man, "parquet")
-    with pytest.raises(DatasetError, match="its image path is '../../escaped.png', not a file name under images/"):
+    with pytest.raises(DatasetError, match=r"its image path is '\.\./\.\./escaped\.png', not 'images/000001\.png'"):
         export(src, "imagefolder", tmp_path / "out")  # the source's own check names the row before anything is written
     assert not (tmp_path / "out").exists()
     assert not (tmp_path / "escaped.png").exists() and not (tmp_path.parent / "escaped.png").exists()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mosaic.dataset import iter_metadata
 from mosaic.errors import MosaicError
 from mosaic.evaluation.check import Evaluator, evaluator_accuracy, explanations, threshold_of
 from mosaic.spec import Spec
@@ -23,7 +24,7 @@ from mosaic.holdout import is_held_out
 from mosaic.png import FOREIGN_FORMATS, decode_image, eval_pixel_bound
 from mosaic.io import atomic_text_writer, check_output_dir
 from mosaic.records import spec_from_data
-from mosaic.verify import check_before_read
+from mosaic.verify import MANIFEST, check_before_read
 
 
 #: most bytes a metadata.jsonl to evaluate may hold (a record is about 1 KB: 1 GiB is a million images)
@@ -39,9 +40,13 @@ def read_folder(images_dir: str | Path) -> list[dict]:
     ``images/a.png``), and ``held_out``, when given, a JSON boolean (``"false"`` is refused: it would
     count as held out).
 
+    A split folder of a mosaic dataset (its parent holds ``manifest.json``) is read as every reader
+    of a dataset reads it: the dataset's quick check first (:func:`mosaic.verify.check_before_read`),
+    then its records by :func:`mosaic.dataset.iter_metadata` (each the record of its own sample).
+
     Raises:
         MosaicError: missing or malformed (not UTF-8, not JSON, nested too deep, a record without
-            ``file_name`` or ``concepts``), naming the line and the fix.
+            ``file_name`` or ``concepts``), naming the line and the fix; DatasetError: a damaged dataset.
     """
     d = Path(images_dir)
     meta = d / "metadata.jsonl"
@@ -53,6 +58,15 @@ def read_folder(images_dir: str | Path) -> list[dict]:
                           '({"file_name": "images/000000.png", "concepts": {...}, "held_out": false})')
     if meta.stat().st_size > MAX_METADATA_BYTES:
         raise MosaicError(f"{meta} holds {meta.stat().st_size:,} bytes, more than {MAX_METADATA_BYTES:,}: evaluate a smaller folder")
+    if (d.parent / MANIFEST).is_file():  # a split of a mosaic dataset: read as every reader of a dataset reads it
+        man = check_before_read(d.parent)  # damage, a foreign file, an edited spec: named, never scored
+        if d.name not in man.get("splits", {}):
+            raise MosaicError(f"{d} lies in the dataset {d.parent} but is not one of its splits ({', '.join(man.get('splits', {}))}): "
+                              f"give a split folder such as {d.parent / 'test_ood'}")
+        recs = list(iter_metadata(d.parent, d.name, man))  # each record its own sample's, index by index
+        if not recs:
+            raise MosaicError(f"{meta} holds no records: nothing to evaluate")
+        return recs
     recs = []
     seen: dict[str, int] = {}  # normalised file_name -> its first line: one image is scored for one record only
     with open(meta, "rb") as f:

@@ -1,0 +1,292 @@
+"""Hostile cases of a ninth attack on the data path (issue 23), each closed at its mechanism.
+
+- **A metadata line that parses to its record but is not mosaic's text** (a key given twice, where
+  ``json.loads`` keeps the last value and another reader the first; ``NaN``; keys reordered), resealed
+  with every digest: :func:`mosaic.checksums.text_problem` compares the line with
+  ``json.dumps(rec, sort_keys=True)`` in ``verify`` and in every reader.
+- **A record of another form** (a key mosaic never writes, a caption that is a number, a null concept
+  value, a scene object without its box), resealed: HF's JSON reader and the Parquet writer typed it
+  otherwise or failed with a pyarrow traceback. :func:`mosaic.record_form.record_form_check` checks
+  keys and JSON types at every depth against the spec's feature tree.
+- **A hard link planted at a sample's name**: ``verify --repair`` (and a generate rerun) opened the
+  existing inode and wrote through it into a file outside the dataset. Files are now created with
+  ``O_EXCL | O_NOFOLLOW`` after the name is unlinked.
+- **``mosaic evaluate`` on a split folder of a damaged dataset** scored it: a split of a mosaic
+  dataset is now read as every reader reads it (the quick check, then its own records).
+- **A Parquet footer whose ``huggingface`` features were edited** (class names reordered, so HF reads a
+  red sample's label as another colour), the shard resealed: the schema metadata is compared too.
+- **A card whose YAML header HF reads as empty** (a ``--- `` line with a trailing space closes HF's
+  block; ``yaml.safe_load`` of the plain split read on and found the configs): parsed with
+  huggingface_hub's own ``DatasetCard``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.cli import app
+from tests.test_attack_cases6 import _clean_exit_2, _reseal
+from tests.test_attack_cases7 import _reseal_shard
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """A 16 px dataset with instance masks (tests.test_diffusion.SPEC: 3 colours x 2 shapes, blue square held out)."""
+    from mosaic.dataset import generate
+    from mosaic.spec import parse_spec
+    from tests.test_diffusion import SPEC
+
+    root = tmp_path_factory.mktemp("form") / "data"
+    generate(parse_spec(SPEC), root, masks=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def pq_data(data, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("formpq") / "pq"
+    res = runner.invoke(app, ["export", str(data), "--format", "parquet", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def _copy(data: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "data"
+    shutil.copytree(data, root)
+    return root
+
+
+def _set_line(root: Path, line: int, text: str) -> None:
+    """Replace metadata line ``line`` (1-based) of the train split by ``text`` and reseal every digest."""
+    p = root / "train" / "metadata.jsonl"
+    lines = p.read_text().splitlines()
+    lines[line - 1] = text
+    p.write_text("\n".join(lines) + "\n")
+    _reseal(root)
+
+
+def _line(root: Path, line: int) -> str:
+    return (root / "train" / "metadata.jsonl").read_text().splitlines()[line - 1]
+
+
+def _refused_everywhere(tmp_path: Path, root: Path, said: str) -> None:
+    """verify (full and quick) names the line; export exits 2 writing nothing; every reader refuses."""
+    from mosaic.errors import DatasetError
+    from mosaic.hf_load import load_dataset
+    from mosaic.torch_data import MosaicDataset
+
+    for quick in ([], ["--quick"]):
+        res = runner.invoke(app, ["verify", str(root), *quick])
+        assert res.exit_code == 1 and "train/metadata.jsonl" in res.output, res.output
+        assert said in " ".join(res.output.split()), res.output
+    _clean_exit_2(runner.invoke(app, ["export", str(root), "--format", "parquet", "-o", str(tmp_path / "pq")]))
+    assert not (tmp_path / "pq" / "manifest.json").exists()
+    for read in (lambda: MosaicDataset(root, "train", load_masks=True),
+                 lambda: MosaicDataset(root, "train", load_masks=True, verify=False),
+                 lambda: load_dataset(root)):
+        with pytest.raises(DatasetError, match="metadata.jsonl"):
+            read()
+
+
+# ------------------------------------------------------------------------------------------------
+# a line that parses to a valid record but is not the text mosaic writes
+# ------------------------------------------------------------------------------------------------
+
+def _duplicate_caption(text: str) -> str:
+    """The caption key given twice: json.loads keeps the last (the true caption), a first-wins reader
+    would read 'a red circle'."""
+    return '{"caption": "a red circle", ' + text[1:]
+
+
+def _nan_center(text: str) -> str:
+    rec = json.loads(text)
+    rec["scene"]["objects"][0]["center"][0] = float("nan")
+    return json.dumps(rec, sort_keys=True)
+
+
+def _unsorted(text: str) -> str:
+    rec = json.loads(text)
+    return json.dumps(dict(reversed(list(rec.items()))))
+
+
+@pytest.mark.parametrize("edit, said", [
+    (_duplicate_caption, "a key given twice"),
+    (_nan_center, "not finite"),
+    (_unsorted, "not the JSON mosaic writes"),
+])
+def test_a_line_that_is_not_mosaics_text_for_its_record_is_refused_everywhere(tmp_path, data, edit, said):
+    root = _copy(data, tmp_path)
+    _set_line(root, 2, edit(_line(root, 2)))
+    _refused_everywhere(tmp_path, root, said)
+
+
+def test_the_canonical_text_of_every_shipped_line_passes_text_problem(data):
+    """No false alarm: every line generate wrote is its record's canonical text."""
+    from mosaic.checksums import text_problem
+
+    for split in ("train", "val", "test_id", "test_ood"):
+        for line in (data / split / "metadata.jsonl").read_text().splitlines():
+            assert text_problem(line, json.loads(line)) is None
+
+
+# ------------------------------------------------------------------------------------------------
+# a record of another form than mosaic's (canonical text, every digest resealed)
+# ------------------------------------------------------------------------------------------------
+
+def _form_edit(fn):
+    def edit(text: str) -> str:
+        rec = json.loads(text)
+        fn(rec)
+        return json.dumps(rec, sort_keys=True)
+    return edit
+
+
+@pytest.mark.parametrize("fn, said", [
+    (lambda r: r.update(note="x"), "key(s) note mosaic never writes"),
+    (lambda r: r.update(caption=7), "caption is '7' (int), not a JSON string"),
+    (lambda r: r.pop("num_objects"), "it has no num_objects"),
+    (lambda r: r["scene"]["objects"][0].pop("bbox"), "scene.objects[0] has"),
+    (lambda r: r["scene"].update(objects={"0": 1}), "scene.objects is a dict, not a list"),
+    (lambda r: r["scene"]["objects"][0].update(size="0.5"), "scene.objects[0].size is '0.5' (str), not a JSON float64"),
+    (lambda r: r.update(num_objects=True), "num_objects is 'True' (bool), not a JSON int64"),
+])
+def test_a_record_of_another_form_resealed_is_refused_everywhere(tmp_path, data, fn, said):
+    root = _copy(data, tmp_path)
+    _set_line(root, 2, _form_edit(fn)(_line(root, 2)))
+    _refused_everywhere(tmp_path, root, said)
+
+
+def test_a_null_concept_value_is_refused(data):
+    """A concept's value is never null: mosaic draws every concept for every sample."""
+    from mosaic.record_form import record_form_check
+    from mosaic.records import spec_from_data
+
+    man = json.loads((data / "manifest.json").read_text())
+    check = record_form_check(spec_from_data(man["spec"]))
+    rec = json.loads((data / "train" / "metadata.jsonl").read_text().splitlines()[0])
+    assert check(rec) is None
+    bad = json.loads(json.dumps(rec))
+    bad["concepts"]["color"] = None
+    assert "concepts.color" in check(bad)
+    bad = json.loads(json.dumps(rec))
+    bad["labels"]["shape"] = 2  # only circle (0) and square (1)
+    assert "label index 0-1" in check(bad)
+
+
+# ------------------------------------------------------------------------------------------------
+# no write through a hard link planted at a sample's name
+# ------------------------------------------------------------------------------------------------
+
+def test_repair_never_writes_through_a_hard_link_at_a_samples_name(tmp_path, data):
+    root = _copy(data, tmp_path)
+    outside = tmp_path / "someone_elses.png"
+    outside.write_bytes(b"not yours to overwrite")
+    target = root / "train" / "images" / "000001.png"
+    target.unlink()
+    os.link(outside, target)  # the dataset's name and the outside file share one inode
+    res = runner.invoke(app, ["verify", str(root), "--repair"])
+    assert res.exit_code == 0, res.output
+    assert outside.read_bytes() == b"not yours to overwrite"
+    assert os.stat(target).st_ino != os.stat(outside).st_ino
+    assert runner.invoke(app, ["verify", str(root)]).exit_code == 0
+
+
+def test_write_file_replaces_a_symlink_and_an_old_file_without_touching_their_targets(tmp_path):
+    from mosaic.dataset import _write_file
+
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    link = tmp_path / "link.png"
+    link.symlink_to(victim)
+    _write_file(str(link), b"new")
+    assert victim.read_bytes() == b"keep" and not link.is_symlink() and link.read_bytes() == b"new"
+    _write_file(str(link), b"newer")  # a rerun over its own old file
+    assert link.read_bytes() == b"newer"
+
+
+# ------------------------------------------------------------------------------------------------
+# mosaic evaluate on a split folder of a dataset reads it as every reader does
+# ------------------------------------------------------------------------------------------------
+
+def test_evaluate_on_a_split_of_a_damaged_dataset_refuses_it(tmp_path, data):
+    root = _copy(data, tmp_path)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(json.loads((root / "manifest.json").read_text())["spec"]))
+    ok = runner.invoke(app, ["evaluate", str(root / "test_ood"), "--spec", str(spec), "--check-n", "0"])
+    assert ok.exit_code == 0, ok.output
+    img = root / "test_ood" / "images" / "000000.png"
+    other = root / "train" / "images" / "000000.png"
+    img.write_bytes(other.read_bytes())  # a seen image standing for a held-out one, digests left as they were
+    _clean_exit_2(runner.invoke(app, ["evaluate", str(root / "test_ood"), "--spec", str(spec), "--check-n", "0"]),
+                  "test_ood/images/000000.png")
+
+
+def test_evaluate_on_a_folder_inside_a_dataset_that_is_no_split_is_refused(tmp_path, data):
+    root = _copy(data, tmp_path)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(json.loads((root / "manifest.json").read_text())["spec"]))
+    extra = root / "mine"
+    shutil.copytree(root / "test_ood", extra)
+    res = runner.invoke(app, ["evaluate", str(extra), "--spec", str(spec), "--check-n", "0"])
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+
+
+# ------------------------------------------------------------------------------------------------
+# a Parquet footer whose HF features were edited
+# ------------------------------------------------------------------------------------------------
+
+def _swap_class_names(t):
+    meta = dict(t.schema.metadata)
+    hf = json.loads(meta[b"huggingface"])
+    names = hf["info"]["features"]["labels"]["color"]["names"]
+    names[0], names[1] = names[1], names[0]
+    meta[b"huggingface"] = json.dumps(hf).encode()
+    return t.replace_schema_metadata(meta)
+
+
+def _drop_footer_key(t):
+    return t.replace_schema_metadata({})
+
+
+@pytest.mark.parametrize("edit, said", [(_swap_class_names, "'huggingface' metadata"), (_drop_footer_key, "metadata keys")])
+def test_a_parquet_footer_with_edited_features_resealed_is_refused(tmp_path, pq_data, edit, said):
+    from mosaic.errors import DatasetError
+    from mosaic.torch_data import MosaicDataset
+
+    root = tmp_path / "pq"
+    shutil.copytree(pq_data, root)
+    where = _reseal_shard(root, edit)
+    res = runner.invoke(app, ["verify", str(root)])
+    assert res.exit_code == 1 and where in res.output and said in " ".join(res.output.split()), res.output
+    with pytest.raises(DatasetError):
+        MosaicDataset(root, "train")
+
+
+# ------------------------------------------------------------------------------------------------
+# the card's YAML header as HF reads it
+# ------------------------------------------------------------------------------------------------
+
+def test_a_card_whose_header_hf_reads_as_empty_is_damage(tmp_path, data):
+    root = _copy(data, tmp_path)
+    card = root / "README.md"
+    card.write_text("---\n\n--- \n" + card.read_text()[4:])  # HF closes its block at the "--- " line: an empty header; a plain split reads on to the configs
+    res = runner.invoke(app, ["verify", str(root)])
+    assert res.exit_code == 1 and "an empty one" in " ".join(res.output.split()), res.output
+    assert runner.invoke(app, ["verify", str(root), "--repair"]).exit_code == 0
+    assert runner.invoke(app, ["verify", str(root)]).exit_code == 0
+
+
+def test_a_card_with_crlf_line_ends_is_read_as_hf_reads_it(tmp_path, data):
+    """A card saved with Windows line ends: HF reads the same header, so it is no damage."""
+    root = _copy(data, tmp_path)
+    card = root / "README.md"
+    card.write_bytes(card.read_bytes().replace(b"\n", b"\r\n"))
+    res = runner.invoke(app, ["verify", str(root)])
+    assert res.exit_code == 0, res.output
