@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 from typer.testing import CliRunner
 
@@ -53,13 +54,15 @@ def test_evaluate_scores_a_folder_seen_and_held_out(tmp_path, write_spec):
 
 def test_evaluate_reports_wrong_images_with_reasons(tmp_path, write_spec):
     p, root = _dataset(tmp_path, write_spec)
-    meta = root / "test_ood" / "metadata.jsonl"
+    folder = tmp_path / "model_images"  # a folder of images outside the dataset (a split inside one gets its quick check)
+    shutil.copytree(root / "test_ood", folder)
+    meta = folder / "metadata.jsonl"
     recs = [json.loads(line) for line in meta.read_text().splitlines()]
     recs[0]["concepts"]["count"] = recs[0]["concepts"]["count"] % 10 + 1  # claim another count
     recs[0].pop("held_out", None)  # its flag would now contradict the spec (refused): the spec decides
     meta.write_text("".join(json.dumps(r) + "\n" for r in recs))
     out = tmp_path / "scores"
-    r = runner.invoke(app, ["evaluate", str(root / "test_ood"), "--spec", str(p), "--out", str(out), "--check-n", "0"])
+    r = runner.invoke(app, ["evaluate", str(folder), "--spec", str(p), "--out", str(out), "--check-n", "0"])
     assert r.exit_code == 0, r.output
     m = json.loads((out / "metrics.json").read_text())
     assert m["overall"]["accuracy"]["count"] == 0.9 and m["overall"]["count_mae"]["count"] > 0
