@@ -141,8 +141,10 @@ def feature_tree(spec: Spec, masks: bool = False, image_column: bool = True) -> 
     cols.update({
         "index": ("value", "int64"),
         "split": ("value", "string"),
-        "concepts": ("struct", {c: ("value", _dtype_of_domain(k.domain)) for c, k in spec.concepts.items()}),
-        "labels": ("struct", {c: ("class_label", [str(v) for v in k.domain]) for c, k in spec.concepts.items()}),
+        # concepts by name, the order of the record's JSON keys: a spec read back from a manifest (stored with sorted keys)
+        # lists them so, the spec file may not; the card and the shards' schema must not depend on which one built them
+        "concepts": ("struct", {c: ("value", _dtype_of_domain(k.domain)) for c, k in sorted(spec.concepts.items())}),
+        "labels": ("struct", {c: ("class_label", [str(v) for v in k.domain]) for c, k in sorted(spec.concepts.items())}),
         "combination": ("list", ("value", "string")),
         "held_out": ("value", "bool"),
         "caption": ("value", "string"),

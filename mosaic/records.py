@@ -352,9 +352,78 @@ def record_claims(spec: Spec, split: str):
         if "combination" in rec and rec["combination"] != (None if combo is None else list(combo)) \
                 and rec["combination"] != (None if combo is None else [str(v) for v in combo]):
             return f"combination is {str(rec['combination'])[:60]}, not its concepts' {None if combo is None else list(combo)}"
+        if isinstance(rec.get("scene"), dict):  # a Parquet row read without its scene column is checked without it
+            return own(rec)
+        return None
+
+    own = scene_record_check(spec, split)
+    return check
+
+
+def scene_record_check(spec: Spec, split: str):
+    """``check(rec)``: why a record (of :func:`record_claims`' form, its concepts already values of their
+    domains) is not the record its own scene graph gives, or None. The scene graph round-trips through
+    JSON exactly (:data:`mosaic.scene.COORD_DECIMALS`), and labels, caption, ``num_objects`` and every
+    box are pure functions of it, so the record is built again from ``rec["scene"]`` as the generator
+    builds it (:func:`mosaic.recordline.record_line`, else :func:`_record`) and compared: a caption
+    edited to another scene's (``a red square`` on a blue circle), a ``num_objects``, ``bbox``, ``rgb``
+    or object ``color`` that is not the scene's, each resealed with every digest, is refused. (Moving
+    the concepts, scene graph *and* caption together to another seen value is
+    ``mosaic verify --against-spec``'s.) A graph of more objects than the spec can place is refused
+    before any pair of them is compared. ~15 us a record of one object."""
+    from mosaic.recordline import record_line
+    from mosaic.scene3d import scene_from_dict
+    from mosaic.spec import repeat_bounds
+
+    most = sum(repeat_bounds(spec, t)[1] for t in [*spec.objects, *spec.distractors])
+    palette, background = spec.palette, spec.background_rgb()
+
+    def check(rec: dict) -> str | None:
+        graph = rec["scene"]
+        objs = graph.get("objects")
+        if isinstance(objs, list) and len(objs) > most:
+            return f"its scene graph holds {len(objs):,} objects, more than the spec places in a scene ({most})"
+        index, mask = rec.get("index"), rec.get("mask_file_name")
+        try:
+            scene = scene_from_dict(graph)
+            if scene.image_size != spec.image.size:
+                return f"its scene graph's image_size is {graph.get('image_size')!r}, not the spec's {spec.image.size}"
+            if list(scene.background) != list(background):
+                return f"its scene graph's background is {str(graph.get('background'))[:40]}, not the spec's {list(background)}"
+            for i, o in enumerate(scene.objects):  # the colour a name is drawn in is the spec's
+                if o.color not in palette or list(o.rgb) != list(palette[o.color]):
+                    return (f"its scene graph's scene.objects.{i}.rgb is {str(list(o.rgb))[:40]}, not the spec's for colour {str(o.color)[:40]!r} "
+                            f"({list(palette[o.color]) if o.color in palette else 'no such colour'})")
+            fast = record_line(spec, scene, rec["concepts"], split, index, mask, graph=False)
+            want = fast[1] if fast is not None else _record(spec, split, index, scene, rec["concepts"])
+            if mask is not None:
+                want["mask_file_name"] = mask
+            want["scene"] = scene_graph(scene)
+        except LayoutError:
+            return "its concepts are not the ones its own scene graph shows"
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as e:
+            return f"its scene graph is not one mosaic draws ({type(e).__name__}: {str(e)[:60]})"
+        bad = sorted(k for k in set(want) | set(rec) if want.get(k) != rec.get(k))
+        if bad:
+            what = bad[0] if bad[0] != "scene" else _first_difference(want["scene"], rec["scene"], "scene")
+            return (f"{what} is not what its own scene graph gives (the generator's caption, counts and boxes are functions of "
+                    f"the scene): {str(rec.get(bad[0]) if bad[0] != 'scene' else what)[:60]!r}")
         return None
 
     return check
+
+
+def _first_difference(want, got, path: str) -> str:
+    """The dotted path of the first place where two JSON values differ."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        for k in sorted(set(want) | set(got)):
+            if want.get(k) != got.get(k):
+                return _first_difference(want.get(k), got.get(k), f"{path}.{k}")
+    if isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
+        for i, (a, b) in enumerate(zip(want, got)):
+            if a != b:
+                return _first_difference(a, b, f"{path}.{i}")
+    return path
 
 
 def count_problem(man: dict) -> str | None:

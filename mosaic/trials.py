@@ -112,6 +112,24 @@ def _trial_raw(t: dict) -> dict:
     return raw
 
 
+def _read_trial_config(p: Path, tdir: Path) -> Any:
+    """A trial folder's ``config.yaml`` as the user's YAML files are read (:func:`mosaic.overrides.read_yaml_file`:
+    UTF-8 of bounded size, safe tags only, no key twice, aliases and nesting bounded).
+
+    Raises:
+        SweepError: naming the file, what is wrong, and the fix (a ``!!python/object`` tag, bytes that are not
+            UTF-8 or YAML nested 100,000 deep were a ConstructorError / UnicodeDecodeError / RecursionError
+            traceback on a rerun of the sweep).
+    """
+    from mosaic.overrides import read_yaml_file
+
+    def damaged(where: str, message: str) -> SweepError:
+        return SweepError(f"{p} is damaged ({message}): delete the trial folder {tdir} to run that trial again, or run the "
+                          "sweep into a new folder (--out)")
+
+    return read_yaml_file(p, damaged, kind="trial config")
+
+
 def _refuse_changed_trials(trials: list[dict]) -> None:
     """A trial folder left by an earlier run of the sweep must hold the same config: a finished
     trial would otherwise be skipped and its old results reported under the new config.
@@ -127,7 +145,7 @@ def _refuse_changed_trials(trials: list[dict]) -> None:
             continue
         # where the run folder and its dataset lie is no difference: a moved or copied sweep folder resumes (the
         # run checks its dataset's identity itself, mosaic.lab.run_folder.RunFolder.open)
-        diff = [d for d in config_diff(yaml.safe_load(p.read_text()), _trial_raw(t)) if d not in ("out", "dataset.path")]
+        diff = [d for d in config_diff(_read_trial_config(p, t["dir"]), _trial_raw(t)) if d not in ("out", "dataset.path")]
         if diff:
             changed.append(f"  {t['id']} ({read_status(t['dir']).get('status', 'unknown')}): {', '.join(diff[:6])}")
     if changed:

@@ -148,7 +148,35 @@ def read_manifest_checked(root: str | Path) -> dict:
                                               and "/" not in rec.get("file", CHECKSUMS) and isinstance(rec.get("sha256"), str)):
         raise DatasetError(f"{path} is damaged (its checksums record is not a mapping naming {CHECKSUMS} and its sha256): restore "
                            f"the file from a copy, or regenerate with `mosaic generate SPEC --out {root} --overwrite`")
+    if (why := _record_shape_problem(man)) is not None:  # what the checks below index and compare, of the types mosaic writes
+        raise DatasetError(f"{path} is damaged ({why}): restore the file from a copy, or regenerate with "
+                           f"`mosaic generate SPEC --out {root} --overwrite`")
     return man
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _record_shape_problem(man: dict) -> str | None:
+    """Why the manifest's fields the checks read besides the spec and the counts are not of the types
+    mosaic writes, or None: ``checksums.files`` a count, ``checksums.bytes`` a mapping of the manifest's
+    splits to counts (``"bytes": 5`` was a TypeError traceback, exit 1), ``masks`` a boolean (``"no"``
+    read as true), ``storage`` ``imagefolder`` or ``parquet``, ``status`` and ``fingerprint`` strings."""
+    rec = man.get("checksums") or {}
+    if "files" in rec and not _count(rec["files"]):
+        return f"checksums.files is {str(rec['files'])[:40]!r}, not a number of files"
+    b = rec.get("bytes", {})
+    if not isinstance(b, dict) or any(k not in man["splits"] or not _count(v) for k, v in b.items()):
+        return f"checksums.bytes is {str(b)[:60]!r}, not a mapping of the manifest's splits to byte counts"
+    if not isinstance(man.get("masks", False), bool):
+        return f"masks is {str(man.get('masks'))[:40]!r}, not true or false"
+    if man.get("storage", "imagefolder") not in ("imagefolder", "parquet"):
+        return f"storage is {str(man.get('storage'))[:40]!r}, not imagefolder or parquet"
+    for key in ("status", "fingerprint"):
+        if key in man and not isinstance(man[key], str):
+            return f"{key} is {str(man[key])[:40]!r}, not a string"
+    return None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -525,10 +553,14 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
                 spec = spec_from_data(man["spec"])
             # line by line, no record held; each record's claims against the spec (a leak past the holdout: ~5 us a record)
             scan = scan_metadata(meta, masks, claims=None if spec is None else record_claims(spec, split))
+            altered = sums is not None and scan.sha256 != sums.get(rel_meta)
             for k, why in scan.claims:
+                if altered:  # changed after generation (its digest no longer agrees): --repair writes the line again
+                    report.damage.append(Damage(f"{rel_meta}:{k + 1}", "metadata", f"{why} (the file's sha256 differs from the "
+                                                "recorded one)", split, k))
+                    continue
                 report.damage.append(Damage(f"{rel_meta}:{k + 1}", CLAIMS, why, split))
                 report.repairable = False
-            altered = sums is not None and scan.sha256 != sums.get(rel_meta)
             bad_lines = scan.bad_lines
             if scan.lines != n:
                 report.damage.append(Damage(rel_meta, "truncated" if scan.lines < n else "altered",

@@ -66,8 +66,8 @@ def test_yaml_error_and_impossible_layout_write_nothing(tmp_path, write_spec):
     p = write_spec("""
     name: crowded
     image: {size: 32}
-    concepts: {n: {range: [30, 30]}}
-    objects: [{name: a, shape: circle, color: red, size: 0.2, repeat: {concept: n}}]
+    concepts: {count: {range: [30, 30]}}
+    objects: [{name: a, shape: circle, color: red, size: 0.2, repeat: {concept: count}}]
     """)
     r = runner.invoke(app, ["generate", str(p), "--out", str(tmp_path / "b")])
     assert r.exit_code == 2 and "objects[0].repeat up to 30" in r.output and not (tmp_path / "b").exists()

@@ -140,12 +140,12 @@ def test_unused_and_unknown_concepts():
     # the hint binds each kind of concept the way it can be bound
     d = base()
     d["concepts"]["rel"] = {"values": ["left_of", "above"]}
-    d["concepts"]["n"] = {"range": [1, 3]}
+    d["concepts"]["k"] = {"range": [1, 3]}
     with pytest.raises(SpecError) as e:
         parse_spec(d)
     p = problems_of(e)
     assert "relations: [{subject: A, relation: {concept: rel}, object: B}]" in p["concepts.rel"]
-    assert "repeat: {concept: n}" in p["concepts.n"]
+    assert "repeat: {concept: k}" in p["concepts.k"]
 
 
 def test_lookalike_templates_with_distractors_are_rejected():
