@@ -31,11 +31,12 @@ from mosaic.hf import hf_record
 from mosaic.holdout import HELD_OUT, SEEN, combination_of, is_held_out
 from mosaic.labels import _caption, _read_labels, assign_templates
 from mosaic.scene import Scene
+from mosaic.scene3d import scene_from_dict
 from mosaic.png import encode_png
 from mosaic.record_form import record_form_check
 from mosaic.recordline import record_line
 from mosaic.sampling import sample_scene
-from mosaic.spec import Spec, parse_spec
+from mosaic.spec import Spec, parse_spec, repeat_bounds
 from mosaic.vocab import SHAPES
 from mosaic.io import loads_json, output_dir_problem
 
@@ -371,10 +372,6 @@ def scene_record_check(spec: Spec, split: str):
     the concepts, scene graph *and* caption together to another seen value is
     ``mosaic verify --against-spec``'s.) A graph of more objects than the spec can place is refused
     before any pair of them is compared. ~15 us a record of one object."""
-    from mosaic.recordline import record_line
-    from mosaic.scene3d import scene_from_dict
-    from mosaic.spec import repeat_bounds
-
     most = sum(repeat_bounds(spec, t)[1] for t in [*spec.objects, *spec.distractors])
     palette, background = spec.palette, spec.background_rgb()
 

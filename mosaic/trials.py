@@ -27,6 +27,7 @@ from mosaic.evaluation.cell_sets import cell_set_columns
 from mosaic.evaluation.table import check_row, table_columns
 from mosaic.io import atomic_write, atomic_writer, make_output_dir, open_append, read_json
 from mosaic.lab.config import config_diff, read_config_yaml, validate_config
+from mosaic.overrides import read_yaml_file
 from mosaic.sweep import LABEL, SweepSpec, expand, trial_config, trial_id
 from mosaic.vocab import closest
 
@@ -121,7 +122,6 @@ def _read_trial_config(p: Path, tdir: Path) -> Any:
             UTF-8 or YAML nested 100,000 deep were a ConstructorError / UnicodeDecodeError / RecursionError
             traceback on a rerun of the sweep).
     """
-    from mosaic.overrides import read_yaml_file
 
     def damaged(where: str, message: str) -> SweepError:
         return SweepError(f"{p} is damaged ({message}): delete the trial folder {tdir} to run that trial again, or run the "

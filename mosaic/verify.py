@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import stat
 from dataclasses import dataclass, field
@@ -39,7 +38,8 @@ from mosaic.errors import DatasetError, MosaicError
 from mosaic.io import loads_json
 from mosaic.png import HEADER_BYTES, SIGNATURE, max_png_bytes, png_header_problem, png_structure_problem
 from mosaic.shard_checks import check_shards, spec_image_size  # noqa: F401 - check_shards re-exported
-from mosaic.hf import CARD, card_yaml
+from mosaic.card_check import card_problem
+from mosaic.hf import CARD
 from mosaic.records import count_problem, record_claims, sample_record, shards_problem, spec_from_data, unfinished_hint
 
 MANIFEST = "manifest.json"
@@ -246,75 +246,12 @@ def verify(root: str | Path, deep: bool = False, manifest: dict | None = None, s
 
 
 #: the most bytes of a dataset card read (mosaic's cards are a few KB; a huge file is not one)
-CARD_LIMIT = 4 * 2**20
-
-
 def card_damage(root: str | Path, man: dict) -> list[Damage]:
-    """The card (``README.md``) as HF reads it: its whole YAML header (``configs``: the file patterns,
-    features and the dataset's identity, which HF's cache key hashes, :func:`mosaic.hf.identity`;
-    ``dataset_info``, whose features HF decodes the ``ClassLabel`` columns with) must be exactly
-    what mosaic writes for this manifest. A card copied from another dataset, or from this folder
-    before it was regenerated, would make ``datasets.load_dataset(DIR)`` serve that dataset's cached
-    rows or read other files; a missing card makes HF guess the splits (``test_id`` and ``test_ood``
-    merged) and take every file for data. Reads the card (at most :data:`CARD_LIMIT` bytes) and
-    parses its front matter with huggingface_hub's ``DatasetCard``, as HF does. Returns ``[]`` or one Damage (``card``);
-    ``--repair`` (or a rerun of generate) writes the card again."""
-    import yaml
-    from huggingface_hub import DatasetCard
-
-    root = Path(root)
-    p = root / CARD
-    if p.is_symlink():
-        if man.get("storage", "imagefolder") != "parquet":
-            return []  # named by stray_entries
-        return [Damage(CARD, "link", "a symbolic link stands where the dataset's card belongs: it is never followed; "
-                                     "--repair (or a rerun of generate) writes the card in its place")]
-    if not p.exists():
-        return [Damage(CARD, "card", "missing: datasets.load_dataset(DIR) would guess the splits (merging test_id and test_ood) "
-                                     "and read any file as data; --repair writes it")]
-    why = None
-    try:
-        if not p.is_file() or p.stat().st_size > CARD_LIMIT:
-            raise ValueError(f"not a card of at most {CARD_LIMIT} bytes")
-        text = p.read_bytes().decode("utf-8")
-        # the header as HF finds it (huggingface_hub's own parser: its block ends at a `---` line with trailing
-        # spaces or tabs, or \r line ends, where a plain split would read on), so mosaic checks what HF reads
-        quiet = logging.getLogger("huggingface_hub.repocard")  # its 'metadata block was not found' warning: named below
-        level, quiet.level = quiet.level, logging.ERROR
-        try:
-            head = DatasetCard(text, ignore_metadata_errors=False).data.to_dict()
-        finally:
-            quiet.setLevel(level)
-        want = card_yaml(spec_from_data(man["spec"]), man, man.get("storage", "imagefolder"))
-        if not head:
-            why = ("HF finds no YAML header, or an empty one, in it (its front matter ends at the first line of three dashes, trailing spaces "
-                   "allowed): HF would guess the splits, merging test_id and test_ood, and read any file as data")
-        elif not isinstance(head, dict) or _configs_key(head.get("configs")) != _configs_key(want["configs"]):
-            why = ("its configs (the files datasets.load_dataset reads and the dataset's identity, which HF's cache key hashes) "
-                   "are not this dataset's: a card copied from another dataset, or from this folder before it was regenerated, "
-                   "would serve that dataset's cached rows")
-        elif {k: v for k, v in head.items() if k != "configs"} != {k: v for k, v in want.items() if k != "configs"}:
-            why = ("its YAML header is not the one mosaic writes for this dataset (dataset_info's features, which HF decodes "
-                   "the labels with, or another field was edited or added): HF would read the rows with it")
-    except (OSError, ValueError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
-        why = f"unreadable ({type(e).__name__}: {str(e)[:120]})"
-    except MosaicError:
-        return []  # the spec itself is refused: named by the fingerprint check
-    return [Damage(CARD, "card", why + "; --repair (or a rerun of generate) writes it again")] if why else []
-
-
-def _configs_key(configs) -> object:
-    """A card's ``configs`` with each config's ``data_files`` as split -> patterns (a manifest read
-    back from disk lists its splits sorted: the order of the splits is no difference)."""
-    if not isinstance(configs, list):
-        return configs
-    out = []
-    for c in configs:
-        if isinstance(c, dict) and isinstance(c.get("data_files"), list):
-            files = c["data_files"]
-            c = {**c, "data_files": sorted((json.dumps(d, sort_keys=True) for d in files))}
-        out.append(c)
-    return out
+    """The card (``README.md``) as HF reads it (:func:`mosaic.card_check.card_problem`): ``[]`` or one
+    Damage (``card``, or ``link`` for a Parquet dataset's card); ``--repair`` (or a rerun of generate)
+    writes the card again."""
+    found = card_problem(root, man)
+    return [] if found is None else [Damage(CARD, *found)]
 
 
 #: names a dataset root may hold besides its splits (dot-names too: ``.mosaic``, a desktop's ``.DS_Store``)

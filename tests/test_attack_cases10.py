@@ -16,7 +16,7 @@
   metric): a zero-width space, a right-to-left override, a decomposed accent (NFD), a Cyrillic letter
   in a Latin name, ``Red`` beside ``red``, a ``|`` (two combinations on one cell key: ``x|y`` + ``z`` and
   ``x`` + ``y|z``), a concept named ``joint`` or ``n`` (its accuracy overwritten in the evaluation
-  table), a concept name with ``/`` or ``.``, a 100,000-character name. :func:`mosaic.grammar.name_problem`
+  table), a concept name with ``/`` or ``.``, a 100,000-character name. :func:`mosaic.spec_names.name_problem`
   refuses them when the spec is parsed (the manifest's spec too).
 - **A manifest field of another type** (``checksums.bytes: 5``, a list, ``checksums.files: "x"``,
   ``masks: "no"``, ``storage: 5``, ``status: [..]``): a TypeError traceback with exit 1, or read as
