@@ -290,3 +290,50 @@ def test_a_card_with_crlf_line_ends_is_read_as_hf_reads_it(tmp_path, data):
     card.write_bytes(card.read_bytes().replace(b"\n", b"\r\n"))
     res = runner.invoke(app, ["verify", str(root)])
     assert res.exit_code == 0, res.output
+
+
+def test_the_compiled_form_walk_judges_as_the_message_walk(data):
+    """record_form_check's fast predicates (compiled once per spec) and the walk that builds the
+    message agree on random mutations of real records: a value swapped for another JSON type, a key
+    dropped, an item appended, at every depth."""
+    import copy
+    import random
+
+    from mosaic.hf import feature_tree
+    from mosaic.record_form import _compile, _node_problem
+    from mosaic.records import spec_from_data
+
+    rng = random.Random(0)
+    spec = spec_from_data(json.loads((data / "manifest.json").read_text())["spec"])
+    fields = {k: v for k, v in feature_tree(spec, masks=True, image_column=False).items() if k != "mask_file_name"}
+    fast = {k: _compile(v) for k, v in fields.items()}
+    values = [None, True, 0, 1, -1, 2, 1.5, float("nan"), float("inf"), "x", [], {}, [1], {"a": 1}]
+
+    def paths(o, pre=()):
+        yield pre
+        items = o.items() if isinstance(o, dict) else enumerate(o) if isinstance(o, list) else ()
+        for k, v in items:
+            yield from paths(v, (*pre, k))
+
+    recs = [json.loads(x) for x in (data / "train" / "metadata.jsonl").read_text().splitlines()][:10]
+    refused = 0
+    for rec in recs:
+        spots = [p for p in paths(rec) if p]
+        for _ in range(60):
+            m = copy.deepcopy(rec)
+            *head, last = rng.choice(spots)
+            o = m
+            for k in head:
+                o = o[k]
+            if rng.random() < 0.75 or isinstance(o, list) and rng.random() < 0.5:
+                o[last] = rng.choice(values)
+            elif isinstance(o, dict):
+                o.pop(last)
+            else:
+                o.append(rng.choice(values))
+            for k, node in fields.items():
+                if k in m:
+                    ok = fast[k](m[k])
+                    assert ok == (_node_problem(m[k], node, k) is None), (k, m[k])
+                    refused += not ok
+    assert refused > 300  # the mutations did reach the checks
