@@ -41,20 +41,9 @@ from typer.testing import CliRunner
 from mosaic.cli import app
 from tests.test_attack_cases6 import _clean_exit_2, _reseal
 from tests.test_attack_cases7 import _reseal_shard
+from tests.test_attack_cases8 import data  # noqa: F401 (fixture: a 16 px dataset with masks)
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    """A 16 px dataset with instance masks (tests.test_diffusion.SPEC)."""
-    from mosaic.dataset import generate
-    from mosaic.spec import parse_spec
-    from tests.test_diffusion import SPEC
-
-    root = tmp_path_factory.mktemp("scene") / "data"
-    generate(parse_spec(SPEC), root, masks=True)
-    return root
 
 
 def _copy(data: Path, tmp_path: Path) -> Path:

@@ -334,6 +334,20 @@ def _set_index(rows, k, value):
     return rows
 
 
+def _swap_class_names(t):
+    """The footer's HF features with two colour class names swapped (attack 9): HF would read labels with them."""
+    meta = dict(t.schema.metadata)
+    hf = json.loads(meta[b"huggingface"])
+    names = hf["info"]["features"]["labels"]["color"]["names"]
+    names[0], names[1] = names[1], names[0]
+    meta[b"huggingface"] = json.dumps(hf).encode()
+    return t.replace_schema_metadata(meta)
+
+
+def _drop_footer_key(t):
+    return t.replace_schema_metadata({})
+
+
 @pytest.mark.parametrize("edit, said", [
     (_drop("index"), "no column index"),
     (_drop("caption"), "no column caption"),
@@ -346,6 +360,8 @@ def _set_index(rows, k, value):
     (_rows(lambda r: _set_index(r, 1, 999)), "holds index 999"),
     (_rows(lambda r: _set_index(r, 1, None)), "holds index None"),
     (_rows(lambda r: [dict(x, image=dict(x["image"], path="../../x.png")) if x["index"] == 1 else x for x in r]), "'../../x.png'"),
+    (_swap_class_names, "'huggingface' metadata"),
+    (_drop_footer_key, "metadata keys"),
 ])
 def test_a_parquet_shard_of_another_schema_or_row_order_resealed_is_refused(tmp_path, pq_data, edit, said):
     from mosaic.errors import DatasetError

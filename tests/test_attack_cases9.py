@@ -14,7 +14,8 @@
 - **``mosaic evaluate`` on a split folder of a damaged dataset** scored it: a split of a mosaic
   dataset is now read as every reader reads it (the quick check, then its own records).
 - **A Parquet footer whose ``huggingface`` features were edited** (class names reordered, so HF reads a
-  red sample's label as another colour), the shard resealed: the schema metadata is compared too.
+  red sample's label as another colour), the shard resealed: the schema metadata is compared too
+  (its cases sit with the other shard edits in tests/test_attack_cases7.py).
 - **A card whose YAML header HF reads as empty** (a ``--- `` line with a trailing space closes HF's
   block; ``yaml.safe_load`` of the plain split read on and found the configs): parsed with
   huggingface_hub's own ``DatasetCard``.
@@ -33,28 +34,9 @@ from typer.testing import CliRunner
 from mosaic.cli import app
 from tests.test_attack_cases6 import _clean_exit_2, _reseal
 from tests.test_attack_cases7 import _reseal_shard
+from tests.test_attack_cases8 import _refused_everywhere, data, pq_data  # noqa: F401 (fixtures: a 16 px dataset with masks, its Parquet form)
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    """A 16 px dataset with instance masks (tests.test_diffusion.SPEC: 3 colours x 2 shapes, blue square held out)."""
-    from mosaic.dataset import generate
-    from mosaic.spec import parse_spec
-    from tests.test_diffusion import SPEC
-
-    root = tmp_path_factory.mktemp("form") / "data"
-    generate(parse_spec(SPEC), root, masks=True)
-    return root
-
-
-@pytest.fixture(scope="module")
-def pq_data(data, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("formpq") / "pq"
-    res = runner.invoke(app, ["export", str(data), "--format", "parquet", "-o", str(out)])
-    assert res.exit_code == 0, res.output
-    return out
 
 
 def _copy(data: Path, tmp_path: Path) -> Path:
@@ -74,25 +56,6 @@ def _set_line(root: Path, line: int, text: str) -> None:
 
 def _line(root: Path, line: int) -> str:
     return (root / "train" / "metadata.jsonl").read_text().splitlines()[line - 1]
-
-
-def _refused_everywhere(tmp_path: Path, root: Path, said: str) -> None:
-    """verify (full and quick) names the line; export exits 2 writing nothing; every reader refuses."""
-    from mosaic.errors import DatasetError
-    from mosaic.hf_load import load_dataset
-    from mosaic.torch_data import MosaicDataset
-
-    for quick in ([], ["--quick"]):
-        res = runner.invoke(app, ["verify", str(root), *quick])
-        assert res.exit_code == 1 and "train/metadata.jsonl" in res.output, res.output
-        assert said in " ".join(res.output.split()), res.output
-    _clean_exit_2(runner.invoke(app, ["export", str(root), "--format", "parquet", "-o", str(tmp_path / "pq")]))
-    assert not (tmp_path / "pq" / "manifest.json").exists()
-    for read in (lambda: MosaicDataset(root, "train", load_masks=True),
-                 lambda: MosaicDataset(root, "train", load_masks=True, verify=False),
-                 lambda: load_dataset(root)):
-        with pytest.raises(DatasetError, match="metadata.jsonl"):
-            read()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -236,37 +199,6 @@ def test_evaluate_on_a_folder_inside_a_dataset_that_is_no_split_is_refused(tmp_p
     shutil.copytree(root / "test_ood", extra)
     res = runner.invoke(app, ["evaluate", str(extra), "--spec", str(spec), "--check-n", "0"])
     assert res.exit_code == 2 and "Traceback" not in res.output, res.output
-
-
-# ------------------------------------------------------------------------------------------------
-# a Parquet footer whose HF features were edited
-# ------------------------------------------------------------------------------------------------
-
-def _swap_class_names(t):
-    meta = dict(t.schema.metadata)
-    hf = json.loads(meta[b"huggingface"])
-    names = hf["info"]["features"]["labels"]["color"]["names"]
-    names[0], names[1] = names[1], names[0]
-    meta[b"huggingface"] = json.dumps(hf).encode()
-    return t.replace_schema_metadata(meta)
-
-
-def _drop_footer_key(t):
-    return t.replace_schema_metadata({})
-
-
-@pytest.mark.parametrize("edit, said", [(_swap_class_names, "'huggingface' metadata"), (_drop_footer_key, "metadata keys")])
-def test_a_parquet_footer_with_edited_features_resealed_is_refused(tmp_path, pq_data, edit, said):
-    from mosaic.errors import DatasetError
-    from mosaic.torch_data import MosaicDataset
-
-    root = tmp_path / "pq"
-    shutil.copytree(pq_data, root)
-    where = _reseal_shard(root, edit)
-    res = runner.invoke(app, ["verify", str(root)])
-    assert res.exit_code == 1 and where in res.output and said in " ".join(res.output.split()), res.output
-    with pytest.raises(DatasetError):
-        MosaicDataset(root, "train")
 
 
 # ------------------------------------------------------------------------------------------------
