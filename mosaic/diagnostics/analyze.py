@@ -55,6 +55,7 @@ from mosaic.diagnostics.probes import (
 from mosaic.diagnostics.rank import rank_axes, require_ordinal
 from mosaic.diagnostics.set_probes import fit_set_probes, set_probe_report
 from mosaic.errors import MosaicError
+from mosaic.io import own_folders
 from mosaic.lab.data import evaluation_splits, to_float
 from mosaic.torch_data import MosaicDataset
 
@@ -483,8 +484,10 @@ def analyze_task(family: str, task, opts: AnalysisSection, *, what: list[str] | 
 
 def draw(analysis: dict, metrics: dict, out_dir: Path) -> list[Path]:
     """The analysis figures (:mod:`mosaic.plots`): per-layer curve, rank-axis scatter per ordinal
-    concept, probe vs task accuracy, generative vs discriminative accuracy."""
+    concept, probe vs task accuracy, generative vs discriminative accuracy. A link at ``out_dir``
+    (``RUN/analysis``) is removed, never followed: the figures are written into the run."""
 
+    own_folders(out_dir.parent, [out_dir.name])
     paths = []
     if "layers" in analysis:
         paths.append(plots.plot_layer_curve(analysis["layers"], out_dir / "layers.png"))

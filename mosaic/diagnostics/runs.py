@@ -13,6 +13,7 @@ from mosaic.diagnostics.applies import resolve_what
 from mosaic.diagnostics.config import AnalysisSection
 from mosaic.errors import TrainingError
 from mosaic.io import read_json
+from mosaic.locks import FolderLock
 from mosaic.dataset import spec_of
 from mosaic.lab.config import validate_config
 from mosaic.lab.diffusion.config import DiffusionConfig
@@ -86,8 +87,18 @@ def analyze_run(run_dir: str | Path, *, what: list[str] | None = None, options: 
     Returns:
         The ``analysis`` dict (see :func:`analyze_task`), with ``checkpoint``.
     Raises:
-        TrainingError, DatasetError, ConfigError, NotApplicableError, LeakageError (all MosaicError).
+        TrainingError, DatasetError, ConfigError, NotApplicableError, LeakageError (all MosaicError);
+        TrainingError: another process writes the run folder (``mosaic train`` resuming it, another
+        ``mosaic analyze``): the run's lock is held while its ``metrics.json`` is read and written.
     """
+    if not write:
+        return _analyze_run(run_dir, what, options, checkpoint, device, write, say)
+    # metrics.json is read, extended and written again: under the run folder's lock (mosaic.lab.run holds it while training)
+    with FolderLock(Path(run_dir), TrainingError, "run folder", wait=False):
+        return _analyze_run(run_dir, what, options, checkpoint, device, write, say)
+
+
+def _analyze_run(run_dir, what, options, checkpoint, device, write, say) -> dict:
     family, cfg, run, root = open_any_run(run_dir)
     opts = options or getattr(cfg, "analysis", None) or AnalysisSection()
     try:

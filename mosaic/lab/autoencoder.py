@@ -48,7 +48,7 @@ from mosaic.errors import ConfigError, TrainingError
 from mosaic.lab.config import EMASection
 from mosaic.schema import Seed, StrictModel
 from mosaic.evaluation import check_evaluator, load_evaluator
-from mosaic.io import atomic_dir, atomic_write, clear_temps, discard
+from mosaic.io import atomic_dir, atomic_write, clear_temps, discard, own_folders
 from mosaic.lab.autoencoder_files import load_vae, read_check, read_record, vae_digest
 from mosaic.locks import FolderLock
 from mosaic.sampling import sample_scene
@@ -351,6 +351,7 @@ def _train(sec, spec, out: Path, images, say, progress: bool) -> dict:
     partial = out / "partial"
     ck = partial / "checkpoint"
     start, losses = 0, []
+    own_folders(out, ["partial"])  # a link at partial/ is removed: never resumed from, nor written into, another folder
     if (ck / "state.json").is_file():
         try:
             start, losses = _load_checkpoint(ck, vae, opt, ema)
@@ -359,7 +360,6 @@ def _train(sec, spec, out: Path, images, say, progress: bool) -> dict:
             say(f"autoencoder: checkpoint {ck} is damaged ({type(e).__name__}: {str(e)[:200]}); starting over")
             discard(ck)  # a link at its name is removed, never followed
             start, losses = 0, []
-    partial.mkdir(parents=True, exist_ok=True)
     n = len(pool)
     t_train = 0.0
     bar = _progress(progress, sec.steps, start, f"autoencoder {spec.name}")

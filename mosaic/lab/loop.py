@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 
 from mosaic.errors import ConfigError, TrainingError
-from mosaic.io import atomic_dir, clear_temps, discard, new_temp_dir, replace_path
+from mosaic.io import atomic_dir, clear_temps, discard, new_temp_dir, own_folders, replace_path
 from mosaic.lab.config import TrainingSection
 from mosaic.lab.data import BatchPlan, step_seed
 from mosaic.lab.checkpoint import CheckpointError, load_checkpoint, save_checkpoint as write_checkpoint, write_weights_record
@@ -332,7 +332,7 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
         failed = None
         try:
             if accelerator.is_main_process:
-                run.checkpoints.mkdir(parents=True, exist_ok=True)
+                own_folders(run.root, ["checkpoints"])  # a link at checkpoints/ is removed: no checkpoint is written elsewhere
                 clear_temps(dest)  # an unfinished checkpoint, or a link planted at its name: removed, never followed
                 tmp = new_temp_dir(dest)  # unique, made new: nothing is written through a link
             if accelerator.num_processes > 1:  # every process writes its RNG state into the main process's folder

@@ -23,13 +23,14 @@ from __future__ import annotations
 import csv
 import json
 import os
+import stat
 import time
 from pathlib import Path
 
 import yaml
 
 from mosaic.errors import DatasetError, TrainingError
-from mosaic.io import atomic_copy, atomic_write
+from mosaic.io import MAX_JSON_BYTES, atomic_copy, atomic_write, file_kind
 from mosaic.lab.config import config_diff
 from mosaic.lab.data import manifest_fingerprint
 from mosaic.verify import check_before_read
@@ -66,6 +67,26 @@ def _read_jsonl_rows(path: Path) -> list[dict]:
                                 "anyway), or delete the run folder to start afresh")
         rows.append(row)
     return rows
+
+
+def _read_run_file(path: Path) -> bytes:
+    """The bytes of a run's record (``config.yaml``, ``dataset.json``, ``run.json``, ``metrics.json``):
+    a regular file of at most :data:`mosaic.io.MAX_JSON_BYTES`, opened ``O_NONBLOCK`` so that a FIFO
+    standing at the name is refused instead of blocking the reader forever.
+
+    Raises:
+        FileNotFoundError: missing; ValueError: not a regular file, or too large."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{'a folder' if stat.S_ISDIR(st.st_mode) else file_kind(st.st_mode)}, not a file of mosaic's")
+        if st.st_size > MAX_JSON_BYTES:
+            raise ValueError(f"{st.st_size:,} bytes, more than the {MAX_JSON_BYTES:,} a run's record holds")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(MAX_JSON_BYTES + 1)
+    finally:
+        os.close(fd)
 
 
 class RunFolder:
@@ -126,7 +147,7 @@ class RunFolder:
     def _read(self, path: Path, parse) -> dict:
         """A run file parsed as a mapping; TrainingError naming the file and the fix when damaged."""
         try:
-            data = parse(path.read_bytes().decode("utf-8"))
+            data = parse(_read_run_file(path).decode("utf-8"))
         except FileNotFoundError:
             raise TrainingError(f"{path} is missing: {self.root} is not a whole run folder; give another --out, or delete the folder to start over") from None
         except Exception as e:  # noqa: BLE001 - unreadable bytes, bad JSON or YAML
@@ -146,6 +167,10 @@ class RunFolder:
                 or damaged (each problem named, with the fix).
         """
         rec = self.read_dataset()
+        bad = [k for k in ("path", "fingerprint", "manifest_sha256") if not isinstance(rec.get(k), str) or not rec[k]]
+        if bad:  # a field missing or of another type was a KeyError / TypeError traceback
+            raise TrainingError(f"{self.dataset} is damaged ({bad[0]}: {str(rec.get(bad[0]))[:60]!r} is not the string mosaic "
+                                f"writes): restore it, or train the run again into a new --out")
         root = Path(rec["path"])
         if not (root / "manifest.json").is_file():
             raise DatasetError(f"the dataset of run {self.root} is gone: {root} holds no manifest.json (regenerate it, or restore it)")
@@ -162,8 +187,8 @@ class RunFolder:
     def checkpoint_list(self) -> list[tuple[int, Path]]:
         """Complete checkpoints ``[(step, dir)]``, oldest first (``.tmp`` ones are unfinished). A
         checkpoint name that is a symbolic link never counts: a run resumes only from folders of
-        its own, never from files elsewhere that a link points at."""
-        if not self.checkpoints.is_dir():
+        its own, never from files elsewhere that a link points at (nor does ``checkpoints/`` itself as a link)."""
+        if self.checkpoints.is_symlink() or not self.checkpoints.is_dir():  # a link at checkpoints/: another folder's, never resumed from
             return []
         out = []
         for d in self.checkpoints.iterdir():

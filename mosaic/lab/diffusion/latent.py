@@ -22,7 +22,7 @@ import torch
 from mosaic.lab.autoencoder import LatentSpace
 from mosaic.lab.data import manifest_fingerprint, to_float
 from mosaic.checksums import digest_file
-from mosaic.io import atomic_write, read_json
+from mosaic.io import atomic_write, own_folders, read_json
 from mosaic.lab.autoencoder_files import VAE_WEIGHTS, vae_digest
 
 
@@ -65,7 +65,7 @@ def cached_latents(space: LatentSpace, dataset_root: Path, split: str, images: t
             pass
     say(f"encoding {n} {split} images into latents ({space.channels} x {side} x {side})")
     z = encode_images(space, images)
-    folder.mkdir(parents=True, exist_ok=True)
+    own_folders(folder.parent.parent, [f"latents/{folder.name}"])  # a link at latents/ (or its folder) is removed: never written elsewhere
     blob = save({"latents": z.contiguous()})
     atomic_write(path, blob)  # a unique O_EXCL temporary file: never written through a link
     atomic_write(meta, json.dumps({"n": n, "split": split, "dataset": fp, "stored": "posterior mean (shifted, scaled)",

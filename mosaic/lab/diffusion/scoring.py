@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from mosaic.errors import DatasetError, TrainingError
-from mosaic.io import atomic_dir, clear_temps, read_json
+from mosaic.io import atomic_dir, clear_temps, own_folders, read_json
 from mosaic.lab.diffusion.sampling import choose_records, generate, load_evaluator, sample_seeds
 from mosaic.lab.diffusion.task import DiffusionTask
 from mosaic.lab.loop import progress_kwargs
@@ -95,6 +95,8 @@ def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, 
     # every setting that changes the images or their scores: two different samplings never share a folder
     key = {"splits": list(splits), "n_per_combination": n_per_combination, "guidance": guidance, "steps": steps, "sampler": sampler,
            "checkpoint": checkpoint, "seed": seed, "evaluator": ev_name, "abstain": ab}
+    if out is None:  # a link at RUN/samples is removed, never followed: the run's samples are written into the run
+        own_folders(run.root, ["samples"])
     out = Path(out) if out is not None else run.root / "samples" / samples_folder_name(splits, checkpoint, guidance, sampler, steps,
                                                                                         n_per_combination, seed)
     refuse_other_samples(out, key)

@@ -1,0 +1,174 @@
+"""Hostile cases of an eleventh attack on the run, sweep, evaluator and output-folder paths (issue 23),
+each closed at its mechanism.
+
+- **A run's ``dataset.json`` damaged** (``{}``, a ``path`` that is a number or a list): ``mosaic sample``
+  (and ``analyze``, every reader of a finished run's dataset) was a KeyError / TypeError traceback;
+  **a FIFO standing for it** blocked the reader forever. :meth:`mosaic.lab.run_folder.RunFolder.dataset_root`
+  names a field that is not the string mosaic writes; every run record (``config.yaml``,
+  ``dataset.json``, ``run.json``, ``metrics.json``) is read by :func:`mosaic.lab.run_folder._read_run_file`:
+  a regular file, bounded, opened ``O_NONBLOCK``.
+- **A symbolic link at a folder a run writer fills**: ``RUN/checkpoints`` (a resumed run read its
+  checkpoints from the link's target and wrote the next one there), ``RUN/samples`` (``mosaic sample``
+  wrote the samples folder into the target), ``RUN/analysis`` (``mosaic analyze`` wrote its figures
+  there), an autoencoder's ``partial/`` (its checkpoint) and ``latents/`` (the latent cache). Each writer
+  now makes the folder a real one of its own first (:func:`mosaic.io.own_folders`: the link is
+  removed, never followed), and :meth:`RunFolder.checkpoint_list` never lists a linked ``checkpoints/``.
+- **``mosaic analyze`` racing ``mosaic train`` on one run**: analyze read, extended and wrote the run's
+  ``metrics.json`` without the run folder's lock, so a resumed training's metrics could be replaced by
+  the old ones plus the analysis. :func:`mosaic.diagnostics.runs.analyze_run` holds the run's lock
+  (the one ``mosaic train`` holds) while it writes; a second writer is named, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.cli import app
+from tests.test_attack_cases5 import ae_folder  # noqa: F401 - a pytest fixture: a tiny trained autoencoder
+from tests.test_attack_cases6 import _clean_exit_2, _copy_run, drun  # noqa: F401 - drun is a pytest fixture
+
+runner = CliRunner()
+
+
+def _sample(run: Path, *more: str):
+    return runner.invoke(app, ["sample", str(run), "--no-score", "--device", "cpu", *more])
+
+
+# ------------------------------------------------------------------------------------------------
+# case 01: a run's dataset.json damaged, or a FIFO standing for it
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("damage", ["empty", "path_number", "path_list", "fingerprint_null", "fifo"])
+def test_a_damaged_run_dataset_record_is_named_never_a_traceback_or_a_hang(tmp_path, drun, damage):
+    run = _copy_run(drun, tmp_path)
+    p = run / "dataset.json"
+    rec = json.loads(p.read_text())
+    if damage == "fifo":
+        p.unlink()
+        os.mkfifo(p)  # opened without O_NONBLOCK, the read waited for a writer forever
+    else:
+        rec = {} if damage == "empty" else {**rec, "path": 5} if damage == "path_number" else \
+            {**rec, "path": ["x"]} if damage == "path_list" else {**rec, "fingerprint": None}
+        p.write_text(json.dumps(rec))
+    def hung(*_):
+        raise TimeoutError("the read of dataset.json blocked")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)  # the FIFO blocked forever: fail, never hang the suite
+    try:
+        res = _sample(run)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    _clean_exit_2(res, "dataset.json", "is damaged")
+    assert "FIFO" in res.output if damage == "fifo" else "is not the string mosaic writes" in res.output
+
+
+# ------------------------------------------------------------------------------------------------
+# case 02: a link at a folder a run writer fills is removed, never written through
+# ------------------------------------------------------------------------------------------------
+
+def test_a_resumed_run_never_reads_or_writes_checkpoints_through_a_link(tmp_path, drun):
+    from mosaic.lab.diffusion import run_diffusion
+    from tests.test_diffusion import config
+
+    run = _copy_run(drun, tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for n in ("DONE", "metrics.json"):
+        (run / n).unlink()
+    shutil.rmtree(run / "final")
+    shutil.rmtree(run / "checkpoints" / "checkpoint-0000002")
+    shutil.move(str(run / "checkpoints" / "checkpoint-0000001"), outside / "checkpoint-0000001")
+    shutil.rmtree(run / "checkpoints")
+    (run / "checkpoints").symlink_to(outside, target_is_directory=True)
+    said = []
+    run_diffusion(config(run, drun[1], steps=2, checkpoint_every=1), say=said.append)
+    assert sorted(os.listdir(outside)) == ["checkpoint-0000001"]  # nothing written there (was: checkpoint-0000002 too)
+    assert not any("resumed from" in s for s in said)  # never resumed from a folder a link points at
+    assert not (run / "checkpoints").is_symlink() and (run / "checkpoints" / "checkpoint-0000002").is_dir()
+
+
+def test_sample_never_writes_the_runs_samples_through_a_link(tmp_path, drun):
+    run = _copy_run(drun, tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.rmtree(run / "samples")
+    (run / "samples").symlink_to(outside, target_is_directory=True)
+    res = _sample(run)
+    assert res.exit_code == 0, res.output
+    assert os.listdir(outside) == []  # was: the whole samples folder
+    assert not (run / "samples").is_symlink() and any((run / "samples").iterdir())
+
+
+def test_analyze_never_writes_its_figures_through_a_link(tmp_path, drun):
+    run = _copy_run(drun, tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (run / "analysis").symlink_to(outside, target_is_directory=True)
+    res = runner.invoke(app, ["analyze", str(run), "--device", "cpu", "--what", "layers"])
+    assert res.exit_code == 0, res.output
+    assert os.listdir(outside) == []  # was: layers.png
+    assert not (run / "analysis").is_symlink() and (run / "analysis" / "layers.png").is_file()
+
+
+def test_the_autoencoder_never_writes_its_checkpoint_or_latents_through_a_link(tmp_path, ae_folder):  # noqa: F811
+    from mosaic.dataset import generate
+    from mosaic.lab.autoencoder import load_space, train_autoencoder
+    from mosaic.lab.diffusion.latent import cached_latents
+    from mosaic.torch_data import MosaicDataset
+
+    src, sec, spec = ae_folder
+    # latents/: the cache written into the autoencoder folder, never through a link there
+    folder = tmp_path / "ae"
+    shutil.copytree(src, folder)
+    shutil.rmtree(folder / "latents", ignore_errors=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (folder / "latents").symlink_to(outside, target_is_directory=True)
+    ds = tmp_path / "ds"
+    generate(spec, ds)
+    cached_latents(load_space(folder), ds, "train", MosaicDataset(ds, "train").images[:4], say=lambda s: None)
+    assert os.listdir(outside) == []
+    assert not (folder / "latents").is_symlink() and len(list((folder / "latents").rglob("train.safetensors"))) == 1
+    # partial/: an interrupted training's checkpoint, never read from or written into another folder
+    fresh = tmp_path / "ae2"
+    fresh.mkdir()
+    other = tmp_path / "other_partial"
+    other.mkdir()
+    (fresh / "partial").symlink_to(other, target_is_directory=True)
+    train_autoencoder(sec, spec, fresh, say=lambda s: None, progress=False)  # steps 4, a checkpoint every 2
+    assert os.listdir(other) == []  # was: checkpoint/ (state.safetensors, state.json)
+    assert not (fresh / "partial").is_symlink()
+
+
+# ------------------------------------------------------------------------------------------------
+# case 03: mosaic analyze writes the run's metrics.json under the run folder's lock
+# ------------------------------------------------------------------------------------------------
+
+def test_analyze_stops_while_another_process_writes_the_run(tmp_path, drun):
+    run = _copy_run(drun, tmp_path)
+    before = (run / "metrics.json").read_bytes()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom mosaic.locks import FolderLock\nfrom mosaic.errors import TrainingError\n"
+         f"with FolderLock({str(run)!r}, TrainingError, 'run folder'):\n    print('held', flush=True)\n    time.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        res = runner.invoke(app, ["analyze", str(run), "--device", "cpu", "--what", "layers"])
+        _clean_exit_2(res, "another process", "run folder")
+        assert (run / "metrics.json").read_bytes() == before and not (run / "analysis").exists()
+        # --no-write writes nothing, so it needs no lock
+        assert runner.invoke(app, ["analyze", str(run), "--device", "cpu", "--what", "layers", "--no-write"]).exit_code == 0
+    finally:
+        holder.kill()
+        holder.wait()
