@@ -339,6 +339,9 @@ def import_audit(root: str | Path, file: str | Path, out: str | Path | None = No
     """
 
     out = Path(out) if out is not None else Path(root) / AUDIT_DIR
+    if out.is_symlink():  # as the page's writer: the marks are never written through a link into another folder
+        raise MosaicError(f"{out} is a symbolic link: an audit's marks are never written through a link; "
+                          f"make the audit page in a real folder (`mosaic audit {root}`) and import there")
     items_file = out / "items.json"
     if not items_file.is_file():
         raise MosaicError(f"{out} holds no audit (items.json is missing): run `mosaic audit {root}` first")

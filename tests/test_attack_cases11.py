@@ -172,3 +172,45 @@ def test_analyze_stops_while_another_process_writes_the_run(tmp_path, drun):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_the_training_logs_are_never_appended_through_a_link(tmp_path):
+    """A link planted at RUN/log.jsonl, log.csv or val.jsonl while a run trains: the rows go to the
+    run's own new file (mosaic.io.open_append), the link's target keeps its bytes, and log.csv gets
+    its header in the new file."""
+    from mosaic.lab.run_folder import LOG_FIELDS, RunFolder
+
+    run = RunFolder(tmp_path / "run")
+    run.root.mkdir()
+    outside = {name: tmp_path / f"outside_{name}" for name in ("log.jsonl", "log.csv", "val.jsonl")}
+    for name, p in outside.items():
+        p.write_text("someone else's\n")
+        (run.root / name).symlink_to(p)
+    run.append_log({"step": 1, "loss": 0.5})
+    run.append_val({"step": 1, "val/loss": 0.4})
+    run.append_log({"step": 2, "loss": 0.25})
+    assert all(p.read_text() == "someone else's\n" for p in outside.values())
+    assert not any((run.root / name).is_symlink() for name in outside)
+    assert [r["step"] for r in run.read_log()] == [1, 2] and [r["step"] for r in run.read_val()] == [1]
+    lines = (run.root / "log.csv").read_text().splitlines()
+    assert lines[0] == ",".join(LOG_FIELDS) and len(lines) == 3
+
+
+def test_audit_import_never_writes_through_a_link_at_the_audit_folder(tmp_path):
+    """RUN/audit as a link to another audit folder: --import refuses it (the page's writer already did)."""
+    from mosaic.audit import import_audit
+    from mosaic.errors import MosaicError
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "items.json").write_text(json.dumps({"meta": {"audit_id": "x"}, "items": []}))
+    root = tmp_path / "run"
+    root.mkdir()
+    (root / "audit").symlink_to(elsewhere, target_is_directory=True)
+    saved = tmp_path / "audit.json"
+    saved.write_text(json.dumps({"version": 1, "audit_id": "x", "marks": []}))
+    with pytest.raises(MosaicError, match="symbolic link"):
+        import_audit(root, saved)
+    assert not (elsewhere / "audit.json").exists()
+    res = runner.invoke(app, ["audit", str(root), "--import", str(saved)])
+    _clean_exit_2(res, "symbolic link")

@@ -21,6 +21,7 @@ A run is a folder::
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import stat
@@ -30,7 +31,7 @@ from pathlib import Path
 import yaml
 
 from mosaic.errors import DatasetError, TrainingError
-from mosaic.io import MAX_JSON_BYTES, atomic_copy, atomic_write, file_kind
+from mosaic.io import MAX_JSON_BYTES, atomic_copy, atomic_write, file_kind, open_append
 from mosaic.lab.config import config_diff
 from mosaic.lab.data import manifest_fingerprint
 from mosaic.verify import check_before_read
@@ -252,18 +253,21 @@ class RunFolder:
 
     # -- logs ------------------------------------------------------------------------------------
     def append_log(self, row: dict) -> None:
-        with self.log_jsonl.open("a") as f:
-            f.write(json.dumps(row) + "\n")
-        new = not self.log_csv.is_file()
-        with self.log_csv.open("a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=LOG_FIELDS, extrasaction="ignore")
-            if new:
+        """One training row appended to ``log.jsonl`` and ``log.csv``, each opened never through a link
+        (:func:`mosaic.io.open_append`: a link planted at a log's name is replaced, not grown)."""
+        with open_append(self.log_jsonl) as f:
+            f.write((json.dumps(row) + "\n").encode())
+        with open_append(self.log_csv) as f:
+            buf = io.StringIO(newline="")
+            w = csv.DictWriter(buf, fieldnames=LOG_FIELDS, extrasaction="ignore")
+            if os.fstat(f.fileno()).st_size == 0:  # a new file (or one put in place of a link): its header first
                 w.writeheader()
             w.writerow(row)
+            f.write(buf.getvalue().encode())
 
     def append_val(self, row: dict) -> None:
-        with self.val_jsonl.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+        with open_append(self.val_jsonl) as f:
+            f.write((json.dumps(row) + "\n").encode())
 
     def read_log(self) -> list[dict]:
         return _read_jsonl_rows(self.log_jsonl)
