@@ -214,3 +214,32 @@ def test_audit_import_never_writes_through_a_link_at_the_audit_folder(tmp_path):
     assert not (elsewhere / "audit.json").exists()
     res = runner.invoke(app, ["audit", str(root), "--import", str(saved)])
     _clean_exit_2(res, "symbolic link")
+
+
+def test_two_evaluator_trainings_never_share_a_folder_and_weights_are_written_whole(tmp_path):
+    """`mosaic evaluator train --out DIR` holds DIR's lock (a second trainer stops, naming the first,
+    before rendering anything), and the weights go through a temporary file and a rename: a hard
+    link planted at model.safetensors keeps its outside file's bytes."""
+    from mosaic.errors import MosaicError
+    from mosaic.evaluation.learned import LearnedConfig, train_evaluator
+    from mosaic.spec import parse_spec
+    from tests.test_diffusion import SPEC
+
+    out = tmp_path / "ev"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time\nfrom mosaic.locks import FolderLock\n"
+         f"with FolderLock({str(out)!r}):\n    print('held', flush=True)\n    time.sleep(60)\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(MosaicError, match="evaluator folder"):
+            train_evaluator(parse_spec(SPEC), out, LearnedConfig(input_size=16, width=4, hidden=16, steps=2, batch_size=8, n_train=24, check_n=4, log_every=1, threads=1))
+        assert not (out / "model.safetensors").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    outside = tmp_path / "someone_elses.bin"
+    outside.write_bytes(b"keep")
+    os.link(outside, out / "model.safetensors")
+    train_evaluator(parse_spec(SPEC), out, LearnedConfig(input_size=16, width=4, hidden=16, steps=2, batch_size=8, n_train=24, check_n=4, log_every=1, threads=1))
+    assert outside.read_bytes() == b"keep" and (out / "model.safetensors").stat().st_nlink == 1

@@ -38,6 +38,7 @@ from pydantic import Field
 
 from mosaic.errors import MosaicError
 from mosaic.io import atomic_text_writer, atomic_write, make_output_dir, read_json
+from mosaic.locks import FolderLock
 from mosaic.schema import StrictModel
 from mosaic.spec import Spec
 from mosaic.evaluation.check import check_evaluator
@@ -318,7 +319,7 @@ class LearnedEvaluator:
 
     def save(self, directory: str | Path, spec: Spec) -> None:
         """Write ``config.json`` and ``model.safetensors`` (and ``report.json`` if there is a report)."""
-        from safetensors.torch import save_file
+        from safetensors.torch import save
 
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
@@ -327,7 +328,9 @@ class LearnedEvaluator:
             "spec": spec.to_dict(), "concepts": self.domains, "config": self.config.model_dump(mode="json"),
         }
         atomic_write(d / CONFIG_FILE, json.dumps(meta, indent=2) + "\n")
-        save_file({k: v.detach().cpu().contiguous() for k, v in self.net.state_dict().items()}, str(d / WEIGHTS_FILE))
+        # through a temporary file and a rename (as every other file): an interrupted save never leaves half a weights file
+        # beside a whole config, and a link or hard link at the name is replaced, never written through
+        atomic_write(d / WEIGHTS_FILE, save({k: v.detach().cpu().contiguous() for k, v in self.net.state_dict().items()}))
         if self.report:
             atomic_write(d / REPORT_FILE, json.dumps(self.report, indent=2) + "\n")
 
@@ -386,7 +389,8 @@ def train_evaluator(spec: Spec, out: str | Path, config: LearnedConfig | None = 
     threads_before = torch.get_num_threads()
     torch.set_num_threads(_auto_threads(cfg.threads))
     try:
-        return _train(spec, out, cfg, on_log, on_progress)
+        with FolderLock(out, MosaicError, "evaluator folder", wait=False):  # one trainer of a folder at a time
+            return _train(spec, out, cfg, on_log, on_progress)
     finally:
         torch.set_num_threads(threads_before)
 
