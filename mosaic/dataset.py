@@ -41,7 +41,7 @@ from mosaic.errors import DatasetError, MosaicError
 from mosaic.executors import LocalExecutor, check_backend, make_executor
 from mosaic.hf import mosaic_split, write_card
 from mosaic.holdout import is_held_out
-from mosaic.io import JSONReadError, atomic_write, atomic_write_json, atomic_writer, clear_temps, loads_json, own_folders
+from mosaic.io import JSONReadError, atomic_write, atomic_write_json, atomic_writer, clear_temps, loads_json, open_own, own_folders
 from mosaic.locks import FolderLock
 from mosaic.png import encode_png
 from mosaic.records import (  # noqa: F401 - re-exported: the dataset API of mosaic.dataset
@@ -156,16 +156,12 @@ def read_metadata(root: str | Path, split: str) -> list[dict]:
 
 
 def _write_file(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` as a new file. Whatever stands at that name (an old file, a
-    symbolic link, a hard link to a file outside the dataset) is unlinked first, never written
-    through: the file is created with ``O_EXCL | O_NOFOLLOW``, so no existing inode is opened."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    """Write ``data`` to ``path``, a file of the dataset's own (:func:`mosaic.io.open_own`): a symbolic
+    link or a hard link to a file outside the dataset standing at that name is unlinked first, never
+    written through; a rerun's own old file is truncated and written again."""
+    fd = open_own(path, os.O_WRONLY)  # no O_TRUNC in the open: it would empty a hard link's outside file before the check
     try:
-        fd = os.open(path, flags, 0o644)
-    except FileExistsError:  # a rerun's old file, or a link planted at the name: unlink the name, keep its target
-        os.unlink(path)
-        fd = os.open(path, flags, 0o644)
-    try:
+        os.ftruncate(fd, 0)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]

@@ -325,6 +325,7 @@ def record_claims(spec: Spec, split: str):
     want = HELD_OUT if split == "test_ood" else SEEN
     # value -> index by JSON type: a string matches a string, a number (never a bool) an equal number
     lookup = {c: {(isinstance(d, str), d): i for i, d in enumerate(k.domain)} for c, k in spec.concepts.items()}
+    own = scene_record_check(spec, split)  # the record rebuilt from its own scene graph
 
     def check(rec: dict) -> str | None:
         if (why := form(rec)) is not None:
@@ -357,7 +358,6 @@ def record_claims(spec: Spec, split: str):
             return own(rec)
         return None
 
-    own = scene_record_check(spec, split)
     return check
 
 

@@ -245,7 +245,6 @@ def verify(root: str | Path, deep: bool = False, manifest: dict | None = None, s
     return report
 
 
-#: the most bytes of a dataset card read (mosaic's cards are a few KB; a huge file is not one)
 def card_damage(root: str | Path, man: dict) -> list[Damage]:
     """The card (``README.md``) as HF reads it (:func:`mosaic.card_check.card_problem`): ``[]`` or one
     Damage (``card``, or ``link`` for a Parquet dataset's card); ``--repair`` (or a rerun of generate)

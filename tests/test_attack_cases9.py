@@ -172,6 +172,12 @@ def test_write_file_replaces_a_symlink_and_an_old_file_without_touching_their_ta
     assert victim.read_bytes() == b"keep" and not link.is_symlink() and link.read_bytes() == b"new"
     _write_file(str(link), b"newer")  # a rerun over its own old file
     assert link.read_bytes() == b"newer"
+    _write_file(str(link), b"x")  # shorter than before: nothing of the old bytes is left
+    assert link.read_bytes() == b"x"
+    hard = tmp_path / "hard.png"
+    os.link(victim, hard)  # a hard link to a file outside: never truncated nor written through
+    _write_file(str(hard), b"mine")
+    assert victim.read_bytes() == b"keep" and hard.read_bytes() == b"mine" and os.stat(hard).st_nlink == 1
 
 
 # ------------------------------------------------------------------------------------------------
