@@ -87,6 +87,48 @@ def build_objects(spec: Spec, values: dict, rng: np.random.Generator) -> list[Sc
     return objs
 
 
+#: The flat image-plane relation read as the camera relations are (:func:`_maybe_fits`): unit vectors "right" and
+#: "behind" in a frame with y up (the centres' y flipped), and the names of (j right of, left of, behind, in front of i).
+_AXES = {relation: (1.0, 0.0, 0.0, -1.0, ("left_of", "right_of", "above", "below"))}
+_TOL = 1e-5  # > the rounding of a proposal to COORD_DECIMALS (5e-6 per coordinate) plus float error
+
+
+def _maybe_fits(objs: list, i: int, u: np.ndarray, placed: list[int], gap: float, rels: list, axes, order_pairs: list,
+                eps: float) -> np.ndarray:
+    """bool ``[k]``: which of ``k`` proposals (unrounded, ``u = [x0, y0, x1, y1, ...]``) for object ``i`` may pass
+    :func:`place`'s ``fits``: each test of ``fits`` loosened by :data:`_TOL`, so no proposal ``fits`` accepts after
+    rounding is rejected here (a relation read by a function without ``axes`` is not screened)."""
+    x, y = u[0::2], u[1::2]
+    r = objs[i].radius
+    ok = (x >= r + gap - _TOL) & (x <= 1 - r - gap + _TOL) & (y >= r + gap - _TOL) & (y <= 1 - r - gap + _TOL)
+    for j in placed:
+        q = objs[j]
+        lim = max(r + q.radius + gap - _TOL, 0.0)
+        dx, dy = x - q.center[0], y - q.center[1]
+        ok &= dx * dx + dy * dy >= lim * lim
+    if axes is not None:
+        r0, r1, b0, b1, names = axes
+        for s, rv, ob, margin in rels:
+            if not ((s == i and ob in placed) or (ob == i and s in placed)) or rv not in names:
+                continue
+            # (b - a) with y flipped, as the relation functions read it; a = the subject
+            if s == i:
+                dx, dy = objs[ob].center[0] - x, y - objs[ob].center[1]
+            else:
+                dx, dy = x - objs[s].center[0], objs[s].center[1] - y
+            dr, db = dx * r0 + dy * r1, dx * b0 + dy * b1
+            k = names.index(rv)
+            main, other = (dr, db) if k < 2 else (db, dr)
+            sign = main if k % 2 == 0 else -main
+            ok &= (sign > -2 * _TOL) & (np.abs(main) >= np.abs(other) + (margin - 4 * _TOL))
+    for a, b in order_pairs:
+        if a == i and b in placed:
+            ok &= x + eps <= objs[b].center[0] + _TOL
+        elif b == i and a in placed:
+            ok &= objs[a].center[0] + eps <= x + _TOL
+    return ok
+
+
 def place(spec: Spec, objs: list[SceneObject], values: dict, rng: np.random.Generator, where: str = "", relate=relation) -> None:
     """Set the centres of ``objs`` in place: inside the frame, disks ``layout.min_gap`` apart,
     relations and positions honoured, look-alike templates left to right.
@@ -163,21 +205,49 @@ def place(spec: Spec, objs: list[SceneObject], values: dict, rng: np.random.Gene
                 return False
         return True
 
+    axes = _AXES.get(relate) or getattr(relate, "axes", None)
+    bits = rng.bit_generator
+    max_tries = spec.layout.max_tries
+
+    def search(i: int, placed: list[int], lo_c: float, hi_c: float, k: int) -> bool:
+        """Tries 2..: the proposals the scalar loop would draw, ``k`` at a time (the same doubles), screened in
+        arrays by :func:`_maybe_fits` (never rejects a proposal :func:`fits` takes); the survivors go through
+        ``fits`` in order. The generator is left where the scalar loop leaves it: after the accepted proposal,
+        or after all of them."""
+        left = max_tries - 1
+        while left:
+            k = min(k, left)
+            state = bits.state
+            u = rng.uniform(lo_c, hi_c, 2 * k)
+            for m in np.flatnonzero(_maybe_fits(objs, i, u, placed, gap, rels, axes, order_pairs, eps)).tolist():
+                c = (round(float(u[2 * m]), COORD_DECIMALS), round(float(u[2 * m + 1]), COORD_DECIMALS))
+                if fits(i, c, placed):
+                    if m + 1 < k:  # rewind to just after proposal m
+                        bits.state = state
+                        rng.uniform(lo_c, hi_c, 2 * (m + 1))
+                    return True
+            left -= k
+            k = left
+        return False
+
     for _restart in range(spec.layout.max_restarts):
         placed: list[int] = []
         for i in order:
             o = objs[i]
             lo_c, hi_c = o.radius + gap, 1 - o.radius - gap
-            for _try in range(spec.layout.max_tries):
-                if i in pos_of:
-                    ref, (alo, ahi), (dmin, dmax) = pos_of[i]
-                    a = math.radians(rng.uniform(alo, ahi))
-                    d = rng.uniform(dmin, max(dmin, dmax))
-                    rc = objs[ref].center
-                    c = (rc[0] + d * math.cos(a), rc[1] - d * math.sin(a))
-                else:
-                    c = (rng.uniform(lo_c, hi_c), rng.uniform(lo_c, hi_c))
-                c = (round(c[0], COORD_DECIMALS), round(c[1], COORD_DECIMALS))
+            if i not in pos_of:  # the first proposal as one scalar pair (most objects fit at once), then in arrays
+                c = (round(rng.uniform(lo_c, hi_c), COORD_DECIMALS), round(rng.uniform(lo_c, hi_c), COORD_DECIMALS))
+                if fits(i, c, placed) or (max_tries > 1 and search(i, placed, lo_c, hi_c, 15)):
+                    placed.append(i)
+                    continue
+                failures[i] += 1
+                break
+            ref, (alo, ahi), (dmin, dmax) = pos_of[i]
+            for _try in range(max_tries):
+                a = math.radians(rng.uniform(alo, ahi))
+                d = rng.uniform(dmin, max(dmin, dmax))
+                rc = objs[ref].center
+                c = (round(rc[0] + d * math.cos(a), COORD_DECIMALS), round(rc[1] - d * math.sin(a), COORD_DECIMALS))
                 if fits(i, c, placed):
                     placed.append(i)
                     break

@@ -304,6 +304,7 @@ def camera_relation_of(view: View):
             return n2 if db > 0 else n3
         return None
 
+    relate.axes = (r0, r1, b0, b1, (n0, n1, n2, n3))  # read by mosaic.sampling's screen of layout proposals
     return relate
 
 
