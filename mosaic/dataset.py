@@ -52,7 +52,7 @@ from mosaic.repair import check_and_repair, mark_shards_for_regeneration, repair
 from mosaic.spec import Spec
 from mosaic.tally import Tally
 from mosaic.verify import VerifyReport, read_manifest_checked, verify as verify_dataset
-from renderers import backend_of, get_renderer
+from renderers import RENDER_CHUNK, backend_of, get_renderer
 
 DEFAULT_SHARD_SIZE = 256
 
@@ -169,6 +169,16 @@ def _write_file(path: str, data: bytes) -> None:
         os.close(fd)
 
 
+def _rendered(spec: Spec, rend, split: str, start: int, stop: int, masks: bool):
+    """``(index, (line, record, scene), (image, mask or None))`` of samples ``start..stop-1`` of ``split``, in
+    order: :func:`sample_line` and the renderer's image (and mask with ``masks``), ``RENDER_CHUNK`` at a time
+    (:meth:`renderers.base.Renderer.render_batch`: the shaded renderer shades them in one set of array operations)."""
+    for a in range(start, stop, RENDER_CHUNK):
+        idx = range(a, min(stop, a + RENDER_CHUNK))
+        rows = [sample_line(spec, split, i, f"masks/{i:06d}.png" if masks else None) for i in idx]
+        yield from zip(idx, rows, rend.render_batch([r[2] for r in rows], masks))
+
+
 def render_shard(spec_data: dict, out: str, split: str, shard: int, start: int, stop: int, masks: bool, renderer: str = "pillow") -> int:
     """Render samples ``start..stop-1`` of ``split`` into ``out`` and write the shard's part file.
 
@@ -186,9 +196,7 @@ def render_shard(spec_data: dict, out: str, split: str, shard: int, start: int, 
     mask_dir = os.path.join(out, split, "masks")
     names = list(spec.concepts)
     lines, concepts, digests = [], [], []
-    for index in range(start, stop):
-        line, rec, scene = sample_line(spec, split, index, f"masks/{index:06d}.png" if masks else None)
-        image, mask = rend.render_one(scene) if masks else (rend.render_image(scene), None)
+    for index, (line, rec, _scene), (image, mask) in _rendered(spec, rend, split, start, stop, masks):
         # plain writes: a shard's images count only once its part file exists (written last,
         # atomically), and a resumed run rewrites every image of an unfinished shard
         png = encode_png(image)

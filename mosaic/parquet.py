@@ -44,7 +44,7 @@ from mosaic.spec import Spec
 from mosaic.tally import Tally
 from mosaic.shard_checks import check_shards
 from mosaic.verify import verify as verify_dataset
-from renderers import backend_of, get_renderer
+from renderers import RENDER_CHUNK, backend_of, get_renderer
 
 DEFAULT_SHARD_BYTES = 256 * 2**20
 ROW_GROUP_ROWS = 1024
@@ -95,10 +95,10 @@ def render_rows(spec_data: dict, split: str, start: int, stop: int, masks: bool,
     spec = spec_from_data(spec_data)
     rend = get_renderer(backend_of(spec, renderer), supersample=spec.image.supersample)
     rows = []
-    for index in range(start, stop):
-        rec, scene = sample_record(spec, split, index)
-        image, mask = rend.render_one(scene) if masks else (rend.render_image(scene), None)  # no mask drawn unless stored
-        rows.append(row_of(spec, rec, png_bytes(image), png_bytes(mask) if masks else None))
+    for a in range(start, stop, RENDER_CHUNK):  # laid out, then rendered together (the shaded renderer batches them)
+        recs = [sample_record(spec, split, index) for index in range(a, min(stop, a + RENDER_CHUNK))]
+        for (rec, _), (image, mask) in zip(recs, rend.render_batch([r[1] for r in recs], masks)):  # no mask drawn unless stored
+            rows.append(row_of(spec, rec, png_bytes(image), png_bytes(mask) if masks else None))
     return pa.Table.from_pylist(rows, schema=row_schema(spec, masks))
 
 

@@ -6,7 +6,7 @@ mask value k > 0 is the k-th object of the scene (1-based, scene order), 0 is ba
 
 from __future__ import annotations
 
-from renderers.base import Renderer
+from renderers.base import RENDER_CHUNK, Renderer
 from renderers.pillow import PillowRenderer
 from renderers.shaded import ShadedRenderer
 
@@ -31,4 +31,4 @@ def renderer_for(spec, requested: str = "pillow") -> Renderer:
     return get_renderer(backend_of(spec, requested), supersample=spec.image.supersample)
 
 
-__all__ = ["Renderer", "PillowRenderer", "ShadedRenderer", "get_renderer", "backend_of", "renderer_for", "BACKENDS"]
+__all__ = ["RENDER_CHUNK", "Renderer", "PillowRenderer", "ShadedRenderer", "get_renderer", "backend_of", "renderer_for", "BACKENDS"]

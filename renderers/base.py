@@ -9,6 +9,9 @@ import numpy as np
 
 from mosaic.scene import Scene
 
+#: samples a dataset writer lays out before it renders them together (:meth:`Renderer.render_batch`)
+RENDER_CHUNK = 16
+
 
 class Renderer(ABC):
     """Turns scene graphs into images and instance masks."""
@@ -23,6 +26,11 @@ class Renderer(ABC):
         """One scene -> image uint8 ``[H, W, 3]``, the same pixels as ``render_one(scene)[0]``;
         backends override it to skip the instance mask (what generation without ``--masks`` needs)."""
         return self.render_one(scene)[0]
+
+    def render_batch(self, scenes: Sequence[Scene], masks: bool = False) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """``(image, mask)`` of each scene: ``render_one(scene)`` with ``masks``, else ``(render_image(scene),
+        None)`` (the same pixels); a backend may render the batch together (the shaded one does)."""
+        return [self.render_one(s) if masks else (self.render_image(s), None) for s in scenes]
 
     def render(self, scenes: Sequence[Scene]) -> tuple[np.ndarray, np.ndarray]:
         """Render a batch of scenes of equal ``image_size``.

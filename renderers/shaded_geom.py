@@ -271,12 +271,14 @@ class Plan:
     """The solids of a scene in cast order (kinds together) with each kind's constants.
 
     Attributes:
-        solids: per object (scene order). order: int ``[K]``: the objects in cast order.
+        solids: per object (scene order; a batch: scene after scene). order: int ``[K]``: the objects in
+            cast order. scene: int ``[K]``: the scene of each (cast order; ``scene`` given per object,
+            else 0). kid: uint8 ``[K]``: its mask id, its index in its scene + 1 (``local`` per object).
         corners: float64 ``[K, 8, 3]``: bounding-box corners, cast order.
         groups: ``[(kind, lo, hi, consts)]``: cast-order positions ``lo..hi-1`` are one kind.
     """
 
-    def __init__(self, solids: list[Solid]):
+    def __init__(self, solids: list[Solid], scene=None, local=None):
         self.solids = solids
         by: dict = {}
         for k, so in enumerate(solids):
@@ -297,14 +299,19 @@ class Plan:
             self.groups.append((key, lo, len(order), consts))
         self.order = np.array(order, np.intp)
         self.corners = np.array([solids[k].corners() for k in order], np.float64).reshape(-1, 8, 3)
+        # the scene of each cast position (a batch of scenes: :class:`renderers.shaded_cam.Cams`) and its
+        # object's id in the mask (its index in its scene + 1)
+        self.scene = np.zeros(len(order), np.intp) if scene is None else np.asarray(scene, np.intp)[self.order]
+        self.kid = ((self.order if local is None else np.asarray(local, np.intp)[self.order]) + 1).astype(np.uint8)
 
 
-def cells(rects: np.ndarray, tabs=(), coords: bool = True) -> tuple:
+def cells(rects: np.ndarray, tabs=(), coords: bool = True, scene: np.ndarray | None = None) -> tuple:
     """The samples of rectangles ``rects`` int ``[m, 4]`` (``i0, i1, j0, j1``; empty ones allowed) end
     to end, row-major within each: ``(rows, cols, counts [m], seg, *extra)`` with ``seg`` the rectangle
     of each sample and, for each ``(row_table, col_table, lo)`` of ``tabs``, ``row_table[i - lo] +
-    col_table[j - lo]`` per sample (an index computed per row and per column, not per sample).
-    Without ``coords``, ``rows`` and ``cols`` are None (not built)."""
+    col_table[j - lo]`` per sample (an index computed per row and per column, not per sample). A
+    table may be 2-D, ``[B, R]``, one row per scene of a batch: rectangle ``k`` then reads row
+    ``scene[k]`` of it. Without ``coords``, ``rows`` and ``cols`` are None (not built)."""
     i0, i1, j0, j1 = rects.T
     w = np.maximum(j1 - j0, 0)
     h = np.where(w > 0, np.maximum(i1 - i0, 0), 0)
@@ -317,10 +324,19 @@ def cells(rects: np.ndarray, tabs=(), coords: bool = True) -> tuple:
     jj = np.arange(L) - np.repeat(np.cumsum(rw) - rw - j0r, rw)
     out = [np.repeat(ri, rw) if coords else None, jj if coords else None, cnt, np.repeat(rseg, rw)]
     shifted: dict = {}
+    base: dict = {}  # R -> (row base, sample base): the offset of each row's / sample's scene in a [B, R] table
     for rt, ct, lo in tabs:
         if lo not in shifted:
             shifted[lo] = (ri - lo, jj - lo)
         r_, j_ = shifted[lo]
+        for t in (rt, ct):
+            if t.ndim == 2 and t.shape[1] not in base:
+                b = scene[rseg] * t.shape[1]
+                base[t.shape[1]] = (b, np.repeat(b, rw))
+        if rt.ndim == 2:
+            rt, r_ = rt.ravel(), r_ + base[rt.shape[1]][0]
+        if ct.ndim == 2:
+            ct, j_ = ct.ravel(), j_ + base[ct.shape[1]][1]
         out.append(np.repeat(rt.take(r_), rw) + ct.take(j_))
     return tuple(out)
 
@@ -361,8 +377,8 @@ def cast(plan: Plan, cnt: np.ndarray, O, D, normals: bool | str = False):
     return t, nrm
 
 
-def normals_at(plan: Plan, seg: np.ndarray, O, D, t: np.ndarray, code: np.ndarray) -> tuple:
-    """The unit normals at hits ``t`` (finite) of rays ``O + t D`` (``O`` a triple of scalars, ``D`` of
+def normals_at(plan: Plan, seg: np.ndarray, O_all, D, t: np.ndarray, code: np.ndarray) -> tuple:
+    """The unit normals at hits ``t`` (finite) of rays ``O + t D`` (``O`` a triple of scalars or of float32 ``[N]``, ``D`` of
     float32 ``[N]``) on the objects ``seg`` (cast order, ascending), with the ``code`` of each hit
     (:func:`cast` with ``normals="codes"``): the values :func:`cast` with ``normals=True`` gives
     for the same rays, from the same float32 operations, without intersecting them again."""
@@ -374,18 +390,19 @@ def normals_at(plan: Plan, seg: np.ndarray, O, D, t: np.ndarray, code: np.ndarra
             if a == b:
                 continue
             loc = seg[a:b] - lo
+            O_ = tuple(o[a:b] if np.ndim(o) else o for o in O_all)
             dx, dy, dz = (d[a:b] for d in D)
             tg = t[a:b]
             if key == "sphere":
                 X, Y, R = (v[loc] for v in consts)
                 inv = F(1) / R
-                ng = (((O[0] - X) + tg * dx) * inv, ((O[1] - Y) + tg * dy) * inv, ((O[2] - R) + tg * dz) * inv)
+                ng = (((O_[0] - X) + tg * dx) * inv, ((O_[1] - Y) + tg * dy) * inv, ((O_[2] - R) + tg * dz) * inv)
             elif key == "cylinder":
                 X, Y, R = (v[loc] for v in consts[:3])
                 side = code[a:b].view(bool)
                 tt = np.where(side, tg, F(0))
                 inv = F(1) / R
-                ng = (np.where(side, ((O[0] - X) + tt * dx) * inv, F(0)), np.where(side, ((O[1] - Y) + tt * dy) * inv, F(0)),
+                ng = (np.where(side, ((O_[0] - X) + tt * dx) * inv, F(0)), np.where(side, ((O_[1] - Y) + tt * dy) * inv, F(0)),
                       np.where(side, F(0), F(1)))
             elif key[0] == "convex":
                 wn = np.concatenate([consts[:3], np.broadcast_to(np.array([0, 0, 1], F)[:, None, None], (3, 1, consts.shape[2]))], 1)
