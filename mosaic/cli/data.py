@@ -22,13 +22,14 @@ def validate(spec: SpecArg, set_: SetOpt = None) -> None:
     try:
         s = load(spec, set_)
         from mosaic.dataset import sample_record
+        from mosaic.layout_check import check_layouts
 
-        # a dry run of the layout search on a few samples of every split
-        n_obj = []
+        # a dry run of the layout search on scenes spread over every split (the dataset's own), and
+        # the first records in full
+        probes = check_layouts(s)
         for split, n in s.split_sizes().items():
             for i in range(min(n, 16)):
-                rec, _ = sample_record(s, split, i)
-                n_obj.append(rec["num_objects"])
+                sample_record(s, split, i)
     except MosaicError as e:
         fail(e)
     console.print(f"[bold]{s.name}[/]  fingerprint {s.fingerprint()}  seed {s.seed}")
@@ -61,7 +62,10 @@ def validate(spec: SpecArg, set_: SetOpt = None) -> None:
     for p in s.positions:
         console.print(f"position: {p.target} around {p.reference} -> concept {p.concept}")
     console.print("splits: " + ", ".join(f"{k} {v}" for k, v in s.split_sizes().items()))
-    console.print(f"layout dry run: {len(n_obj)} scenes, {min(n_obj)}-{max(n_obj)} objects each  [green]OK[/]")
+    n_sampled = sum(p.sampled for p in probes)
+    lo = min((p.objects[0] for p in probes), default=0)
+    hi = max((p.objects[1] for p in probes), default=0)
+    console.print(f"layout dry run: {n_sampled} scenes across the splits, {lo}-{hi} objects each, all laid out  [green]OK[/]")
 
 
 def _status(out: Path) -> str | None:

@@ -17,6 +17,7 @@ import torch
 from mosaic.dataset import read_manifest, read_metadata, sample_record, spec_of
 from mosaic.errors import ConfigError, MosaicError
 from mosaic.lab.autoencoder import LatentSpace, build_autoencoder
+from mosaic.layout_check import check_layouts
 from mosaic.lab.data import dataset_dir_for, load_dataset_spec, resolve_dataset
 from mosaic.lab.diffusion import DiffusionModel, DiffusionTask, build_backbone, check_model_fits, generate
 from mosaic.lab.diffusion.conditioning import (
@@ -55,6 +56,7 @@ def spec_and_records(section, k: int):
     spec = load_dataset_spec(section)
     sizes = spec.split_sizes()
     split = "train" if sizes.get("train") else next((s for s, n in sizes.items() if n), "train")
+    check_layouts(spec)  # a layout that fails only sometimes stops generation; say so now, not mid-run
     recs = [sample_record(spec, split, i)[0] for i in range(min(k, max(sizes.get(split, 0), 1)))]
     root = Path(section.root) / dataset_dir_for(spec)
     exists = False
