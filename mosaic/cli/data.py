@@ -18,7 +18,9 @@ SetOpt = set_option("spec", "splits.train=500")
 
 
 def validate(spec: SpecArg, set_: SetOpt = None) -> None:
-    """Check a spec and print a summary (concepts, domains, objects, sizes) without generating."""
+    """Check a spec and print a summary (concepts, domains, objects, sizes) without generating. It also lays
+    out 256 of each split's own scenes, spread over the split, and refuses (exit 2) a layout that fails
+    even in one of them, with the estimated number of failing scenes and the fields that fix it."""
     try:
         s = load(spec, set_)
         from mosaic.dataset import sample_record
