@@ -49,6 +49,7 @@ from mosaic.records import (  # noqa: F401 - re-exported: the dataset API of mos
     spec_from_data, spec_of,
 )
 from mosaic.repair import check_and_repair, mark_shards_for_regeneration, repair
+from mosaic.sampling import prefetch_scenes
 from mosaic.spec import Spec
 from mosaic.tally import Tally
 from mosaic.verify import VerifyReport, read_manifest_checked, verify as verify_dataset
@@ -175,6 +176,7 @@ def _rendered(spec: Spec, rend, split: str, start: int, stop: int, masks: bool):
     (:meth:`renderers.base.Renderer.render_batch`: the shaded renderer shades them in one set of array operations)."""
     for a in range(start, stop, RENDER_CHUNK):
         idx = range(a, min(stop, a + RENDER_CHUNK))
+        prefetch_scenes(spec, split, idx)  # their layouts' occlusion checks in batches (shaded specs)
         rows = [sample_line(spec, split, i, f"masks/{i:06d}.png" if masks else None) for i in idx]
         yield from zip(idx, rows, rend.render_batch([r[2] for r in rows], masks))
 

@@ -40,6 +40,7 @@ from mosaic.io import TEMP_GLOB, atomic_write_json, new_temp_file, own_folders, 
 from mosaic.locks import FolderLock
 from mosaic.records import FORMAT, MANIFEST, base_manifest, check_out_dir, png_bytes, read_manifest, sample_record, spec_from_data
 from mosaic.repair import check_repaired_shards, mark_shards_for_regeneration
+from mosaic.sampling import prefetch_scenes
 from mosaic.spec import Spec
 from mosaic.tally import Tally
 from mosaic.shard_checks import check_shards
@@ -96,6 +97,7 @@ def render_rows(spec_data: dict, split: str, start: int, stop: int, masks: bool,
     rend = get_renderer(backend_of(spec, renderer), supersample=spec.image.supersample)
     rows = []
     for a in range(start, stop, RENDER_CHUNK):  # laid out, then rendered together (the shaded renderer batches them)
+        prefetch_scenes(spec, split, range(a, min(stop, a + RENDER_CHUNK)))  # occlusion checks in batches (shaded specs)
         recs = [sample_record(spec, split, index) for index in range(a, min(stop, a + RENDER_CHUNK))]
         for (rec, _), (image, mask) in zip(recs, rend.render_batch([r[1] for r in recs], masks)):  # no mask drawn unless stored
             rows.append(row_of(spec, rec, png_bytes(image), png_bytes(mask) if masks else None))

@@ -17,7 +17,7 @@ from mosaic.scene import COORD_DECIMALS, Scene, SceneObject, angle_deg, relation
 from mosaic.scene3d import Scene3D, SolidObject, camera_relation_of, preset_view
 from mosaic.spec import Rule, Spec, interchangeable
 from mosaic.splits import SPLIT_IDS, combination_for, marginal_quotas, value_for  # noqa: F401  (marginal_quotas: re-exported)
-from renderers.shaded import annotate_boxes, visibility
+from renderers.shaded import annotate_boxes, prime_masks, visibility
 
 
 def rng_for(spec: Spec, split: str, index: int) -> np.random.Generator:
@@ -269,7 +269,21 @@ def place(spec: Spec, objs: list[SceneObject], values: dict, rng: np.random.Gene
 
 
 def solid_scene(spec: Spec, values: dict, rng: np.random.Generator, where: str = "") -> Scene3D:
-    """The 3-D scene of given concept values (``image.renderer: shaded``): a view from the camera
+    """The 3-D scene of given concept values (:func:`_solid_steps`, run to the end)."""
+    steps = _solid_steps(spec, values, rng, where)
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        return done.value
+
+
+def _solid_steps(spec: Spec, values: dict, rng: np.random.Generator, where: str = ""):
+    """A generator: the layout tries of :func:`solid_scene`, each yielded before its occlusion check
+    (which reads the scene's instance mask, drawn then unless a driver drew it meanwhile:
+    :func:`renderers.shaded.prime_masks`); it returns the scene kept.
+
+    The 3-D scene of given concept values (``image.renderer: shaded``): a view from the camera
     preset (jittered by ``rng``), objects standing on the ground plane laid out by :func:`place`
     (footprint disks ``layout.min_gap`` apart, so solids never intersect; relations read in the
     camera's frame), then CLEVR's occlusion check on the instance mask: every object keeps at least
@@ -295,6 +309,7 @@ def solid_scene(spec: Spec, values: dict, rng: np.random.Generator, where: str =
         objs = build_objects(spec, values, rng)
         place(spec, objs, values, rng, where, relate)
         scene = Scene3D(img.size, spec.background_rgb(), objs, view)
+        yield scene  # a driver may draw the masks of several samples' layouts at once (sample_scenes)
         mask = visibility(scene)
         hidden = [o for o in objs if o.visible_fraction < min_frac or o.visible_pixels < min_px]
         if not hidden:
@@ -327,6 +342,66 @@ def sample_scene(spec: Spec, split: str, index: int) -> tuple[Scene, dict]:
     Raises:
         LayoutError: the bounded layout search failed (the message names the spec fields).
     """
+    ahead = _AHEAD.get("samples")
+    if ahead is not None and _AHEAD.get("spec") is spec and _AHEAD.get("split") == split and index in ahead:
+        out = ahead.pop(index)  # sampled ahead by prefetch_scenes: the same scene, laid out in a batch
+        if isinstance(out, LayoutError):
+            raise out
+        return out
     rng = rng_for(spec, split, index)
     values = sample_values(spec, split, index, rng)
     return scene_from_values(spec, values, rng, f" (split {split}, index {index})"), values
+
+
+#: scenes sampled ahead (:func:`prefetch_scenes`) for one spec object and split, taken once each by
+#: :func:`sample_scene`
+_AHEAD: dict = {}
+
+
+def sample_scenes(spec: Spec, split: str, indices) -> list:
+    """:func:`sample_scene` of each index (``(scene, values)``, or the :class:`LayoutError` it raises), the
+    same scenes; for a shaded spec the occlusion checks of the samples' layout tries are drawn together,
+    one batched instance-mask pass a round (:func:`renderers.shaded.prime_masks`)."""
+    if spec.image.renderer != "shaded":
+        out = []
+        for i in indices:
+            try:
+                out.append(sample_scene(spec, split, i))
+            except LayoutError as e:
+                out.append(e)
+        return out
+    res: dict = {}
+    steps: dict = {}
+    cands: dict = {}
+
+    def advance(i):
+        gen, values = steps[i]
+        try:
+            cands[i] = next(gen)
+        except StopIteration as done:
+            res[i] = (done.value, values)
+            cands.pop(i, None)
+        except LayoutError as e:
+            res[i] = e
+            cands.pop(i, None)
+
+    for i in indices:
+        rng = rng_for(spec, split, i)
+        values = sample_values(spec, split, i, rng)
+        steps[i] = (_solid_steps(spec, values, rng, f" (split {split}, index {i})"), values)
+        advance(i)
+    while cands:
+        prime_masks(list(cands.values()))
+        for i in list(cands):
+            advance(i)
+    return [res[i] for i in indices]
+
+
+def prefetch_scenes(spec: Spec, split: str, indices) -> None:
+    """Sample ``indices`` of ``split`` together (:func:`sample_scenes`) for the next :func:`sample_scene`
+    calls of this spec object and split (each taken once; any earlier prefetch is dropped). A no-op for
+    a flat spec."""
+    _AHEAD.clear()
+    if spec.image.renderer == "shaded":
+        indices = list(indices)
+        _AHEAD.update(spec=spec, split=split, samples=dict(zip(indices, sample_scenes(spec, split, indices))))

@@ -140,6 +140,11 @@ def _primary(cam: Cams, plan: Plan):
     return q[w], kid[w], tw, Dw, nw, rw
 
 
+def _mask_key(scene: Scene3D, plan: Plan) -> tuple:
+    v = scene.view
+    return (plan, tuple(v.camera), tuple(v.look_at), v.fov, scene.image_size)
+
+
 def instance_mask(scene: Scene3D) -> tuple[np.ndarray, np.ndarray]:
     """The instance mask and each object's silhouette.
 
@@ -149,39 +154,56 @@ def instance_mask(scene: Scene3D) -> tuple[np.ndarray, np.ndarray]:
             pixels outside the frame (so an object half out of the frame has visible fraction 1/2).
     """
     plan = _plan(scene)
-    v = scene.view
-    key = (plan, tuple(v.camera), tuple(v.look_at), v.fov, scene.image_size)
+    key = _mask_key(scene, plan)
     cached = scene.__dict__.get("_mask")
     if cached is not None and cached[0] == key:  # the layout's check drew it (a copy: callers may write to theirs)
         return cached[1].copy(), cached[2].copy()
-    mask, sil = _instance_mask(scene, plan)
+    (mask,), (sil,) = _instance_masks([scene], plan)
     scene.__dict__["_mask"] = (key, mask.copy(), sil.copy())
     return mask, sil
 
 
-def _instance_mask(scene: Scene3D, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
-    cam = Cams([scene], 1)
-    n = cam.n
+def prime_masks(scenes: list[Scene3D]) -> None:
+    """Draw the instance masks of those of ``scenes`` (one image side) without one, in one batched pass,
+    and keep them on the scenes for :func:`instance_mask` (the same masks it draws one at a time): the
+    layout's occlusion checks of several samples (:func:`mosaic.sampling.sample_scenes`)."""
+    todo = []
+    for sc in scenes:
+        cached = sc.__dict__.get("_mask")
+        if cached is None or cached[0] != _mask_key(sc, _plan(sc)):
+            todo.append(sc)
+    if len(todo) < 2 or len({sc.image_size for sc in todo}) != 1:
+        return
+    masks, sils = _instance_masks(todo, _plan_of(todo))
+    for sc, mask, sil in zip(todo, masks, sils):
+        sc.__dict__["_mask"] = (_mask_key(sc, _plan(sc)), mask, sil)
+
+
+def _instance_masks(scenes: list[Scene3D], plan: Plan) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The instance masks uint8 ``[B, H, W]`` and silhouettes (int64 ``[n_objects]`` each) of a batch of
+    scenes whose objects ``plan`` holds (:func:`_plan_of`)."""
+    cam = Cams(scenes, 1)
+    n, B = cam.n, cam.B
     K = len(plan.solids)
-    mask = np.zeros((n, n), np.uint8)
+    masks = np.zeros((B, n, n), np.uint8)
     sil = np.zeros(K, np.int64)
-    if not K:
-        return mask, sil
-    g = cam.grid(cam.rects(plan, plan.corners, clip=False), plan)  # the silhouette runs out of the frame too
-    D = g["D"]
-    O = cam.origins(None)
-    tk, _ = cast(plan, g["cnt"], O, D)
-    h = tk < _INF
-    sil[plan.order] = np.bincount(g["seg"][h], minlength=K)
-    h = np.flatnonzero(h & (g["q"] >= 0))
-    if len(h):
-        dz = D[2][h]
-        with np.errstate(divide="ignore"):
-            tg = np.where(dz < 0, -O[2] / dz, _INF).astype(F)
-        pix, kid = g["q"][h], plan.kid[g["seg"][h]]
-        w = nearest(n * n, pix, tg, tk[h], kid)
-        mask.ravel()[pix[w]] = kid[w]
-    return mask, sil
+    if K:
+        g = cam.grid(cam.rects(plan, plan.corners, clip=False), plan)  # the silhouette runs out of the frame too
+        D, rs = g["D"], g["rs"]
+        O = cam.origins(rs)
+        tk, _ = cast(plan, g["cnt"], O, D)
+        h = tk < _INF
+        sil[plan.order] = np.bincount(g["seg"][h], minlength=K)
+        h = np.flatnonzero(h & (g["q"] >= 0))
+        if len(h):
+            dz = D[2][h]
+            with np.errstate(divide="ignore"):
+                tg = np.where(dz < 0, -(O[2] if rs is None else O[2][h]) / dz, _INF).astype(F)
+            pix, kid = g["q"][h], plan.kid[g["seg"][h]]
+            w = nearest(B * n * n, pix, tg, tk[h], kid)
+            masks.ravel()[pix[w]] = kid[w]
+    ends = np.cumsum([len(sc.objects) for sc in scenes]).tolist()
+    return masks, [sil[a:b] for a, b in zip([0] + ends[:-1], ends)]
 
 
 def visibility(scene: Scene3D) -> np.ndarray:

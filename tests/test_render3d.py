@@ -241,3 +241,32 @@ def test_parse_spec_accepts_the_clevr_cogent_holdout():
     assert g.status_of(("cube", "red")) != g.status_of(("cube", "blue"))
     assert g.status_of(("cylinder", "red")) == g.status_of(("cube", "blue"))
     assert spec.roles["material"] == "material" and parse_spec(spec.to_dict()).fingerprint() == spec.fingerprint()
+
+
+def test_batched_rendering_and_layout_checks_equal_one_scene_at_a_time():
+    """render_images shades up to 16 scenes in one set of array operations and sample_scenes draws the
+    occlusion checks of several samples' layout tries in one mask pass: the same scenes, images and
+    masks as one at a time, whatever the batch holds (mixed sizes and cameras, the sky in view, a
+    sample whose layout fails)."""
+    from mosaic.sampling import prefetch_scenes, sample_scenes
+
+    specs = [load_spec(COGENT, ["image.size=48"]), load_spec(COGENT, ["image.size=48", "image.camera_jitter=2"]),
+             load_spec(ROOT / "experiments" / "specs" / "binding.yaml", ["image.renderer=shaded", "image.size=48"])]
+    scenes = []
+    for spec in specs:
+        alone = [sample_scene(spec, "train", i) for i in range(12)]
+        together = sample_scenes(spec, "train", range(12))
+        assert [(s.to_dict(), v) for s, v in alone] == [(s.to_dict(), v) for s, v in together]
+        prefetch_scenes(spec, "train", range(3))
+        assert [sample_scene(spec, "train", i)[0].to_dict() for i in range(3)] == [s.to_dict() for s, _ in alone[:3]]
+        scenes += [s for s, _ in together]
+    scenes.insert(5, _one(side=32))  # another image side inside the batch: batched apart
+    rend = ShadedRenderer(2)
+    single = [rend.render_image(s) for s in scenes]
+    batched = rend.render_images(scenes)
+    assert all(np.array_equal(a, b) for a, b in zip(single, batched)) and len(batched) == len(single)
+    assert all(np.array_equal(m, instance_mask(s)[0]) for s, (_, m) in zip(scenes, rend.render_batch(scenes, masks=True)))
+    bad = load_spec(COGENT, ["image.size=32", "layout.min_visible_fraction=1.0", "layout.min_visible_pixels=400",
+                             "layout.visibility_retries=3"])
+    out = sample_scenes(bad, "train", [0, 1])
+    assert all(isinstance(e, LayoutError) and f"index {i})" in str(e) for i, e in enumerate(out))
