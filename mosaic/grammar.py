@@ -467,10 +467,19 @@ class SpecFields(StrictModel):
             raise ValueError(why)
         return v
 
+    @field_validator("objects", "distractors")
+    @classmethod
+    def _object_names(cls, v, info):
+        """Object names (relations and positions name objects by them): one text each, and no two that look one."""
+        known = [t.name for t in info.data.get("objects") or []] if info.field_name == "distractors" else []
+        if (why := _names_problem([t.name for t in v], "object name", known=known)) is not None:
+            raise ValueError(why)
+        return v
+
     @field_validator("colors")
     @classmethod
     def _colors(cls, v):
-        if (why := _names_problem(v, "colour name")) is not None:
+        if (why := _names_problem(v, "colour name", known=COLORS)) is not None:
             raise ValueError(why)
         for name, rgb in v.items():
             if not all(0 <= c <= 255 for c in rgb):
@@ -480,7 +489,7 @@ class SpecFields(StrictModel):
     @field_validator("sizes")
     @classmethod
     def _sizes(cls, v):
-        if (why := _names_problem(v, "size name")) is not None:
+        if (why := _names_problem(v, "size name", known=SIZES)) is not None:
             raise ValueError(why)
         for name, s in v.items():
             if not 0 < s <= 1:

@@ -63,18 +63,43 @@ def name_problem(text: str, concept: bool = False) -> str | None:
     return None
 
 
-def _names_problem(names, what: str, concept: bool = False) -> str | None:
-    """The first name of ``names`` (strings only) that :func:`name_problem` refuses, or two that are one
-    name after Unicode compatibility folding and case folding (``Red``/``red``, a full-width ``ｒｅｄ``)."""
+#: letters of the Cyrillic and Greek alphabets drawn like a Latin letter (after case folding; from Unicode's
+#: confusables for those alphabets): a name written wholly in one of them (a Cyrillic ``асе``) passes the one-script
+#: rule, so two names are compared by their :func:`skeleton`
+_LOOKALIKE = str.maketrans({
+    # Cyrillic
+    "а": "a", "в": "b", "с": "c", "ԁ": "d", "е": "e", "һ": "h", "н": "h", "і": "i", "ј": "j", "к": "k", "ӏ": "l",
+    "м": "m", "о": "o", "р": "p", "ԛ": "q", "ѕ": "s", "т": "t", "у": "y", "ԝ": "w", "х": "x", "ү": "y", "ԍ": "g",
+    # Greek
+    "α": "a", "β": "b", "ε": "e", "ζ": "z", "η": "h", "ι": "i", "κ": "k", "μ": "m", "ν": "v", "ο": "o", "ρ": "p",
+    "τ": "t", "υ": "u", "χ": "x", "ϲ": "c", "ϳ": "j",
+})
+
+
+def skeleton(text: str) -> str:
+    """What ``text`` looks like: Unicode compatibility form (NFKC: a full-width ``ｒｅｄ`` is ``red``, a
+    ligature ``ﬁ`` is ``fi``), case folded, and each Cyrillic or Greek letter drawn like a Latin one
+    written as that letter (:data:`_LOOKALIKE`). Two names of one list with one skeleton are one
+    name to a reader."""
+    return unicodedata.normalize("NFKC", text).casefold().translate(_LOOKALIKE)
+
+
+def _names_problem(names, what: str, concept: bool = False, known=()) -> str | None:
+    """The first name of ``names`` (strings only) that :func:`name_problem` refuses, or two names that
+    differ yet look one (:func:`skeleton`: ``Red``/``red``, a full-width ``ｒｅｄ``, a Cyrillic ``асе``
+    beside ``ace``). ``known`` are names the list may also use (the built-in colours beside a spec's
+    own): compared, not checked."""
     seen: dict[str, str] = {}
-    for v in names:
-        if not isinstance(v, str):
-            continue
-        if (why := name_problem(v, concept)) is not None:
+    own = [v for v in names if isinstance(v, str)]
+    mine = set(own)
+    for v in [*own, *(k for k in known if k not in mine)]:
+        if v in mine and (why := name_problem(v, concept)) is not None:
             shown = v[:60].encode("ascii", "backslashreplace").decode() + ("..." if len(v) > 60 else "")
             return f"{what} {shown!r} {why}: rename it"
-        key = unicodedata.normalize("NFKC", v).casefold()
-        if key in seen:
-            return f"{what}s {seen[key][:60]!r} and {v[:60]!r} differ only in case or character form: rename one"
+        key = skeleton(v)
+        if key in seen and seen[key] != v:
+            a, b = (x[:60].encode("ascii", "backslashreplace").decode() for x in (seen[key], v))
+            return (f"{what}s {a!r} and {b!r} differ only in case, character form or look-alike letters of another script "
+                    "(a reader cannot tell them apart): rename one")
         seen[key] = v
     return None
