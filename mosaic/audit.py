@@ -28,7 +28,7 @@ import numpy as np
 from mosaic.errors import MosaicError
 from mosaic.evaluation.agreement import wilson_interval
 from mosaic.evaluation.folder import MAX_METADATA_BYTES, file_name_problem
-from mosaic.io import atomic_write, make_output_dir, read_json, read_own_file
+from mosaic.io import FileReadError, atomic_write, make_output_dir, read_bounded, read_json, read_own_file
 from mosaic.png import FOREIGN_FORMATS, SIGNATURE, decode_image, encode_png
 from mosaic.locks import FolderLock
 
@@ -75,10 +75,9 @@ def read_rows(path: Path, what: str = "predictions file") -> list[tuple[int, dic
     """
     fix = "re-score the samples (`mosaic sample RUN`), or move the damaged folder out of the run"
     try:
-        size = path.stat().st_size
-        if size > MAX_METADATA_BYTES:
-            raise MosaicError(f"{path} holds {size:,} bytes, more than {MAX_METADATA_BYTES:,}: not a {what}; {fix}")
-        data = path.read_bytes()
+        data = read_bounded(path, MAX_METADATA_BYTES)  # a regular file (a FIFO is never waited on), bounded
+    except FileReadError as e:
+        raise MosaicError(f"{path} is {e}: not a {what}; {fix}") from None
     except OSError as e:
         raise MosaicError(f"{path} cannot be read ({e.strerror or e}): {fix}") from None
     rows = []
@@ -243,7 +242,7 @@ def _write_audit(root: Path, out: Path, items: list[dict], aid: str, seed: int) 
         # the marks of an earlier save of this audit are kept; a damaged or foreign audit.json keeps none (it is left
         # in place, never read as marks): any JSON shape, non-UTF-8 bytes or nesting too deep
         try:
-            old = json.loads(saved.read_bytes().decode("utf-8"))
+            old = read_json(saved)  # a regular file of at most MAX_JSON_BYTES (mosaic.io.read_bounded)
             if isinstance(old, dict) and old.get("audit_id") == aid and isinstance(old.get("marks"), list):
                 marks = {m["id"]: {"mark": m.get("mark"), "note": m.get("note", "") if isinstance(m.get("note", ""), str) else ""}
                          for m in old["marks"] if isinstance(m, dict) and type(m.get("id")) is int and m.get("mark") in ("correct", "incorrect")}

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from mosaic.errors import MosaicError
 from mosaic.hf import CARD, card_yaml
+from mosaic.io import read_bounded
 from mosaic.records import spec_from_data
 
 #: most bytes of a card read
@@ -42,9 +43,7 @@ def card_problem(root: str | Path, man: dict) -> tuple[str, str] | None:
                         "and read any file as data; --repair writes it")
     why = None
     try:
-        if not p.is_file() or p.stat().st_size > CARD_LIMIT:
-            raise ValueError(f"not a card of at most {CARD_LIMIT} bytes")
-        text = p.read_bytes().decode("utf-8")
+        text = read_bounded(p, CARD_LIMIT).decode("utf-8")  # a regular file of at most CARD_LIMIT bytes
         # the header as HF finds it (huggingface_hub's own parser: its block ends at a `---` line with trailing
         # spaces or tabs, or \r line ends, where a plain split would read on), so mosaic checks what HF reads
         quiet = logging.getLogger("huggingface_hub.repocard")  # its 'metadata block was not found' warning: named below

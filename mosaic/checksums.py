@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -128,8 +129,8 @@ class RecordedDigests:
             restarted = self._f is None
             if self._f is None:
                 self._f = open(self.path, "rb")
-            for raw in self._f:
-                digest, _, name = raw.decode("utf-8").rstrip("\r\n").partition("  ")
+            for raw in bounded_lines(self._f, limit=4096):
+                digest, _, name = raw.decode("utf-8", errors="replace").rstrip("\r\n").partition("  ")
                 if name == rel:
                     return digest
             self._f.close()
@@ -179,11 +180,37 @@ def standard_names(index: int, masks: bool) -> tuple:
     return f"images/{index:06d}.png", (f"masks/{index:06d}.png" if masks else None)
 
 
+#: the longest line of a ``metadata.jsonl`` or ``checksums.sha256`` read (a record of mosaic's is a few KB, its scene
+#: graph included): a longer line is damage, skipped in blocks and never held (a sparse file of one 20 GB line took
+#: that much memory to read)
+MAX_LINE_BYTES = 16 << 20
+#: what :func:`bounded_lines` gives for a line longer than :data:`MAX_LINE_BYTES`: not UTF-8, so every check of a line
+#: calls it damaged
+TOO_LONG = b"\xff(a line longer than MAX_LINE_BYTES, not read)"
+
+
+def bounded_lines(f: BinaryIO, h=None, limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+    """The lines of the binary file ``f`` with their newlines, as iterating it gives them, none longer than
+    ``limit`` bytes: a longer one is read on in blocks without being kept and given as :data:`TOO_LONG`.
+    ``h``, a hash, is updated with every byte read."""
+    while line := f.readline(limit + 1):
+        if h is not None:
+            h.update(line)
+        if len(line) <= limit or line.endswith(b"\n"):
+            yield line
+            continue
+        while not line.endswith(b"\n") and (line := f.readline(BLOCK)):
+            if h is not None:
+                h.update(line)
+        yield TOO_LONG
+
+
 def metadata_lines(path: str | Path) -> Iterator[bytes]:
     """The lines of a ``metadata.jsonl`` without their newline, as ``bytes.split(b"\\n")`` gives them
-    less a final empty piece (so an empty line in the middle is a line), one at a time."""
+    less a final empty piece (so an empty line in the middle is a line), one at a time; a line longer
+    than :data:`MAX_LINE_BYTES` is :data:`TOO_LONG`."""
     with open(path, "rb") as f:
-        for line in f:
+        for line in bounded_lines(f):
             yield line[:-1] if line.endswith(b"\n") else line
 
 
@@ -247,7 +274,7 @@ def lines_problem(path: str | Path, splits: Iterable[str], files) -> str | None:
     splits = set(splits)
     n = 0
     with open(path, "rb") as f:
-        for ln, raw in enumerate(f, start=1):
+        for ln, raw in enumerate(bounded_lines(f, limit=4096), start=1):  # a digest and a path: never 4 KB
             line = raw.rstrip(b"\n")
             if not line and n == 0 and files == 0:
                 continue  # an empty dataset's file is one newline
@@ -274,9 +301,46 @@ def safe_name(name) -> bool:
     return not name.startswith("/") and all(p not in ("", ".", "..") for p in name.split("/"))
 
 
-def scan_metadata(path: str | Path, masks: bool, claims=None) -> MetadataScan:
+#: ``(sha256 of a metadata.jsonl's bytes, masks, key)`` whose every line passed :func:`scan_metadata`'s
+#: checks and its ``claims`` for ``key`` (the spec's :func:`mosaic.records.spec_key` and the split) -> the
+#: file's size, most recent last; a reader that holds bytes of that digest skips those checks (:func:`metadata_checked`)
+_CHECKED: OrderedDict[tuple[str, bool, tuple], int] = OrderedDict()
+_CHECKED_MAX = 1024
+
+
+def metadata_checked(sha256: str, masks: bool, key: tuple) -> bool:
+    """Whether bytes of digest ``sha256`` were checked by :func:`scan_metadata` in this process, line by
+    line with the record claims of ``key``, and found clean: the checks are functions of the bytes,
+    the spec and the split, so the same bytes need not be checked again (the quick check, then
+    :func:`mosaic.dataset.iter_metadata` on the same read)."""
+    return (sha256, masks, key) in _CHECKED
+
+
+def metadata_size_checked(size: int, masks: bool, key: tuple) -> bool:
+    """Whether a file of ``size`` bytes was found clean for ``key`` (:func:`metadata_checked`): a reader
+    reads a file whole to know its digest only when it can be one it need not check."""
+    return any(v == size and k[1:] == (masks, key) for k, v in _CHECKED.items())
+
+
+class _Counted:
+    """A hash that also counts the bytes it is given (``n``)."""
+
+    def __init__(self, h):
+        self.h, self.n = h, 0
+
+    def update(self, data: bytes) -> None:
+        self.n += len(data)
+        self.h.update(data)
+
+    def hexdigest(self) -> str:
+        return self.h.hexdigest()
+
+
+def scan_metadata(path: str | Path, masks: bool, claims=None, key: tuple | None = None) -> MetadataScan:
     """Check and digest a split's ``metadata.jsonl`` line by line (see :class:`MetadataScan`);
     ``claims(rec)``, when given, says why a parsed record contradicts its spec (at most 20 kept).
+    With ``claims`` and ``key`` (what ``claims`` was built from), a file found clean is remembered by
+    its digest (:func:`metadata_checked`).
 
     Memory: one line, plus the bad lines' numbers.
 
@@ -284,14 +348,15 @@ def scan_metadata(path: str | Path, masks: bool, claims=None) -> MetadataScan:
         OSError: the file cannot be read.
     """
     scan = MetadataScan()
-    h = hashlib.sha256()
+    h = _Counted(hashlib.sha256())
     with open(path, "rb") as f:
-        for k, line in enumerate(f):
-            h.update(line)
+        for k, line in enumerate(bounded_lines(f, h)):
             scan.lines = k + 1
             text = line[:-1] if line.endswith(b"\n") else line
             rec = _json_record(text, k)
             why = None if rec is None else name_problem(rec, k) or text_problem(text.decode("utf-8"), rec)
+            if line is TOO_LONG:
+                why = f"longer than {MAX_LINE_BYTES:,} bytes, which no record of mosaic's is (not read)"
             # a dataset with masks names each record's mask; one without names none (a missing or null name would
             # leave the mask unchecked and unread)
             if why is None and rec is not None and (isinstance(rec.get("mask_file_name"), str) != masks or (not masks and "mask_file_name" in rec)):
@@ -306,4 +371,9 @@ def scan_metadata(path: str | Path, masks: bool, claims=None) -> MetadataScan:
                 scan.claims.append((k, why))
     scan.sha256 = h.hexdigest()
     scan._bad = set(scan.bad_lines)
+    if claims is not None and key is not None and not scan.bad_lines and not scan.claims:
+        _CHECKED[(scan.sha256, masks, key)] = h.n
+        _CHECKED.move_to_end((scan.sha256, masks, key))
+        while len(_CHECKED) > _CHECKED_MAX:
+            _CHECKED.popitem(last=False)
     return scan

@@ -45,6 +45,7 @@ from typing import Any, Iterable, Literal, Mapping, Union
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from mosaic.evaluation.cell_sets import cell_set_problems
+from mosaic.overrides import load_yaml_text
 from mosaic.schema import StrictModel
 from mosaic.spec import load_spec
 from mosaic.vocab import closest
@@ -338,11 +339,10 @@ def claim_problems(claims: list[Claim], axes: list[str], columns: list[str] | No
 def _canon(v) -> str:
     """A comparable key of an axis value, equal for ``[0, 2]`` from YAML and ``"[0, 2]"`` from a CSV."""
     if isinstance(v, str):
-        import yaml
-
-        try:
-            v = yaml.safe_load(v)
-        except yaml.YAMLError:
+        try:  # bounded as every user YAML text is: a value that is a "billion laughs" or 100,000-deep YAML text hung or
+            # crashed `mosaic sweep` (and `report` on a results table holding one); such a value stays the text it is
+            v = load_yaml_text(v, "an axis value", lambda where, msg: ValueError(msg))
+        except ValueError:
             return json.dumps(v)
     if isinstance(v, float) and v.is_integer():
         v = int(v)

@@ -29,6 +29,7 @@ Format ``mosaic-dataset/2`` (this version): records carry ``labels`` (concept ->
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from collections import deque
@@ -36,7 +37,9 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from mosaic.against_spec import regenerate_command
-from mosaic.checksums import name_problem, text_problem, write_checksums
+from mosaic.checksums import (
+    MAX_LINE_BYTES, TOO_LONG, bounded_lines, metadata_checked, metadata_size_checked, name_problem, text_problem, write_checksums,
+)
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.executors import LocalExecutor, check_backend, make_executor
 from mosaic.hf import mosaic_split, write_card
@@ -46,9 +49,10 @@ from mosaic.locks import FolderLock
 from mosaic.png import encode_png
 from mosaic.records import (  # noqa: F401 - re-exported: the dataset API of mosaic.dataset
     FORMAT, MANIFEST, base_manifest, check_out_dir, package_versions, png_bytes, read_manifest, record_claims, sample_line, sample_record,
-    spec_from_data, spec_of,
+    spec_from_data, spec_key, spec_of,
 )
 from mosaic.repair import check_and_repair, mark_shards_for_regeneration, repair
+from mosaic.shard_checks import shard_bounds
 from mosaic.sampling import prefetch_scenes
 from mosaic.spec import Spec
 from mosaic.tally import Tally
@@ -56,6 +60,9 @@ from mosaic.verify import VerifyReport, read_manifest_checked, verify as verify_
 from renderers import RENDER_CHUNK, backend_of, get_renderer
 
 DEFAULT_SHARD_SIZE = 256
+#: a split's ``metadata.jsonl`` up to this size is read whole by :func:`iter_metadata`, so that bytes the quick
+#: check found clean are known by their digest and not checked again; a larger one is checked line by line
+CHECKED_READ_BYTES = 512 << 20
 
 
 # ----------------------------------------------------------------------------------------------
@@ -97,6 +104,7 @@ def iter_metadata(root: str | Path, split: str, manifest: dict | None = None) ->
     split = resolve_split(root, split, man)
     claims = _claims_check(root, split, man)
     if storage_of(man) == "parquet":
+        shard_bounds(root, split, man)  # no page decompresses to more than mosaic writes (a bomb is refused unread)
         cols = [c for c in ("index", "split", "concepts", "labels", "combination", "held_out", "caption", "num_objects", "scene")]
         for rec in iter_records(root, split, columns=cols, manifest=man):
             rec["file_name"] = f"images/{rec.get('index')!s:0>6}.png"  # the record's form, as the imagefolder one
@@ -110,7 +118,24 @@ def iter_metadata(root: str | Path, split: str, manifest: dict | None = None) ->
         raise DatasetError(f"split {split!r} of {root}: {path} is missing; regenerate the dataset (`mosaic generate ... --overwrite`)")
     own = manifest is not None or (Path(root) / MANIFEST).is_file()  # a mosaic dataset: each record names its own files
     with path.open("rb") as f:
-        for k, line in enumerate(f, start=1):
+        lines, checked = f, False
+        key, masks = ((spec_key(man["spec"]), split), bool(man.get("masks"))) if isinstance(man.get("spec"), dict) else (None, False)
+        if own and key and metadata_size_checked(size := os.fstat(f.fileno()).st_size, masks, key) and size <= CHECKED_READ_BYTES:
+            # the very bytes read, whole (only a file of a size the quick check found clean): when the quick check found
+            # bytes of this digest clean (every line's text, file names and record claims for this spec and split), they
+            # are parsed only, not checked a second time
+            data = f.read(size + 1)
+            if len(data) > size:  # mosaic's writers replace a file whole: this one grows in place
+                raise DatasetError(f"{path} grew while it was read (another program writes it): read the dataset when it is done")
+            checked = metadata_checked(hashlib.sha256(data).hexdigest(), masks, key)
+            lines = io.BytesIO(data)
+        for k, line in enumerate(bounded_lines(lines), start=1):
+            if checked:
+                yield json.loads(line)
+                continue
+            if line is TOO_LONG:
+                raise DatasetError([(f"{path}:{k}", f"longer than {MAX_LINE_BYTES:,} bytes, which no record is (not read): the file "
+                                     f"is damaged; `mosaic verify {root}` names every damaged line, `--repair` rewrites them")])
             if not line.strip() and not own:
                 continue
             try:
@@ -386,17 +411,23 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow", split
         with atomic_writer(target) as dst:
             for part in _part_files(parts, split):
                 with part.open("rb") as src:
-                    head = _part_head(part, split, src.readline())
+                    head = _part_head(part, split, src.readline(MAX_LINE_BYTES + 1))
                     if head.get("start") != expect:
                         raise DatasetError(f"split {split!r}: part file {part.name} starts at index {head.get('start')}, "
                                            f"expected {expect}; rerun with --overwrite")
-                    body = src.read()
-                if body.count(b"\n") != head["stop"] - head["start"] or len(head["concepts"]) != head["stop"] - head["start"]:
-                    raise DatasetError(f"split {split!r}: part file {part.name} is damaged; delete it and rerun the same command")
-                _check_part_body(spec, split, part, head, body, names)  # the records are the ones the leak check counts
-                for i, vals in enumerate(head["concepts"], start=head["start"]):
-                    tally.add(split, i, dict(zip(names, vals)))
-                dst.write(body)
+                    if len(head["concepts"]) != head["stop"] - head["start"]:
+                        raise DatasetError(f"split {split!r}: part file {part.name} is damaged; delete it and rerun the same command")
+                    # line by line (each at most MAX_LINE_BYTES, never the whole body held): a planted part file of one
+                    # 20 GB line, sparse on disk, was read whole on the rerun
+                    lines = bounded_lines(src)
+                    for i, vals in enumerate(head["concepts"], start=head["start"]):
+                        line = next(lines, b"")
+                        _check_part_record(spec, split, part, i, line, vals, names)  # the records the leak check counts
+                        tally.add(split, i, dict(zip(names, vals)))
+                        dst.write(line)
+                    if next(lines, None) is not None:
+                        raise DatasetError(f"split {split!r}: part file {part.name} holds more records than its header gives; "
+                                           "delete it and rerun the same command")
                 expect = head["stop"]
             if expect != n:
                 raise DatasetError(f"split {split!r}: {expect} records on disk, expected {n}; rerun the same command to resume")
@@ -438,26 +469,28 @@ def _part_head(part: Path, split: str, line: bytes) -> dict:
                        "same command (that shard is generated again)")
 
 
-def _check_part_body(spec: Spec, split: str, part: Path, head: dict, body: bytes, names: list[str]) -> None:
-    """Each record of a part file must be the record of its index and split, with the concept values
-    its header gives (the values the leak check counts) and the ``held_out`` flag the spec gives them:
-    a record edited in an unfinished dataset (a held-out combination's labels on a training image)
-    is never merged into ``metadata.jsonl`` and digested as if mosaic wrote it. One JSON parse per
-    record (about 10 us).
+def _check_part_record(spec: Spec, split: str, part: Path, i: int, line: bytes, vals: list, names: list[str]) -> None:
+    """Record ``i`` of a part file (``line``, with its newline) must be the record of its index and
+    split, with the concept values its header gives (``vals``, what the leak check counts) and the
+    ``held_out`` flag the spec gives them: a record edited in an unfinished dataset (a held-out
+    combination's labels on a training image) is never merged into ``metadata.jsonl`` and digested
+    as if mosaic wrote it. One JSON parse per record (about 10 us).
 
     Raises:
         DatasetError: naming the part file, the index and the fix (delete it and rerun)."""
     fix = "delete it and rerun the same command (that shard is generated again)"
-    for i, (line, vals) in enumerate(zip(body.split(b"\n"), head["concepts"]), start=head["start"]):
-        try:
-            rec = loads_json(line)
-        except JSONReadError as e:
-            raise DatasetError(f"split {split!r}: part file {part} is damaged (record {i} is {e}); {fix}") from None
-        conc = rec.get("concepts") if isinstance(rec, dict) else None
-        if (not isinstance(conc, dict) or rec.get("index") != i or rec.get("split") != split
-                or [conc.get(c) for c in names] != vals or rec.get("held_out") is not is_held_out(spec, conc)):
-            raise DatasetError(f"split {split!r}: part file {part} is damaged (record {i} is not the record of index {i} "
-                               f"with the concepts its header gives and the spec's held_out flag); {fix}")
+    if not line.endswith(b"\n"):  # missing (the file ends early), cut short, or longer than MAX_LINE_BYTES (TOO_LONG)
+        raise DatasetError(f"split {split!r}: part file {part} is damaged (record {i} is missing, cut short or longer than "
+                           f"{MAX_LINE_BYTES:,} bytes); {fix}")
+    try:
+        rec = loads_json(line)
+    except JSONReadError as e:
+        raise DatasetError(f"split {split!r}: part file {part} is damaged (record {i} is {e}); {fix}") from None
+    conc = rec.get("concepts") if isinstance(rec, dict) else None
+    if (not isinstance(conc, dict) or rec.get("index") != i or rec.get("split") != split
+            or [conc.get(c) for c in names] != vals or rec.get("held_out") is not is_held_out(spec, conc)):
+        raise DatasetError(f"split {split!r}: part file {part} is damaged (record {i} is not the record of index {i} "
+                           f"with the concepts its header gives and the spec's held_out flag); {fix}")
 
 
 def _rendered_digests(parts: Path, split: str, masks: bool) -> Iterator[tuple[str, Path] | None]:
@@ -465,7 +498,7 @@ def _rendered_digests(parts: Path, split: str, masks: bool) -> Iterator[tuple[st
     from the part files' headers one at a time; None where a part file of an older mosaic recorded none."""
     for part in _part_files(parts, split):
         with part.open("rb") as f:
-            head = _part_head(part, split, f.readline())
+            head = _part_head(part, split, f.readline(MAX_LINE_BYTES + 1))
         n = (head["stop"] - head["start"]) * (2 if masks else 1)
         digs = head.get("sha256")
         if isinstance(digs, list) and len(digs) == n:

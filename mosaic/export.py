@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 
 import pyarrow as pa
 
-from mosaic.checksums import write_checksums
+from mosaic.checksums import bounded_lines, write_checksums
 from mosaic.errors import DatasetError
 from mosaic.executors import LocalExecutor
 from mosaic.hf import write_card
@@ -37,8 +37,8 @@ def _imagefolder_rows(spec: Spec, src: Path, split: str, masks: bool) -> Iterato
     path = src / split / "metadata.jsonl"
     if not path.is_file():
         raise DatasetError(f"no split {split!r} in {src}: {path} is missing")
-    with path.open() as f:
-        for line in f:
+    with path.open("rb") as f:
+        for line in bounded_lines(f):  # checked by the quick check before; a line grown since is not held whole
             if not line.strip():
                 continue
             rec = json.loads(line)
@@ -145,7 +145,7 @@ def _table_of_imagefolder_cached():
 def _records_of(path: Path) -> Iterator[dict]:
     """The records of a ``metadata.jsonl``, one line at a time."""
     with open(path, "rb") as f:
-        for line in f:
+        for line in bounded_lines(f):
             yield json.loads(line)
 
 

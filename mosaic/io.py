@@ -207,9 +207,49 @@ def atomic_write_json(path: str | Path, obj: Any, *, sort_keys: bool = True, def
 MAX_JSON_BYTES = 64 << 20
 
 
-class JSONReadError(ValueError):
+class FileReadError(ValueError):
+    """A file mosaic reads from a folder that is not one it could have written: not a regular file
+    (a FIFO, a device, a folder) or larger than the bound its reader gives (:func:`read_bounded`).
+    ``kind`` says what stands there (``"a FIFO (named pipe)"``, ``"a folder"``), or is None when the
+    file is too large."""
+
+    def __init__(self, message: str, kind: str | None = None):
+        super().__init__(message)
+        self.kind = kind
+
+
+class JSONReadError(FileReadError):
     """A JSON file or text that cannot be read as JSON: not UTF-8, not JSON, nested deeper than the
     parser reads, too large or not a regular file. A ValueError, so ``except ValueError`` catches it."""
+
+
+def read_bounded(path: str | Path, max_bytes: int = MAX_JSON_BYTES, error: type[FileReadError] = FileReadError) -> bytes:
+    """The bytes of the regular file ``path``, at most ``max_bytes``: the one reader of every JSON,
+    YAML, CSV and text file mosaic reads from a user's folder. Opened ``O_NONBLOCK`` (a FIFO at the
+    name is refused, never waited on), its kind and size taken from the open file (``fstat``), and
+    never more than ``max_bytes`` read, so a file grown or swapped after the check is refused too.
+
+    Raises:
+        FileNotFoundError: missing (an OSError); OSError: unreadable;
+        ``error``: not a regular file, or more than ``max_bytes``.
+    """
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a folder" if stat.S_ISDIR(st.st_mode) else file_kind(st.st_mode)
+            raise error(f"{kind}, not a file of mosaic's", kind)
+        if st.st_size > max_bytes:
+            raise error(f"{st.st_size:,} bytes, more than the {max_bytes:,} such a file of mosaic's holds")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise error(f"more than the {max_bytes:,} bytes such a file of mosaic's holds (it grew while read)")
+        return data
+    finally:
+        os.close(fd)
 
 
 def loads_json(data: str | bytes) -> Any:
@@ -238,15 +278,7 @@ def read_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
         JSONReadError: not a regular file (a FIFO is never waited on), too large, not UTF-8, not
             JSON, nested too deep.
     """
-    import stat
-
-    st = os.stat(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise JSONReadError(f"{file_kind(st.st_mode)}, not a JSON file")
-    if st.st_size > max_bytes:
-        raise JSONReadError(f"{st.st_size:,} bytes, more than the {max_bytes:,} a file of mosaic's holds")
-    with open(path, "rb") as f:
-        return loads_json(f.read(max_bytes + 1))
+    return loads_json(read_bounded(path, max_bytes, JSONReadError))
 
 
 def _own(st: os.stat_result) -> bool:

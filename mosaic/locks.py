@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover - Windows: locks are advisory files only
     fcntl = None
 
 from mosaic.errors import MosaicError
-from mosaic.io import loads_json, open_own
+from mosaic.io import loads_json, open_own, read_bounded
 
 
 def lock_path(folder: str | Path) -> Path:
@@ -63,7 +63,7 @@ def lock_owner(folder: str | Path) -> dict | None:
 
 def _read_owner(p: Path) -> dict:
     try:
-        return loads_json(p.read_bytes() or b"{}")
+        return loads_json(read_bounded(p, 1 << 20) or b"{}")  # a lock's owner record is a line
     except (OSError, ValueError):
         return {}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
-from mosaic.io import file_kind
+from mosaic.io import FileReadError, read_bounded
 from mosaic.vocab import closest
 
 ErrorFactory = Callable[[str, str], Exception]
@@ -168,18 +168,17 @@ def read_yaml_file(path: str | Path, error: ErrorFactory, kind: str = "file") ->
     expansion beyond :data:`MAX_YAML_VALUES` values.
     """
     path = Path(path)
-    if path.is_dir():
-        raise error(str(path), f"{path} is a directory, not a {kind}")
-    if path.exists() and not path.is_file():  # /dev/zero, a FIFO, a socket: never read (it may not end)
-
-        raise error(str(path), f"{path} is {file_kind(path.stat().st_mode)}, not a regular file: give the {kind} itself")
-    if not path.is_file():
-        raise error(str(path), f"no such {kind}: {path}")
     try:
-        size = path.stat().st_size
-        if size > MAX_YAML_BYTES:
-            raise error(str(path), f"{path} is {size:,} bytes: a {kind} is YAML text of at most {MAX_YAML_BYTES:,} bytes; is it the right file?")
-        raw = path.read_bytes()
+        raw = read_bounded(path, MAX_YAML_BYTES)  # a regular file (a FIFO is never waited on), never more than the bound
+    except FileNotFoundError:
+        raise error(str(path), f"no such {kind}: {path}") from None
+    except FileReadError as e:
+        if e.kind == "a folder":
+            raise error(str(path), f"{path} is a directory, not a {kind}") from None
+        if e.kind is not None:  # /dev/zero, a FIFO, a socket: never read (it may not end)
+            raise error(str(path), f"{path} is {e.kind}, not a regular file: give the {kind} itself") from None
+        raise error(str(path), f"{path} is too large ({e}): a {kind} is YAML text of at most {MAX_YAML_BYTES:,} bytes; "
+                    "is it the right file?") from None
     except OSError as e:
         raise error(str(path), f"cannot read {path}: {e.strerror}") from None
     if b"\x00" in raw:

@@ -38,7 +38,7 @@ from mosaic.recordline import record_line
 from mosaic.sampling import sample_scene
 from mosaic.spec import Spec, parse_spec, repeat_bounds
 from mosaic.vocab import SHAPES
-from mosaic.io import loads_json, output_dir_problem
+from mosaic.io import MAX_JSON_BYTES, loads_json, output_dir_problem, read_bounded
 
 FORMAT = "mosaic-dataset/2"
 MANIFEST = "manifest.json"
@@ -77,8 +77,8 @@ def read_manifest(root: str | Path) -> dict:
     if not path.is_file():
         raise DatasetError(f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with `mosaic generate SPEC --out {root}`)")
     try:
-        man = loads_json(path.read_bytes())
-    except ValueError as e:  # not UTF-8, not JSON (truncated, overwritten), nested too deep (mosaic.io.loads_json)
+        man = loads_json(read_bounded(path, MAX_JSON_BYTES))
+    except (OSError, ValueError) as e:  # larger than a manifest, not UTF-8, not JSON, nested too deep (mosaic.io)
         raise DatasetError(f"{path} is damaged ({type(e).__name__}: {str(e)[:120]}): restore it from a copy, or regenerate the "
                            f"dataset with `mosaic generate SPEC --out {root} --overwrite`") from None
     if not isinstance(man, dict):
@@ -301,9 +301,19 @@ def scene_graph_json(scene) -> str:
 _SPEC_CACHE: dict[str, Spec] = {}
 
 
+def spec_key(spec_data: dict) -> str:
+    """An exact key of resolved spec data: ``repr``, which keeps the order of every mapping (a spec's
+    concepts in another order are another spec: its combinations and label vectors are in that
+    order) and tells ``1`` from ``"1"``, ``True`` and ``1.0``, where ``json.dumps(sort_keys=True)``
+    made two such specs one."""
+    return repr(spec_data)
+
+
 def spec_from_data(spec_data: dict) -> Spec:
-    """The spec of resolved spec data, parsed once per process (workers get the data, not the object)."""
-    key = json.dumps(spec_data, sort_keys=True)
+    """The spec of resolved spec data, parsed once per process (workers get the data, not the
+    object); the cache is keyed by :func:`spec_key`, so data that differs in anything, the order of
+    its concepts included, is parsed on its own."""
+    key = spec_key(spec_data)
     if key not in _SPEC_CACHE:
         _SPEC_CACHE[key] = parse_spec(spec_data)
     return _SPEC_CACHE[key]
@@ -491,7 +501,7 @@ def replaceable_or_raise(out: Path) -> None:
     man = None
     if path.is_file():
         try:
-            man = loads_json(path.read_bytes())
+            man = loads_json(read_bounded(path, MAX_JSON_BYTES))
         except (OSError, ValueError):
             man = None
     if isinstance(man, dict) and str(man.get("format", "")).startswith("mosaic-dataset/"):

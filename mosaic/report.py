@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import html
+import io
+import os
 from pathlib import Path
 from typing import Callable
-
-import yaml
 
 from mosaic.errors import MosaicError
 from mosaic.plots import plot_curves
 from mosaic.audit import audit_summary, find_audit_files
 from mosaic.verdicts import check_sweep_claims, write_claims
 from mosaic.evaluation.agreement import wilson_interval
-from mosaic.io import atomic_copy, atomic_write, discard, own_folders
+from mosaic.io import atomic_copy, atomic_write, discard, own_folders, read_bounded
+from mosaic.overrides import read_yaml_file
 from mosaic.locks import FolderLock
 from mosaic.preview import sample_sheet
 from mosaic.vocab import closest
@@ -63,6 +64,29 @@ def _audit_section(root: Path) -> str:
             "<th>95% Wilson interval</th></tr>" + "".join(rows) + "</table>")
 
 
+#: the most bytes of a sweep's results.csv mosaic reads (a row a trial: a few KB, so 100,000 trials fit)
+MAX_RESULTS_BYTES = 1 << 30
+
+
+def read_sweep_yaml(sweep_dir: str | Path) -> dict:
+    """A sweep folder's ``sweep.yaml`` as a mapping, read as every user YAML file is
+    (:func:`mosaic.overrides.read_yaml_file`: a regular file, bounded, UTF-8, aliases bounded, no key twice).
+
+    Raises:
+        MosaicError: damaged (each of those), naming the file, with "restore it, or rerun the sweep into a new folder".
+    """
+    p = Path(sweep_dir) / "sweep.yaml"
+    fix = "restore it, or rerun the sweep into a new folder"
+
+    def damaged(where, msg):
+        return MosaicError(f"{where} is damaged ({msg}): {fix}")
+
+    sweep = read_yaml_file(p, damaged, kind="sweep file")
+    if not isinstance(sweep, dict):
+        raise MosaicError(f"{p} is damaged (not a mapping): {fix}")
+    return sweep
+
+
 def make_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = None) -> Path:
     """:func:`write_report`, holding the report folder's lock (``mosaic.locks.FolderLock``: one
     writer at a time). ``SWEEP_DIR/report`` is made a real folder of the sweep first: a symbolic
@@ -96,14 +120,9 @@ def write_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = Non
         if Path(sweep_dir).exists() and not Path(sweep_dir).is_dir():
             raise MosaicError(f"{sweep_dir} is a file, not a sweep folder: give the folder `mosaic sweep SWEEP.yaml --out DIR` wrote")
         raise MosaicError(f"{sweep_dir} has no results.csv: run `mosaic sweep SWEEP.yaml --out {sweep_dir}` first")
+    sweep = read_sweep_yaml(sweep_dir) if os.path.lexists(sweep_dir / "sweep.yaml") else {}
     try:
-        sweep = yaml.safe_load((sweep_dir / "sweep.yaml").read_bytes().decode("utf-8")) if (sweep_dir / "sweep.yaml").is_file() else {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
-        raise MosaicError(f"{sweep_dir / 'sweep.yaml'} is damaged ({type(e).__name__}): restore it, or rerun the sweep into a new folder") from None
-    if not isinstance(sweep, dict):
-        raise MosaicError(f"{sweep_dir / 'sweep.yaml'} is damaged (not a mapping): restore it, or rerun the sweep into a new folder")
-    try:
-        df = pd.read_csv(res)
+        df = pd.read_csv(io.BytesIO(read_bounded(res, MAX_RESULTS_BYTES)))  # a regular file, never more than the bound
     except (ValueError, UnicodeDecodeError, OSError) as e:
         raise MosaicError(f"{res} is damaged ({type(e).__name__}: {str(e)[:100]}): rebuild it with `mosaic report {sweep_dir}` "
                           "(it collects the trials again)") from None

@@ -18,14 +18,13 @@ import html
 import json
 import time
 from pathlib import Path
+from urllib.parse import quote
 from typing import Callable
-
-import yaml
 
 from mosaic.errors import MosaicError
 from mosaic.verdicts import check_sweep_claims, claims_html, fmt_effect, write_claims
-from mosaic.overrides import safe_load
-from mosaic.report import make_report
+from mosaic.overrides import read_yaml_file
+from mosaic.report import make_report, read_sweep_yaml
 from mosaic.sweep import load_sweep
 from mosaic.trials import cpu_slots, plan, pool_wall_seconds, read_status, run_sweep
 from mosaic.io import atomic_write
@@ -43,10 +42,12 @@ def load_registry(path: str | Path | None = None) -> dict:
         MosaicError: the file is missing or malformed (names the paper and field).
     """
     p = Path(path) if path is not None else REGISTRY_FILE
-    if not p.is_file():
+    if not p.exists():
         raise MosaicError(f"the reproduce registry {p} is missing")
 
-    data = safe_load(p.read_text()) or {}
+    data = read_yaml_file(p, lambda where, msg: MosaicError(f"the reproduce registry {msg}"), kind="registry") or {}
+    if not isinstance(data, dict):
+        raise MosaicError(f"{p}: the reproduce registry must map a paper to its entry")
     for paper, entry in data.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("scales"), dict):
             raise MosaicError(f"{p}: {paper}.scales must map a scale (cpu, gpu) to a list of sweep names")
@@ -179,7 +180,7 @@ def reproduce(paper: str, scale: str, out: str | Path, workers: int = 1, backend
         t1 = time.perf_counter()
         _, df = run_sweep(s, folder, backend=backend, workers=workers, address=address, on_progress=on_progress, on_done=on_done)
         page = make_report(folder)
-        sweep_dict = yaml.safe_load((folder / "sweep.yaml").read_text())
+        sweep_dict = read_sweep_yaml(folder)  # bounded, safe, named when damaged
         claims += check_sweep_claims(sweep_dict, df, statements)
         st = df["status"] if "status" in df.columns else None
         results.append({"name": s.name, "folder": str(folder), "report": str(page), "trials": len(df),
@@ -190,6 +191,12 @@ def reproduce(paper: str, scale: str, out: str | Path, workers: int = 1, backend
            "seconds": time.perf_counter() - t0}
     res["page"] = str(write_reproduction_report(res, out))
     return res
+
+
+def _href(rel: Path) -> str:
+    """A link to the relative path ``rel``, percent-encoded after ``./``: a sweep folder named
+    ``javascript:alert(1)`` is a path, never a URL scheme the browser runs."""
+    return html.escape("./" + quote(rel.as_posix(), safe="/"))
 
 
 def write_reproduction_report(res: dict, out: str | Path) -> Path:
@@ -224,7 +231,7 @@ def write_reproduction_report(res: dict, out: str | Path) -> Path:
                          f"{c['seeds']} seeds: <b>{e(c['verdict'])}</b> ({e(c.get('why') or '')})</p>")
     parts.append(claims_html(res["claims"], fig))
     parts.append("<h2>Sweeps</h2><ul>" + "".join(
-        f"<li><a href='{e(str(Path(s['report']).relative_to(out)))}'>{e(s['name'])}</a>: {s['done']} of {s['trials']} trials done, "
+        f"<li><a href='{_href(Path(s['report']).relative_to(out))}'>{e(s['name'])}</a>: {s['done']} of {s['trials']} trials done, "
         f"{s['failed']} failed, {s['seconds'] / 60:.1f} min</li>" for s in res["sweeps"]) + "</ul></body></html>")
     page = out / "index.html"
     atomic_write(page, "\n".join(parts))

@@ -10,7 +10,9 @@ import json
 from pathlib import Path
 
 from mosaic.checksums import digest_file
+from mosaic.errors import DatasetError
 from mosaic.hf import arrow_schema, feature_tree
+from mosaic.parquet_pages import MAX_GROUP_ROWS, shard_bound_problem
 from mosaic.png import png_structure_problem
 from mosaic.records import spec_from_data
 
@@ -103,11 +105,46 @@ def check_shards(root: Path, man: dict, deep: bool = False) -> list[tuple[str, s
                 problems.append((where, f"shard is damaged: {rows} rows, the manifest records {s['rows']}"))
             elif want is not None and (why := _schema_problem(schema, want)) is not None:
                 problems.append((where, why))
+            elif image_size is not None and (why := _bound_problem(p, f.metadata, image_size)) is not None:
+                problems.append((where, f"shard is damaged: {why}"))
             elif deep and digest_file(p)[0] != s["sha256"]:
                 problems.append((where, "shard is damaged: its sha256 differs from the manifest's"))
             elif deep and image_size is not None:
                 problems += _shard_rows(f, where, image_size, first)
     return problems
+
+
+def _bound_problem(p: Path, meta, image_size: int) -> str | None:
+    """:func:`mosaic.parquet_pages.shard_bound_problem` of the shard file ``p`` (page headers only)."""
+    try:
+        with open(p, "rb") as fh:
+            return shard_bound_problem(fh, meta, image_size, MAX_GROUP_ROWS)
+    except OSError as e:
+        return f"it cannot be read ({e.strerror or e})"
+
+
+def shard_bounds(root: Path, split: str, man: dict) -> None:
+    """Refuse, before a reader reads any row of a Parquet split, a shard whose pages decompress to
+    more than mosaic writes (:func:`mosaic.parquet_pages.shard_bound_problem`): the bound of every
+    read, checked or not (``MosaicDataset(..., verify=False)``, :func:`mosaic.dataset.iter_metadata`).
+
+    Raises:
+        DatasetError: naming the shard, with the fix."""
+    import pyarrow.parquet as pq
+
+    image_size = spec_image_size(man)
+    if image_size is None:
+        return
+    for s in man.get("shards", {}).get(split, []):
+        p = Path(root) / "data" / str(s.get("name"))
+        try:
+            meta = pq.ParquetFile(p).metadata
+        except Exception:  # noqa: BLE001 - a missing or unreadable shard is named by its reader
+            continue
+        if (why := _bound_problem(p, meta, image_size)) is not None:
+            raise DatasetError([(f"{root}/data/{p.name}", f"shard is damaged: {why}"),
+                                ("fix", f"regenerate the dataset (`mosaic generate {root} --out {root} --overwrite --format parquet`), "
+                                        "or use a copy you trust")])
 
 
 def _row_cell_problem(cell, index: int, image_size: int, kind: str) -> str | None:

@@ -10,6 +10,7 @@ from mosaic.dataset import iter_metadata, read_manifest, resolve_split, spec_of
 from mosaic.errors import DatasetError
 from mosaic.png import decode_image
 from mosaic.records import unfinished_hint
+from mosaic.shard_checks import shard_bounds
 from mosaic.verify import check_before_read, read_manifest_checked
 
 
@@ -63,6 +64,7 @@ class MosaicDataset(torch.utils.data.Dataset):
         self.domains = {c: self.spec.domain(c) for c in self.concepts}
         size = self.spec.image.size
         if self.storage == "parquet":
+            shard_bounds(self.root, split, man)  # before any row is read: no page decompresses to more than mosaic writes
             self.records, images, masks = [], [], []
             cols = ["image"] + (["mask"] if load_masks else [])
             for row, rec in zip(iter_records(self.root, split, columns=cols, manifest=man), iter_metadata(self.root, split, man)):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from mosaic.evaluation.cell_sets import cell_set_columns
 from mosaic.evaluation.table import check_row, table_columns
 from mosaic.io import atomic_write, atomic_writer, make_output_dir, open_append, read_json
 from mosaic.lab.config import config_diff, read_config_yaml, validate_config
+from mosaic.locks import FolderLock
 from mosaic.overrides import read_yaml_file
 from mosaic.sweep import LABEL, SweepSpec, expand, trial_config, trial_id
 from mosaic.vocab import closest
@@ -205,6 +207,23 @@ def trial_command(kind: str, tdir: Path) -> list[str]:
     return [sys.executable, "-m", "mosaic.cli", "train", kind, str(Path(tdir) / "config.yaml")]
 
 
+def _log_tail(path: Path, lines: int = 15, max_bytes: int = 64 << 10) -> list[str]:
+    """The last ``lines`` lines of a trial's ``log.txt``, from at most its last ``max_bytes`` (a log can
+    be gigabytes; a FIFO or folder planted at its name is never read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return []
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return []
+        os.lseek(fd, max(0, st.st_size - max_bytes), os.SEEK_SET)
+        return os.read(fd, max_bytes).decode("utf-8", errors="replace").strip().splitlines()[-lines:]
+    finally:
+        os.close(fd)
+
+
 def run_trial(kind: str, tdir: str, env: dict | None = None, timeout_s: float | None = None) -> dict:
     """Run one trial in a subprocess, logging to ``log.txt``; record the outcome in ``trial.json``.
 
@@ -233,7 +252,7 @@ def run_trial(kind: str, tdir: str, env: dict | None = None, timeout_s: float | 
     if rc == 0 and metrics.is_file():
         status.update(status="done", returncode=0)
     else:
-        tail = (tdir / "log.txt").read_text(errors="replace").strip().splitlines()[-15:]
+        tail = _log_tail(tdir / "log.txt")
         status.update(status="failed", returncode=rc, error=err or ("\n".join(tail) or f"exit code {rc}"))
     write_status(tdir, status)
     return status
@@ -500,8 +519,20 @@ def check_sweep_options(backend: str, workers: int = 1, address: str | None = No
 
 def run_sweep(sweep: SweepSpec, out: Path, backend: str = "local", workers: int = 1, address: str | None = None,
               on_progress: Callable[[str], None] | None = None, on_done: Callable[[dict], None] | None = None):
-    """Prepare, run (skipping finished trials) and collect a sweep. Returns ``(trials, results DataFrame)``."""
+    """Prepare, run (skipping finished trials) and collect a sweep. Returns ``(trials, results DataFrame)``.
+
+    Holds the sweep folder's lock (:class:`mosaic.locks.FolderLock`) throughout: a second sweep into
+    the same folder stops, naming the first, where it ran the first's trials again beside it (each
+    refused by its run folder's lock, marked failed in ``trial.json`` while the first still trained).
+
+    Raises:
+        SweepError: another process runs a sweep into ``out``; every error of :func:`prepare`."""
     check_sweep_options(backend, workers, address)
+    with FolderLock(out, SweepError, "sweep folder", wait=False):
+        return _run_sweep(sweep, out, backend, workers, address, on_progress, on_done)
+
+
+def _run_sweep(sweep: SweepSpec, out: Path, backend: str, workers: int, address: str | None, on_progress, on_done):
     trials = prepare(sweep, out, on_progress)
     todo = [t for t in trials if read_status(t["dir"]).get("status") != "done"]
     for t in todo:

@@ -35,12 +35,12 @@ from mosaic.checksums import (  # noqa: F401 - write_checksums re-exported: the 
     CHECKSUMS, RecordedDigests, digest_file, lines_problem, metadata_lines, parse_record, scan_metadata, standard_names, write_checksums,
 )
 from mosaic.errors import DatasetError, MosaicError
-from mosaic.io import loads_json
+from mosaic.io import loads_json, read_bounded
 from mosaic.png import HEADER_BYTES, SIGNATURE, max_png_bytes, png_header_problem, png_structure_problem
 from mosaic.shard_checks import check_shards, spec_image_size  # noqa: F401 - check_shards re-exported
 from mosaic.card_check import card_problem
 from mosaic.hf import CARD
-from mosaic.records import count_problem, record_claims, sample_record, shards_problem, spec_from_data, unfinished_hint
+from mosaic.records import count_problem, record_claims, sample_record, shards_problem, spec_from_data, spec_key, unfinished_hint
 
 MANIFEST = "manifest.json"
 CLAIMS = "contradicts its spec"  # a record whose held_out, split or labels its own concepts and spec do not give
@@ -121,9 +121,7 @@ def read_manifest_checked(root: str | Path) -> dict:
     if not path.is_file():
         raise DatasetError(f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with `mosaic generate SPEC --out {root}`)")
     try:
-        if path.stat().st_size > MANIFEST_LIMIT:
-            raise ValueError(f"{path.stat().st_size} bytes, more than a manifest's {MANIFEST_LIMIT}")
-        man = loads_json(path.read_bytes())
+        man = loads_json(read_bounded(path, MANIFEST_LIMIT))  # a regular file, never more than the bound
     except (OSError, ValueError) as e:  # not UTF-8, not JSON, nested 100k deep (mosaic.io.loads_json)
         raise DatasetError(f"{path} is damaged ({type(e).__name__}: {str(e)[:120]}): the dataset cannot be checked without it; "
                            f"regenerate it with `mosaic generate SPEC --out {root} --overwrite`, or restore the file from a copy") from None
@@ -488,7 +486,8 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
             if spec is None and report.repairable:  # (an edited spec, refused above, is no measure of the records)
                 spec = spec_from_data(man["spec"])
             # line by line, no record held; each record's claims against the spec (a leak past the holdout: ~5 us a record)
-            scan = scan_metadata(meta, masks, claims=None if spec is None else record_claims(spec, split))
+            scan = scan_metadata(meta, masks, claims=None if spec is None else record_claims(spec, split),
+                                 key=(spec_key(man["spec"]), split))
             altered = sums is not None and scan.sha256 != sums.get(rel_meta)
             for k, why in scan.claims:
                 if altered:  # changed after generation (its digest no longer agrees): --repair writes the line again

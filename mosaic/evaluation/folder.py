@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mosaic.checksums import MAX_LINE_BYTES, TOO_LONG, bounded_lines
 from mosaic.dataset import iter_metadata
 from mosaic.errors import MosaicError
 from mosaic.evaluation.check import Evaluator, evaluator_accuracy, explanations, threshold_of
@@ -70,9 +71,11 @@ def read_folder(images_dir: str | Path) -> list[dict]:
     recs = []
     seen: dict[str, int] = {}  # normalised file_name -> its first line: one image is scored for one record only
     with open(meta, "rb") as f:
-        for ln, raw in enumerate(f, start=1):
+        for ln, raw in enumerate(bounded_lines(f), start=1):
             if not raw.strip():
                 continue
+            if raw is TOO_LONG:
+                raise MosaicError(f"{meta} line {ln} is longer than {MAX_LINE_BYTES:,} bytes (not read): one flat JSON object per image")
             try:
                 r = json.loads(raw.decode("utf-8"))
             except UnicodeDecodeError as e:

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from mosaic.errors import TrainingError
-from mosaic.io import loads_json, read_json
+from mosaic.io import loads_json, read_bounded, read_json
 from mosaic.lab.checkpoint_fit import state_problem, trainer_state_problem
 from mosaic.lab.run_folder import RunFolder
 
@@ -208,10 +208,7 @@ def read_record(folder: Path, run_id: str | None) -> dict:
                                   "by someone else; it is not loaded, because unpickling can run code")
         raise CheckpointError(f"{folder} has no {RECORD}: it was not written by this mosaic (format {FORMAT})")
     try:
-        size = rec_path.stat().st_size
-        if size > MAX_RECORD_BYTES:
-            raise ValueError(f"{size} bytes, more than a checkpoint record holds")
-        rec = loads_json(rec_path.read_bytes())
+        rec = loads_json(read_bounded(rec_path, MAX_RECORD_BYTES))  # a regular file, never more than the bound
     except (OSError, ValueError) as e:  # not UTF-8, not JSON, nested too deep (mosaic.io.loads_json)
         raise CheckpointError(f"{folder}/{RECORD} is damaged ({type(e).__name__}: {str(e)[:120]})") from None
     if not isinstance(rec, dict) or rec.get("format") != FORMAT:

@@ -20,7 +20,8 @@ from mosaic.dataset import generate as gen, read_manifest
 from mosaic.errors import DatasetError
 from mosaic.lab.config import DatasetSection
 from mosaic.spec import load_spec
-from mosaic.verify import check_before_read
+from mosaic.io import read_bounded
+from mosaic.verify import MANIFEST_LIMIT, check_before_read
 
 
 def dataset_dir_for(spec) -> str:
@@ -104,7 +105,7 @@ def manifest_fingerprint(root: str | Path) -> dict:
         "name": man.get("name"),
         "fingerprint": man.get("fingerprint"),
         "splits": {k: v.get("count") for k, v in man.get("splits", {}).items()},
-        "manifest_sha256": hashlib.sha256((root / "manifest.json").read_bytes()).hexdigest(),
+        "manifest_sha256": hashlib.sha256(read_bounded(root / "manifest.json", MANIFEST_LIMIT)).hexdigest(),
     }
 
 

@@ -24,24 +24,30 @@ import csv
 import io
 import json
 import os
-import stat
 import time
 from pathlib import Path
 
 import yaml
 
 from mosaic.errors import DatasetError, TrainingError
-from mosaic.io import MAX_JSON_BYTES, atomic_copy, atomic_write, file_kind, open_append
+from mosaic.io import MAX_JSON_BYTES, atomic_copy, atomic_write, open_append, read_bounded
 from mosaic.lab.config import config_diff
 from mosaic.lab.data import manifest_fingerprint
+from mosaic.overrides import load_yaml_text
 from mosaic.verify import check_before_read
 
 LOG_FIELDS = ("step", "loss", "lr", "grad_norm", "images_per_s", "time_s")
 
 
+#: the most bytes of a run's JSON-lines log mosaic reads (a row a step: ~200 bytes, so millions of steps)
+MAX_LOG_BYTES = 1 << 30
+
+
 def _read_jsonl_rows(path: Path) -> list[dict]:
     """The rows of a run's JSON-lines log (``log.jsonl``, ``val.jsonl``): ``[{"step": int, ...}]``,
-    [] when there is none.
+    [] when there is none. A last line without its newline is an append cut short (the run was killed,
+    or the disk filled, while writing it): not a row yet, left out (a resume rewrites the log from its
+    rows up to the checkpoint), where it made every rerun of the run refuse the log.
 
     Raises:
         TrainingError: a line that is not a JSON object with an integer ``step`` (a damaged or
@@ -50,12 +56,13 @@ def _read_jsonl_rows(path: Path) -> list[dict]:
     if not path.is_file():
         return []
     try:
-        text = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as e:
+        data = read_bounded(path, MAX_LOG_BYTES)
+        text = data[:data.rfind(b"\n") + 1].decode("utf-8")  # whole lines only: a torn last append is no row
+    except (OSError, ValueError) as e:  # unreadable, not a regular file, too large, not UTF-8
         raise TrainingError(f"{path} cannot be read ({type(e).__name__}: {str(e)[:80]}): the run's log is damaged; "
                             "delete the run folder (or give another --out) to start the run afresh") from None
     rows = []
-    for k, line in enumerate(text.splitlines(), 1):
+    for k, line in enumerate(text.split("\n")[:-1], 1):
         if not line.strip():
             continue
         try:
@@ -77,17 +84,13 @@ def _read_run_file(path: Path) -> bytes:
 
     Raises:
         FileNotFoundError: missing; ValueError: not a regular file, or too large."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{'a folder' if stat.S_ISDIR(st.st_mode) else file_kind(st.st_mode)}, not a file of mosaic's")
-        if st.st_size > MAX_JSON_BYTES:
-            raise ValueError(f"{st.st_size:,} bytes, more than the {MAX_JSON_BYTES:,} a run's record holds")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(MAX_JSON_BYTES + 1)
-    finally:
-        os.close(fd)
+    return read_bounded(path, MAX_JSON_BYTES)
+
+
+def _yaml(text: str):
+    """A run's ``config.yaml`` parsed as every user YAML file is (:func:`mosaic.overrides.load_yaml_text`:
+    safe, aliases bounded, no key twice): a "billion laughs" config was expanded when compared on resume."""
+    return load_yaml_text(text, "config.yaml", lambda where, msg: ValueError(msg))
 
 
 class RunFolder:
@@ -140,7 +143,7 @@ class RunFolder:
             raise TrainingError(f"run folder {self.root} does not exist (train one with `mosaic train ...`)")
         if not self.config.is_file():
             raise TrainingError(f"{self.root} is not a run folder: {self.config.name} is missing (train one with `mosaic train ...`)")
-        return self._read(self.config, yaml.safe_load)
+        return self._read(self.config, _yaml)
 
     def read_dataset(self) -> dict:
         return self._read(self.dataset, json.loads)
@@ -212,7 +215,7 @@ class RunFolder:
         """
         current = manifest_fingerprint(dataset_root)
         if self.config.is_file():
-            old = self._read(self.config, yaml.safe_load)
+            old = self._read(self.config, _yaml)
             # where the run and its dataset lie is no difference (a moved folder resumes): the dataset's identity is checked below
             diff = [d for d in config_diff(old, config) if d not in ("out", "dataset.path")]
             if diff:
@@ -276,15 +279,19 @@ class RunFolder:
         return _read_jsonl_rows(self.val_jsonl)
 
     def truncate_logs(self, step: int) -> None:
-        """Drop log rows after ``step`` (written after the checkpoint a resumed run starts from)."""
+        """Drop log rows after ``step`` (written after the checkpoint a resumed run starts from). Each
+        log is written whole through the atomic writer: an interruption leaves the old log, never
+        none (unlinking the logs and appending the kept rows again lost them all when killed between)."""
         rows = [r for r in self.read_log() if r["step"] <= step]
         vals = [r for r in self.read_val() if r["step"] <= step]
-        for p in (self.log_jsonl, self.log_csv, self.val_jsonl):
-            p.unlink(missing_ok=True)
-        for r in rows:
-            self.append_log(r)
-        for r in vals:
-            self.append_val(r)
+        buf = io.StringIO(newline="")
+        w = csv.DictWriter(buf, fieldnames=LOG_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+        for p, text in ((self.log_jsonl, "".join(json.dumps(r) + "\n" for r in rows)), (self.log_csv, buf.getvalue()),
+                        (self.val_jsonl, "".join(json.dumps(r) + "\n" for r in vals))):
+            if text or p.exists() or p.is_symlink():
+                atomic_write(p, text)
 
     def write_metrics(self, metrics: dict) -> None:
         atomic_write(self.metrics, json.dumps(metrics, indent=2, sort_keys=True, default=str) + "\n")
