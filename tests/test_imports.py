@@ -189,6 +189,7 @@ LAZY: dict[tuple[str, str], str] = {
     ("mosaic.cli.common", "mosaic.io"): HELP,
     ("mosaic.cli.common", "mosaic.spec"): HELP,
     ("mosaic.cli.data", "mosaic.dataset"): HELP,
+    ("mosaic.cli.data", "mosaic.layout_check"): HELP,
     ("mosaic.cli.data", "mosaic.executors"): HELP,
     ("mosaic.cli.data", "mosaic.parquet"): HELP,
     ("mosaic.cli.data", "mosaic.preview"): HELP,
