@@ -35,6 +35,7 @@ class LayoutProbe:
         sampled: scenes laid out (indices spread evenly over ``range(size)``).
         failed: indices whose layout search failed.
         objects: ``(fewest, most)`` objects in a sampled scene (``(0, 0)`` when none was placed).
+        first_error: the layout search's message for the first failing index (None when none failed).
     """
 
     split: str
@@ -42,6 +43,7 @@ class LayoutProbe:
     sampled: int
     failed: tuple[int, ...]
     objects: tuple[int, int]
+    first_error: str | None = None
 
 
 def probe_indices(size: int, k: int) -> list[int]:
@@ -59,15 +61,16 @@ def probe_layouts(spec, k: int = PROBE_SCENES) -> list[LayoutProbe]:
         if not n:
             continue
         idx = probe_indices(n, k)
-        failed, counts = [], []
+        failed, counts, first = [], [], None
         for i in idx:
             try:
                 scene, _ = sample_scene(spec, split, i)
-            except LayoutError:
+            except LayoutError as e:
                 failed.append(i)
+                first = first or str(e)
                 continue
             counts.append(len(scene.objects))
-        out.append(LayoutProbe(split, n, len(idx), tuple(failed), (min(counts), max(counts)) if counts else (0, 0)))
+        out.append(LayoutProbe(split, n, len(idx), tuple(failed), (min(counts), max(counts)) if counts else (0, 0), first))
     return out
 
 
@@ -99,12 +102,7 @@ def check_layouts(spec, k: int = PROBE_SCENES) -> list[LayoutProbe]:
         lines.append(f"split {p.split}: {len(p.failed)} of {p.sampled} scenes sampled across its {p.size} could not be laid out "
                      f"(indices {', '.join(map(str, p.failed[:5]))}{', ...' if len(p.failed) > 5 else ''}); "
                      f"{'exactly' if p.sampled == p.size else 'about'} {est} of its scenes would fail")
-    first = bad[0]
-    try:
-        sample_scene(spec, first.split, first.failed[0])
-        detail = ""
-    except LayoutError as e:
-        detail = f"\n  first failure: {e}"
+    detail = f"\n  first failure: {bad[0].first_error}"
     lay = spec.layout
     raise LayoutError(
         "generation would stop at the first scene it cannot lay out:\n  " + "\n  ".join(lines) + detail

@@ -26,7 +26,6 @@ import copy
 import json
 import os
 import shutil
-import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -36,6 +35,7 @@ from typer.testing import CliRunner
 from mosaic.cli import app
 from tests.test_attack_cases6 import _clean_exit_2, drun  # noqa: F401 (drun: a finished 2-step diffusion run)
 from tests.test_attack_cases8 import data  # noqa: F401 (fixture: a 16 px dataset with masks)
+from tests.test_checksums import _peak  # peak traced bytes of a call
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,17 +45,6 @@ def _copy(data: Path, tmp_path: Path) -> Path:
     root = tmp_path / "data"
     shutil.copytree(data, root)
     return root
-
-
-def _peak(fn) -> int:
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        fn()
-        return tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
 
 
 # ------------------------------------------------------------------------------------------------

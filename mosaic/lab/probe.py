@@ -56,8 +56,6 @@ def spec_and_records(section, k: int):
     spec = load_dataset_spec(section)
     sizes = spec.split_sizes()
     split = "train" if sizes.get("train") else next((s for s, n in sizes.items() if n), "train")
-    check_layouts(spec)  # a layout that fails only sometimes stops generation; say so now, not mid-run
-    recs = [sample_record(spec, split, i)[0] for i in range(min(k, max(sizes.get(split, 0), 1)))]
     root = Path(section.root) / dataset_dir_for(spec)
     exists = False
     if (root / "manifest.json").is_file():
@@ -65,6 +63,9 @@ def spec_and_records(section, k: int):
             exists = read_manifest(root).get("status") == "complete"
         except (MosaicError, ValueError, OSError):
             exists = False
+    if not exists:  # a layout that fails only sometimes stops generation; say so now, not mid-run
+        check_layouts(spec)
+    recs = [sample_record(spec, split, i)[0] for i in range(min(k, max(sizes.get(split, 0), 1)))]
     return spec, recs, sizes.get("train", 0), exists
 
 
