@@ -2,7 +2,8 @@
 
 A :class:`MosaicError` holds ``problems``, a list of ``(field path, message)`` pairs (the path is
 ``""`` when the problem belongs to no field), and an optional ``source`` (the file or dataset the
-problems were found in). The CLI prints any MosaicError without a traceback and exits with status
+problems were found in). Each path, message and source is kept to :data:`MAX_PROBLEM_CHARS`
+(elided in the middle, :func:`clip`). The CLI prints any MosaicError without a traceback and exits with status
 2. Every message names the field, the offending value and a fix.
 
 ``str()``: a plain error raised with one message is that message. An error class with a
@@ -15,6 +16,20 @@ from __future__ import annotations
 from typing import ClassVar
 
 Problem = tuple[str, str]
+
+#: The most characters of one problem's field path or message that an error keeps: a value echoed
+#: back from a hostile or mistaken input (a 60 KB string in a spec, a pasted file) is elided in the
+#: middle, so an error stays readable and bounded wherever it is printed or stored.
+MAX_PROBLEM_CHARS = 2000
+
+
+def clip(text: str, limit: int = MAX_PROBLEM_CHARS) -> str:
+    """``text`` if it has at most ``limit`` characters, else its first three quarters and last
+    eighth of ``limit`` around ``… [N characters left out] …``."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 3 // 4, limit // 8
+    return f"{text[:head]} … [{len(text) - head - tail} characters left out] … {text[-tail:]}"
 
 
 class MosaicError(Exception):
@@ -35,8 +50,8 @@ class MosaicError(Exception):
     def __init__(self, problems: list[Problem] | str = "", source: str | None = None):
         if isinstance(problems, str):
             problems = [("", problems)]
-        self.problems: list[Problem] = list(problems)
-        self.source = source
+        self.problems: list[Problem] = [(clip(str(path)) if path else "", clip(str(msg))) for path, msg in problems]
+        self.source = clip(str(source)) if source is not None else None
         super().__init__(self._render())
 
     def _render(self) -> str:

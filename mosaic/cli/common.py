@@ -57,7 +57,11 @@ def fail(e: Exception) -> None:
     Raises:
         typer.Exit: always, with code 2.
     """
-    err_console.print(f"[bold red]error:[/] {shown(str(e))}", highlight=False, soft_wrap=True)
+    from mosaic.errors import clip
+
+    # any exception's text, bounded line by line (MosaicError clips its own problems already)
+    text = "\n".join(clip(line) for line in str(e).split("\n"))
+    err_console.print(f"[bold red]error:[/] {shown(text)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

@@ -122,24 +122,40 @@ def sweep_command(
     for _, r in failed.iterrows():
         console.print(f"[red]failed[/] {r['trial']}: {str(r.get('error'))[-300:]}")
     if report:
-        from mosaic.report import make_report
-
-        console.print(f"report: {make_report(folder, warn=lambda m: console.print(f'[yellow]warning[/] {escape(m)}'))}")
+        try:
+            console.print(f"report: {_collect_and_report(folder, collect_first=False)}")
+        except MosaicError as e:
+            fail(e)
     if len(failed):
         raise typer.Exit(1)
+
+
+def _collect_and_report(sweep_dir: Path, collect_first: bool) -> Path:
+    """Gather the trials into ``results.csv`` (``collect_first``) and write the report, holding the
+    sweep folder's lock (:class:`mosaic.locks.FolderLock`, never waiting): a report asked for while a
+    sweep runs into the folder is refused, naming that sweep, instead of writing ``results.csv`` beside
+    it. A path that is no folder makes no lock file and is named by :func:`mosaic.report.make_report`."""
+    from contextlib import nullcontext
+
+    from mosaic.errors import SweepError
+    from mosaic.locks import FolderLock
+    from mosaic.report import make_report
+    from mosaic.trials import collect
+
+    lock = FolderLock(sweep_dir, SweepError, "sweep folder", wait=False) if sweep_dir.is_dir() else nullcontext()
+    with lock:
+        if collect_first and (sweep_dir / "trials").is_dir():
+            collect(sweep_dir)
+        return make_report(sweep_dir, warn=lambda m: console.print(f"[yellow]warning[/] {escape(m)}"))
 
 
 def report_command(
     sweep_dir: Annotated[Path, typer.Argument(help="Sweep folder (made by `mosaic sweep`)")],
 ) -> None:
-    """Write a sweep's report: accuracy curves, per-cell heatmaps and sample grids on an HTML page."""
-    from mosaic.report import make_report
-    from mosaic.trials import collect
-
+    """Write a sweep's report: accuracy curves, per-cell heatmaps and sample grids on an HTML page.
+    Refused while a sweep runs into the folder (it writes the report itself when it ends)."""
     try:
-        if (sweep_dir / "trials").is_dir():
-            collect(sweep_dir)
-        page = make_report(sweep_dir, warn=lambda m: console.print(f"[yellow]warning[/] {escape(m)}"))
+        page = _collect_and_report(sweep_dir, collect_first=True)
     except MosaicError as e:
         fail(e)
     print_claims(page.parent / "claims.json")

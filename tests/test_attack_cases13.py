@@ -1,0 +1,118 @@
+"""Hostile cases of a thirteenth attack on the data path (issue 23) and the leftovers of the twelfth,
+each closed at its mechanism.
+
+- **Errors echoed whole values**: a 60 KB string in a spec came back in full in the error, once per
+  problem. :class:`mosaic.errors.MosaicError` keeps every field path, message and source to
+  :data:`mosaic.errors.MAX_PROBLEM_CHARS` (elided in the middle), and the CLI's ``fail`` bounds any
+  other exception's text line by line.
+- **``mosaic report`` wrote ``results.csv`` beside a running sweep**: it gathered the trials without the
+  sweep folder's lock. It now takes the lock (never waiting) and is refused, naming the sweep, while one
+  runs; the report a sweep writes at its end is written under the same lock and a refusal there is a
+  named error, not a traceback.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from mosaic.cli import app
+from mosaic.errors import MAX_PROBLEM_CHARS, ConfigError, MosaicError, SpecError, clip
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------------------------------------
+# errors are bounded
+# ------------------------------------------------------------------------------------------------
+
+def test_clip_keeps_short_text_and_elides_long_text_in_the_middle():
+    assert clip("abc") == "abc"
+    s = "A" * 5000 + "Z" * 5000
+    c = clip(s)
+    assert len(c) < MAX_PROBLEM_CHARS + 60
+    assert c.startswith("A" * 100) and c.endswith("Z" * 100)
+    assert "characters left out" in c
+
+
+def test_every_problem_path_message_and_source_is_bounded():
+    huge = "x" * 60_000
+    e = ConfigError([(huge, huge), ("field", huge)], source=huge)
+    assert len(str(e)) < 4 * MAX_PROBLEM_CHARS + 200
+    assert all(len(p) <= MAX_PROBLEM_CHARS + 60 and len(m) <= MAX_PROBLEM_CHARS + 60 for p, m in e.problems)
+    # a problem without a field stays without one (no "None:" or ": " prefix)
+    assert str(MosaicError([("", "plain")])) == "plain"
+    assert str(MosaicError([(None, "plain")])) == "plain"
+
+
+def test_a_60_kb_value_in_a_spec_gives_a_short_named_error(tmp_path):
+    spec = tmp_path / "big.yaml"
+    spec.write_text(f"name: {'x' * 60_000}\nimage: {{size: 16}}\n")
+    r = runner.invoke(app, ["validate", str(spec)])
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    assert "name" in r.output and "characters left out" in r.output
+    assert len(r.output) < 8_000
+
+
+def test_a_60_kb_colour_name_in_a_spec_is_bounded_in_the_error(tmp_path):
+    spec = tmp_path / "colour.yaml"
+    bad = "q" * 60_000
+    spec.write_text((ROOT / "experiments/specs/count.yaml").read_text().replace("values: [red", f"values: [{bad}, red", 1))
+    r = runner.invoke(app, ["validate", str(spec)])
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    assert len(r.output) < 8_000
+    try:
+        from mosaic.spec import load_spec
+
+        load_spec(spec)
+    except SpecError as e:  # the Python API's error is bounded too
+        assert len(str(e)) < 8_000
+    else:  # pragma: no cover - the colour must be refused (not a known colour name)
+        raise AssertionError("a 60 KB colour name was accepted")
+
+
+# ------------------------------------------------------------------------------------------------
+# `mosaic report` takes the sweep folder's lock
+# ------------------------------------------------------------------------------------------------
+
+def _hold_lock(folder: Path):
+    code = ("import sys, time; from mosaic.locks import FolderLock; FolderLock(sys.argv[1], what='sweep folder').acquire(); "
+            "print('held', flush=True); time.sleep(60)")
+    p = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+def test_report_is_refused_while_a_sweep_runs_into_the_folder(tmp_path):
+    sweep = tmp_path / "sweep"
+    (sweep / "trials").mkdir(parents=True)
+    holder = _hold_lock(sweep)
+    try:
+        r = runner.invoke(app, ["report", str(sweep)])
+        assert r.exit_code == 2, r.output
+        assert "Traceback" not in r.output
+        assert f"pid {holder.pid}" in r.output and "sweep folder" in r.output
+        assert not (sweep / "results.csv").exists() and not (sweep / "report").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    # once the holder is gone (killed: the kernel drops its flock), the same folder is reported as
+    # what it is (no trials: a named error), and the lock is taken over
+    t0 = time.time()
+    r = runner.invoke(app, ["report", str(sweep)])
+    assert r.exit_code == 2 and "Traceback" not in r.output and "another process" not in r.output, r.output
+    assert time.time() - t0 < 30
+
+
+def test_report_of_a_path_that_is_no_folder_makes_no_lock_file(tmp_path):
+    missing = tmp_path / "nowhere"
+    r = runner.invoke(app, ["report", str(missing)])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert not any(p.name.endswith(".lock") for p in tmp_path.iterdir())
