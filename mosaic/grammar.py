@@ -402,6 +402,10 @@ class LayoutSpec(StrictModel):
     min_visible_fraction: float | None = Field(None, ge=0, le=1, description=(
         "shaded renderer: the least fraction of each object's silhouette that must stay visible in the instance mask "
         "(CLEVR's occlusion check); a scene that fails is laid out again. Unset = 0.25"))
+    objects_min_visible_fraction: float | None = Field(None, ge=0, le=1, description=(
+        "shaded renderer: the least visible fraction of the spec's objects (those the labels describe), where it should "
+        "differ from the distractors' min_visible_fraction, e.g. so that a labelled material stays readable. Unset = "
+        "min_visible_fraction"))
     min_visible_pixels: int | None = Field(None, ge=0, le=1_000_000, description=(
         "shaded renderer: the least number of visible pixels of each object in the instance mask (CLEVR asks 200 of "
         "320 x 240). Unset = 8"))

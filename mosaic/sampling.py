@@ -287,7 +287,8 @@ def _solid_steps(spec: Spec, values: dict, rng: np.random.Generator, where: str 
     preset (jittered by ``rng``), objects standing on the ground plane laid out by :func:`place`
     (footprint disks ``layout.min_gap`` apart, so solids never intersect; relations read in the
     camera's frame), then CLEVR's occlusion check on the instance mask: every object keeps at least
-    ``layout.min_visible_fraction`` of its silhouette and ``layout.min_visible_pixels`` pixels, or
+    ``layout.min_visible_fraction`` of its silhouette (the spec's objects ``layout.objects_min_visible_fraction``
+    where set) and ``layout.min_visible_pixels`` pixels, or
     the whole scene is drawn and laid out again, at most ``layout.visibility_retries`` times.
     Mask-derived ground truth (visible fraction, box, pixel coordinates) is filled in.
 
@@ -299,6 +300,9 @@ def _solid_steps(spec: Spec, values: dict, rng: np.random.Generator, where: str 
     img, lay = spec.image, spec.layout
     view = preset_view(img.camera or "mosaic", rng, img.camera_jitter, img.light_jitter)
     min_frac = 0.25 if lay.min_visible_fraction is None else lay.min_visible_fraction
+    # the labelled objects' bound (layout.objects_min_visible_fraction), the distractors' min_frac
+    labelled = {t.name for t in spec.objects}
+    obj_frac = min_frac if lay.objects_min_visible_fraction is None else lay.objects_min_visible_fraction
     min_px = 8 if lay.min_visible_pixels is None else lay.min_visible_pixels
     tries = 50 if lay.visibility_retries is None else lay.visibility_retries
 
@@ -311,7 +315,7 @@ def _solid_steps(spec: Spec, values: dict, rng: np.random.Generator, where: str 
         scene = Scene3D(img.size, spec.background_rgb(), objs, view)
         yield scene  # a driver may draw the masks of several samples' layouts at once (sample_scenes)
         mask = visibility(scene)
-        hidden = [o for o in objs if o.visible_fraction < min_frac or o.visible_pixels < min_px]
+        hidden = [o for o in objs if o.visible_fraction < (obj_frac if o.template in labelled else min_frac) or o.visible_pixels < min_px]
         if not hidden:
             annotate_boxes(scene, mask)  # boxes and pixel coordinates: only of the layout kept
             return scene
@@ -320,9 +324,11 @@ def _solid_steps(spec: Spec, values: dict, rng: np.random.Generator, where: str 
     worst = max(hidden_count, key=hidden_count.get)
     raise LayoutError(
         f"could not lay out the 3-D scene{where}: in {tries} layouts (layout.visibility_retries) some object stayed hidden "
-        f"behind others or outside the frame, most often {worst!r} ({hidden_count[worst]} times), below layout.min_visible_fraction "
-        f"{min_frac:g} of its silhouette or layout.min_visible_pixels {min_px}. Fix: fewer or smaller objects, a larger "
-        "image.size, lower layout.min_visible_fraction / min_visible_pixels, raise layout.visibility_retries, or use "
+        f"behind others or outside the frame, most often {worst!r} ({hidden_count[worst]} times), below "
+        + (f"layout.objects_min_visible_fraction {obj_frac:g}" if worst in labelled and lay.objects_min_visible_fraction is not None
+           else f"layout.min_visible_fraction {min_frac:g}")
+        + f" of its silhouette or layout.min_visible_pixels {min_px}. Fix: fewer or smaller objects, a larger "
+        "image.size, lower layout.min_visible_fraction / objects_min_visible_fraction / min_visible_pixels, raise layout.visibility_retries, or use "
         "image.camera: mosaic (top-down, little occlusion)"
     )
 

@@ -86,7 +86,8 @@ def test_masks_hold_every_object_once_and_agree_with_the_ground_truth():
             assert o["visible_pixels"] == counts[k]
             ys, xs = np.nonzero(mask == k)
             assert o["bbox"] == [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]
-            assert o["visible_fraction"] >= 0.35  # the spec's layout.min_visible_fraction
+            # the spec's layout: distractors keep 35 %, the labelled objects (thing, ball) 60 %
+            assert o["visible_fraction"] >= (0.6 if o["template"] in ("thing", "ball") else 0.35)
             u, v, depth = o["pixel_coords"]
             assert 0 <= u < 64 and 0 <= v < 64 and depth > 0
 
@@ -192,6 +193,30 @@ def test_spec_errors_name_the_field_and_the_fix(overrides, field, words):
         load_spec(ROOT / "experiments" / "specs" / "relation.yaml", overrides)
     text = str(e.value)
     assert field in text and words in text, text
+
+
+def test_the_labelled_objects_keep_their_own_visible_fraction():
+    """layout.objects_min_visible_fraction bounds the spec's objects only: over 40 scenes the labelled
+    objects never fall under 0.8 while some distractor does (it keeps min_visible_fraction 0.35)."""
+    spec = load_spec(COGENT, ["image.size=48", "layout.objects_min_visible_fraction=0.8"])
+    labelled, distractors = [], []
+    for i in range(40):
+        rec, _ = sample_record(spec, "train", i)
+        for o in rec["scene"]["objects"]:
+            (labelled if o["template"] in ("thing", "ball") else distractors).append(o["visible_fraction"])
+    assert min(labelled) >= 0.8
+    assert min(distractors) < 0.8  # the distractors' own bound, not the labelled one
+    assert min(distractors) >= 0.35
+    # a bound the labelled objects cannot keep is named as theirs
+    bad = load_spec(COGENT, ["image.size=32", "layout.objects_min_visible_fraction=1.0", "layout.visibility_retries=1"])
+    errors = []
+    for i in range(30):
+        try:
+            sample_scene(bad, "train", i)
+        except LayoutError as e:
+            errors.append(str(e))
+    assert errors and all("layout.objects_min_visible_fraction 1" in m for m in errors if "'thing'" in m or "'ball'" in m)
+    assert any("'thing'" in m or "'ball'" in m for m in errors)
 
 
 def test_a_scene_that_cannot_stay_visible_is_a_clear_error():
