@@ -113,3 +113,18 @@ def test_evaluate_refuses_images_of_another_size_than_the_spec(tmp_path):
     r = runner.invoke(app, ["evaluate", str(d), "--spec", str(SPECS / "coverage.yaml"), "--check-n", "0",
                             *[a for kv in sets for a in ("--set", kv)]])
     assert r.exit_code == 0, r.output
+
+
+def test_a_flagged_score_names_the_measured_accuracy_below_the_threshold(tmp_path, write_spec, monkeypatch):
+    import mosaic.evaluation.folder as folder
+
+    p, root = _dataset(tmp_path, write_spec)
+    monkeypatch.setattr(folder, "evaluator_accuracy", lambda spec, ev, n: {"n": n, "accuracy": {"color": 1.0, "count": 0.988},
+                                                                            "joint_accuracy": 0.988})
+    out = tmp_path / "scores"
+    r = runner.invoke(app, ["evaluate", str(root / "test_ood"), "--spec", str(p), "--out", str(out), "--check-n", "4"])
+    assert r.exit_code == 0, r.output
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["flagged"] is True and m["evaluator"]["below_threshold"] == ["count"]
+    assert "count 98.80%" in m["flag_reason"] and "4 fresh renders" in m["flag_reason"] and "color" not in m["flag_reason"]
+    assert "count 98.80%" in r.output

@@ -38,7 +38,9 @@ def splits(
         console.print(f"seen {n_seen}, held out {n_held}" + (f", excluded (mixed) {n_ex}" if n_ex else "")
                       + f"; coverage {g.coverage:.1%}; seen combinations connected: {'yes' if g.connected else 'no'}")
         sizes = s.split_sizes()
-        console.print("splits: " + ", ".join(f"{k} {v}" for k, v in sizes.items()) + f"  (per {s.splits.per})")
+        # split_sizes() are totals whichever way the spec counts them (splits.per only says how they were given)
+        console.print("splits (samples in all): " + ", ".join(f"{k} {v}" for k, v in sizes.items())
+                      + ("  (the spec gives them per combination)" if s.splits.per == "combination" else ""))
         if len(g.shape) == 2:
             cells, quotas = split_cells(s, "train")
             tq = {tuple(c): int(q) for c, q in zip(cells, quotas)}
