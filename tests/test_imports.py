@@ -208,6 +208,7 @@ LAZY: dict[tuple[str, str], str] = {
     ("mosaic.cli.schema", "mosaic.file_schemas"): HELP,
     ("mosaic.cli.schema", "mosaic.io"): HELP,
     ("mosaic.cli.sweep", "mosaic.io"): HELP,
+    ("mosaic.cli.sweep", "mosaic.locks"): HELP,
     ("mosaic.cli.splits", "mosaic.holdout"): HELP,
     ("mosaic.cli.splits", "mosaic.plots"): HELP,
     ("mosaic.cli.splits", "mosaic.splits"): HELP,

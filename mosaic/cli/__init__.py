@@ -107,5 +107,27 @@ app.command("schema")(schema.schema)
 evaluate.evaluator_app.command("calibrate")(audit.calibrate)
 
 
+def _reflow(doc: str | None) -> str | None:
+    """A command's docstring as help text: paragraphs kept, the hard line breaks inside each joined
+    (rich prints help as given, so a docstring wrapped at 110 columns broke mid-sentence)."""
+    import inspect
+
+    if not doc:
+        return doc
+    paragraphs = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines() if line.strip()) for p in paragraphs)
+
+
+def _reflow_help(typer_app: typer.Typer) -> None:
+    for info in typer_app.registered_commands:
+        if info.help is None and info.callback is not None:
+            info.help = _reflow(info.callback.__doc__)
+    for group in typer_app.registered_groups:
+        _reflow_help(group.typer_instance)
+
+
+_reflow_help(app)
+
+
 def main() -> None:  # pragma: no cover
     app()

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from mosaic.errors import MosaicError
+from mosaic.errors import MosaicError, clip
 
 #: Bounds of the CLI's numeric options (a worker is a process; a shard is written in memory first).
 MAX_WORKERS = 1024
@@ -57,8 +57,6 @@ def fail(e: Exception) -> None:
     Raises:
         typer.Exit: always, with code 2.
     """
-    from mosaic.errors import clip
-
     # any exception's text, bounded line by line (MosaicError clips its own problems already)
     text = "\n".join(clip(line) for line in str(e).split("\n"))
     err_console.print(f"[bold red]error:[/] {shown(text)}", highlight=False, soft_wrap=True)

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from mosaic.cli.common import MAX_WORKERS, check_out, console, fail, set_option
-from mosaic.errors import MosaicError
+from mosaic.errors import MosaicError, SweepError
 
 SetOpt = set_option("sweep")
 
@@ -137,7 +137,6 @@ def _collect_and_report(sweep_dir: Path, collect_first: bool) -> Path:
     it. A path that is no folder makes no lock file and is named by :func:`mosaic.report.make_report`."""
     from contextlib import nullcontext
 
-    from mosaic.errors import SweepError
     from mosaic.locks import FolderLock
     from mosaic.report import make_report
     from mosaic.trials import collect
