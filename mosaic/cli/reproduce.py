@@ -37,6 +37,8 @@ def reproduce_command(
             raise MosaicError(f"--backend {backend!r}: use local or ray")
         check_out(folder, "--out" if out is not None else "the default folder")
         if dry_run:
+            console.print(f"planning {paper} --scale {scale}: validating every trial and timing each distinct model shape "
+                          + ("on this machine (a few minutes on 2 cores)" if scale == "cpu" else "(its FLOPs)") + " ...", highlight=False)
             plan = plan_reproduction(paper, scale, folder, workers=workers)
             for s in plan["sweeps"]:
                 t = Table(title=f"{s['name']} ({s['path']}): {len(s['trials'])} trials, {s['claims']} claim(s) -> {s['folder']}; "
