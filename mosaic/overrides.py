@@ -334,7 +334,11 @@ def validation_problems(e, path_of: Callable[[tuple], str] | None = None,
         msg = err["msg"].removeprefix("Value error, ")
         loc = err["loc"]
         fields: list[str] = []
-        if model is not None:
+        if err["type"] == "bool_not_number":  # a model-level check (mosaic.schema.StrictModel): its field path is in ctx
+            loc, msg = loc + tuple(err["ctx"]["path"]), err["ctx"]["detail"]
+            if model is not None:
+                loc = _walk(model, loc[:-1])[1] + loc[-1:]
+        elif model is not None:
             fields, kept = _walk(model, loc[:-1])
             loc = kept + loc[-1:]
         if err["type"] == "extra_forbidden":
@@ -351,7 +355,7 @@ def validation_problems(e, path_of: Callable[[tuple], str] | None = None,
             msg = f"{what}{got!r} is not one of {', '.join(choices)}" + (f": did you mean {close!r}?" if close else "")
         elif err["type"] == "missing":
             msg = "required field is missing"
-        elif "input" in err and not isinstance(err["input"], (dict, list)):
+        elif "input" in err and not isinstance(err["input"], (dict, list)) and err["type"] != "bool_not_number":
             msg = f"{msg} (got {err['input']!r})"
         problems.append((path_of(loc), msg))
     return list(dict.fromkeys(problems))

@@ -8,7 +8,10 @@ instead of a silently ignored setting.
 
 from __future__ import annotations
 
-from typing import Annotated
+import collections.abc
+import types
+import typing
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
@@ -22,10 +25,32 @@ class StrictModel(BaseModel):
 
     ``extra="forbid"``: a misspelt key is an error naming it. ``allow_inf_nan=False``: NaN and
     ±inf are rejected in every float field of every model built on this base, nested models,
-    tuples, lists, mappings and unions included (issue 13), naming the field.
+    tuples, lists, mappings and unions included (issue 13), naming the field. A boolean where a
+    number is expected (YAML reads ``yes``/``no``/``on``/``off``/``true``/``false`` as booleans, and
+    pydantic's lax mode would take ``True`` for ``1``: ``--set seed=yes``, ``training.steps=on``) is
+    refused in every field whose type admits an int or float but not a bool, at any depth of its
+    lists, tuples and mappings (:func:`bool_where_number`).
     """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_for_number(cls, data):
+        """A bool where a number is expected is refused (not taken for 1 or 0), naming the field
+        (``ctx["path"]``, relative to this model: :func:`mosaic.overrides.validation_problems` adds it
+        to the location), the value and the fix. A model-level check, not a field validator: a
+        before-validator may not sit on a discriminated union's tag field."""
+        if not isinstance(data, dict):
+            return data
+        for name, f in cls.model_fields.items():
+            for key in dict.fromkeys(k for k in (name, f.alias, f.validation_alias) if isinstance(k, str)):
+                if key not in data or not isinstance(data[key], (bool, list, tuple, dict)):
+                    continue
+                where = bool_where_number(data[key], f.annotation)
+                if where is not None:
+                    raise bool_error((key, *where[0]), where[1], f.annotation)
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -62,3 +87,91 @@ SafeName = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_s
 
 #: A seed: an integer in [0, 2**63 - 1].
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+
+
+def _leaves(annotation) -> list:
+    """The alternatives of an annotation: ``Annotated`` unwrapped, unions and ``Optional`` split."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _leaves(typing.get_args(annotation)[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return [x for a in typing.get_args(annotation) for x in _leaves(a)]
+    return [annotation]
+
+
+def _admits(annotations: list, kind: type) -> bool:
+    """Whether a value of ``kind`` (bool, str) or a number (``kind=int``) fits one alternative."""
+    for t in annotations:
+        if t is Any or t is object:
+            return True
+        if typing.get_origin(t) is typing.Literal:
+            vals = typing.get_args(t)
+            if kind is bool and any(isinstance(x, bool) for x in vals):
+                return True
+            if kind is int and any(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vals):
+                return True
+            if kind is str and any(isinstance(x, str) for x in vals):
+                return True
+        elif isinstance(t, type):
+            if kind is int and issubclass(t, (int, float)) and not issubclass(t, bool):
+                return True
+            if kind is not int and issubclass(t, kind):
+                return True
+    return False
+
+
+def _items(annotations: list, v, key) -> list:
+    """The alternatives of the item ``key`` of container ``v`` under the container alternatives."""
+    out = []
+    for t in annotations:
+        origin, args = typing.get_origin(t), typing.get_args(t)
+        if isinstance(v, dict) and origin in (dict, collections.abc.Mapping) and args:
+            out += _leaves(args[-1])
+        elif isinstance(v, (list, tuple)) and origin is tuple and args:
+            if len(args) == 2 and args[1] is Ellipsis:
+                out += _leaves(args[0])
+            elif isinstance(key, int) and key < len(args):
+                out += _leaves(args[key])
+        elif isinstance(v, (list, tuple)) and origin in (list, set, frozenset, collections.abc.Sequence) and args:
+            out += _leaves(args[0])
+    return out
+
+
+def annotation_at(annotation, path: tuple) -> list:
+    """The alternatives of the item at ``path`` (keys and indices) inside a value of ``annotation``."""
+    annotations = _leaves(annotation)
+    for key in path:
+        annotations = _items(annotations, {} if isinstance(key, str) else [], key)
+    return annotations
+
+
+def bool_where_number(v, annotation) -> tuple[tuple, bool] | None:
+    """``(path, value)`` of the first bool in ``v`` (itself, or an item of its lists, tuples and
+    mappings) where ``annotation`` expects a number and no bool, or None. Nested models are not
+    entered: each checks its own fields."""
+    return _bool_where(v, _leaves(annotation), ())
+
+
+def _bool_where(v, annotations: list, _path: tuple) -> tuple[tuple, bool] | None:
+    if isinstance(v, bool):
+        return (_path, v) if _admits(annotations, int) and not _admits(annotations, bool) else None
+    if isinstance(v, (list, tuple, dict)):
+        keyed = v.items() if isinstance(v, dict) else enumerate(v)
+        for key, item in keyed:
+            inner = _items(annotations, v, key)
+            if inner:
+                found = _bool_where(item, inner, _path + (key,))
+                if found is not None:
+                    return found
+    return None
+
+
+def bool_error(path: tuple, got: bool, annotation) -> PydanticCustomError:
+    """The error of a bool ``got`` at ``path`` (field, then keys and indices) where a number is
+    expected; ``ctx`` holds the ``path`` and the message ``detail`` without it."""
+    quote = (f", or quote it (\"{'yes' if got else 'no'}\") if you mean a name"
+             if _admits(annotation_at(annotation, path[1:]), str) else "")
+    detail = (f"got {got}, a boolean (YAML reads yes/no/on/off/true/false as booleans), where a number is expected: "
+              f"write the number itself (e.g. 1 or 0){quote}")
+    return PydanticCustomError("bool_not_number", "{field}: {detail}",
+                               {"field": ".".join(str(p) for p in path), "detail": detail, "path": list(path)})

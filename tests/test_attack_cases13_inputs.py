@@ -1,0 +1,119 @@
+"""Hostile input cases of a thirteenth attack (input validation), each closed at its mechanism.
+
+- **01, 13: a YAML boolean where a number is expected was taken as 1**: ``--set seed=yes``,
+  ``image.supersample=true``, ``training.steps=yes`` (one training step), ``model.depth=on``. The
+  pydantic models run in lax mode, which turns ``True`` into ``1``. :class:`mosaic.schema.StrictModel`
+  (the base of every spec, config and sweep model) refuses a bool in every field whose type admits an
+  int or float but not a bool, at any depth of its lists, tuples and mappings
+  (:func:`mosaic.schema.bool_where_number`), naming the field path, the value and the fix; the JSON
+  schemas do not change.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from mosaic.cli import app
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+COUNT = str(ROOT / "experiments" / "specs" / "count.yaml")
+SMALL = ["--set", "splits.train=40", "--set", "splits.val=8", "--set", "splits.test=8", "--set", "image.size=32"]
+
+
+def _clean_exit_2(res, *needles):
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output, res.output
+    for n in needles:
+        assert n in res.output, res.output
+
+
+# ------------------------------------------------------------------------------------------------
+# 01, 13: a boolean is not a number
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("item, field", [("seed=yes", "seed"), ("image.supersample=true", "image.supersample"),
+                                         ('colors={"red": [on, 0, 0]}', "colors.red[0]")])
+def test_a_yaml_boolean_is_not_a_number_in_a_spec(item, field, tmp_path):
+    res = runner.invoke(app, ["generate", COUNT, *SMALL, "--set", item, "--out", str(tmp_path / "out")])
+    _clean_exit_2(res, f"{field}: got True, a boolean", "write the number itself")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_boolean_concept_value_says_to_quote_a_name():
+    from mosaic.errors import SpecError
+    from mosaic.spec import load_spec
+
+    with pytest.raises(SpecError, match=r'concepts\.count\.values\[0\]: got True.*quote it \("yes"\)'):
+        load_spec(COUNT, ["concepts.count.values=[yes, no]"])
+
+
+@pytest.mark.parametrize("item, field", [("training.steps=yes", "training.steps"), ("model.depth=on", "model.depth"),
+                                         ("training.seed=true", "training.seed")])
+def test_a_yaml_boolean_is_not_a_number_in_a_training_config(item, field):
+    from mosaic.errors import ConfigError
+    from mosaic.lab.config import load_config
+    from mosaic.lab.transformer.config import TransformerConfig
+
+    path = ROOT / "experiments" / "train" / "classifier_coverage_tokens.yaml"
+    with pytest.raises(ConfigError, match=rf"{field}: got True, a boolean"):
+        load_config(TransformerConfig, path, [item])
+    assert load_config(TransformerConfig, path, [item.split("=")[0] + "=3"])  # a number still passes
+
+
+def _strict_models():
+    from mosaic.schema import StrictModel
+
+    for m in ["mosaic.spec", "mosaic.lab.config", "mosaic.lab.transformer.config", "mosaic.lab.diffusion.config",
+              "mosaic.sweep", "mosaic.claims", "mosaic.diagnostics.config", "mosaic.evaluation.learned",
+              "mosaic.evaluation.degrade", "mosaic.lab.autoencoder"]:
+        importlib.import_module(m)
+
+    def subs(c):
+        for s in c.__subclasses__():
+            yield s
+            yield from subs(s)
+
+    return sorted(set(subs(StrictModel)), key=lambda c: f"{c.__module__}.{c.__qualname__}")
+
+
+def test_every_numeric_field_of_every_strict_model_refuses_a_boolean():
+    from mosaic.schema import bool_where_number
+
+    checked = 0
+    for cls in _strict_models():
+        for name, f in cls.model_fields.items():
+            if bool_where_number(True, f.annotation) is None:
+                continue
+            checked += 1
+            with pytest.raises(ValidationError) as e:
+                cls.model_validate({name: True})
+            assert "bool_not_number" in [x["type"] for x in e.value.errors()], (cls, name)
+    assert checked > 100  # spec, holdout, config, sweep and evaluator fields alike
+
+
+def test_bool_where_number_walks_unions_containers_and_literals():
+    from typing import Any, Literal
+
+    from mosaic.schema import bool_where_number
+
+    assert bool_where_number(True, int | None) == ((), True)
+    assert bool_where_number([1, False], list[float]) == ((1,), False)
+    assert bool_where_number({"a": [0, 0, True]}, dict[str, tuple[int, int, int]]) == (("a", 2), True)
+    assert bool_where_number(True, Literal[2, 4, 8]) == ((), True)
+    for ok in [(True, bool), (True, int | bool), (True, Any), ([True], list[Any]), (True, Literal["a"]), (1, int)]:
+        assert bool_where_number(*ok) is None, ok
+
+
+def test_the_json_schemas_are_unchanged_by_the_boolean_check():
+    import json
+
+    for kind in ("spec", "config", "sweep"):
+        res = runner.invoke(app, ["schema", kind])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.output) == json.loads((ROOT / "docs" / "schemas" / f"{kind}.schema.json").read_text())
