@@ -192,21 +192,31 @@ def read_yaml_file(path: str | Path, error: ErrorFactory, kind: str = "file") ->
     return load_yaml_text(text, str(path), error)
 
 
+def list_index(part: str) -> int | None:
+    """The list index a path part names: ASCII decimal digits without a leading zero (``0``, ``12``),
+    else None. ``str.isdigit`` and ``int`` also take other scripts' digits (``'٠'``, ``'０'``) and
+    ``int`` takes ``'+0'``, ``' 1'`` and ``'1_0'``: none of them is an index."""
+    return int(part) if re.fullmatch(r"0|[1-9][0-9]*", part, flags=re.ASCII) else None
+
+
 def set_in_place(data: dict, key: str, value: Any, error: ErrorFactory, container: str = "mapping or list") -> None:
     """Set ``key.path`` in ``data`` (mutated). Missing mappings are created; list items are
-    addressed by index (``objects.0.size``). Raises ``error("--set", ...)`` for a path through a
-    scalar or past the end of a list."""
+    addressed by index (``objects.0.size``: :func:`list_index`, ASCII digits only). Raises
+    ``error("--set", ...)`` for a path through a scalar or past the end of a list."""
     parts = key.strip().split(".")
     node = data
     for k, part in enumerate(parts):
         last = k == len(parts) - 1
         if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise error("--set", f"{key!r}: {part!r} is not an index of a list of {len(node)} items")
+            i = list_index(part)
+            if i is None or i >= len(node):
+                how = ("" if i is not None else
+                       ": an index is written in ASCII digits 0-9, without a sign or leading zeros (e.g. objects.0.size)")
+                raise error("--set", f"{key!r}: {part!r} is not an index of a list of {len(node)} items{how}")
             if last:
-                node[int(part)] = value
+                node[i] = value
             else:
-                node = node[int(part)]
+                node = node[i]
         elif isinstance(node, dict):
             if last:
                 node[part] = value

@@ -7,6 +7,10 @@
   int or float but not a bool, at any depth of its lists, tuples and mappings
   (:func:`mosaic.schema.bool_where_number`), naming the field path, the value and the fix; the JSON
   schemas do not change.
+- **20: a list index in another script's digits**: ``--set objects.٠.size=0.2`` (Arabic-Indic) or
+  ``objects.０.size`` (full-width) set ``objects[0]``: :func:`mosaic.overrides.set_in_place` used
+  ``str.isdigit``/``int``, which take any Unicode decimal digit. :func:`mosaic.overrides.list_index`
+  takes ASCII digits without sign or leading zero only; anything else is a named ``--set`` error.
 """
 
 from __future__ import annotations
@@ -117,3 +121,26 @@ def test_the_json_schemas_are_unchanged_by_the_boolean_check():
         res = runner.invoke(app, ["schema", kind])
         assert res.exit_code == 0, res.output
         assert json.loads(res.output) == json.loads((ROOT / "docs" / "schemas" / f"{kind}.schema.json").read_text())
+
+
+# ------------------------------------------------------------------------------------------------
+# 20: a list index is ASCII digits
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("part", ["\u0660", "\uff10", "+0", "01", "1_0", "\u0660\u0660"])
+def test_a_list_index_in_other_digits_is_refused(part, tmp_path):
+    res = runner.invoke(app, ["generate", COUNT, *SMALL, "--set", f"objects.{part}.size=0.2", "--out", str(tmp_path / "o")])
+    _clean_exit_2(res, f"{part!r} is not an index of a list of 1 items", "ASCII digits")
+    assert not (tmp_path / "o").exists()
+
+
+def test_list_index_takes_ascii_digits_only():
+    from mosaic.errors import SpecError
+    from mosaic.overrides import list_index
+    from mosaic.spec import load_spec
+
+    assert [list_index(p) for p in ["0", "7", "10"]] == [0, 7, 10]
+    assert all(list_index(p) is None for p in ["\u0661", "\uff11", "\u0967", " 1", "1\n", "-1", "", "\u00b2"])
+    assert load_spec(COUNT, ["objects.0.size=0.2"]).objects[0].size.value == 0.2
+    with pytest.raises(SpecError, match="not an index"):
+        load_spec(COUNT, ["objects.\u0660.size=0.2"])
