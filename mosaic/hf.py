@@ -372,6 +372,11 @@ def write_card(out: str | Path, spec: Spec, manifest: dict, storage: str = "imag
     """
     if storage not in ("imagefolder", "parquet"):
         raise ValueError(f"storage must be imagefolder or parquet, got {storage!r}")
+    # the splits in the spec's order: the manifest read back from disk lists them sorted (sort_keys), and the card a
+    # repair writes from it must be byte for byte the one generate wrote from the manifest in memory
+    order = list(spec.split_sizes())
+    manifest = {**manifest, "splits": dict(sorted(manifest["splits"].items(), key=lambda kv: order.index(kv[0])
+                                                   if kv[0] in order else len(order)))}
     head = yaml.safe_dump(card_yaml(spec, manifest, storage), sort_keys=False, allow_unicode=True)
     text = f"---\n{head}---\n\n{card_text(spec, manifest, storage)}"
     return atomic_write(Path(out) / CARD, text)

@@ -147,25 +147,48 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
 def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
     """A binary file written piece by piece that replaces ``path`` atomically when the ``with``
     block ends without an error (for data too large to hold: checksums, merged metadata). On any
-    error (a full disk, a folder standing at ``path``, an interruption) the temporary file
+    error (a full disk, an interruption) the temporary file
     ``.<name>.tmp<pid>.<random>`` is removed and ``path`` is untouched.
 
     Raises:
-        OSError: the folder does not exist or is not writable; ``path`` is a folder
-            (IsADirectoryError).
+        OSError: the folder does not exist or is not writable.
+        FolderInTheWayError: a folder stands at ``path`` (a MosaicError: named, exit status 2).
     """
     path = Path(path)
+    _refuse_folder(path)  # before any byte is written: the same refusal as at the replace below
     tmp, fd = new_temp_file(path)
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
-        os.replace(tmp, path)  # a link standing at path is replaced, not followed
+        try:
+            os.replace(tmp, path)  # a link standing at path is replaced, not followed
+        except IsADirectoryError:  # a folder made at path while the file was written
+            _refuse_folder(path)
+            raise
     except BaseException:
         try:
             tmp.unlink()
         except OSError:
             pass
         raise
+
+
+class FolderInTheWayError(MosaicError, RuntimeError):
+    """A real folder stands where mosaic writes one of its files (:func:`atomic_writer`): never
+    removed (what is in it is not mosaic's to delete); the message names the file and the fix."""
+
+
+def _refuse_folder(path: Path) -> None:
+    """Raise :class:`FolderInTheWayError` when a real folder (not a link: a link is replaced) stands at ``path``."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise FolderInTheWayError([(str(path), "a folder stands where mosaic writes this file: move the folder away (or "
+                                    "remove it), then rerun; mosaic never deletes a folder it did not write")])
 
 
 @contextmanager
@@ -190,8 +213,8 @@ def atomic_write(path: str | Path, data: str | bytes) -> Path:
     (:func:`atomic_writer` with one write: the temporary file never outlives a failure).
 
     Raises:
-        OSError: the folder does not exist or is not writable; ``path`` is a folder
-            (IsADirectoryError).
+        OSError: the folder does not exist or is not writable.
+        FolderInTheWayError: a folder stands at ``path``.
     """
     with atomic_writer(path) as f:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)

@@ -53,7 +53,10 @@ def make_room(root: Path, rel: str, error: type[Exception] = DatasetError) -> Pa
 
 def rewrite_card(root: str | Path, man: dict) -> None:
     """Write the card of ``man`` again (what --repair does for a ``card`` damage; atomic, a link at
-    ``README.md`` is replaced, never written through)."""
+    ``README.md`` is replaced, never written through). A folder standing at ``README.md`` is treated as one
+    standing at a sample's file (:func:`make_room`), since the card is the dataset's own file and its rewrite the
+    documented repair: an empty folder is removed, one holding files is refused by name (never deleted)."""
+    make_room(Path(root), "README.md")
     write_card(root, spec_from_data(man["spec"]), man, man.get("storage", "imagefolder"))
 
 

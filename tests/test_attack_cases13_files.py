@@ -1,0 +1,198 @@
+"""Hostile cases of a thirteenth attack on the files mosaic writes and reads (folders, links and
+temporary files where mosaic expects its own file), each closed at its mechanism.
+
+- **Case 30, 31, 33: a folder standing where mosaic writes a file** (a dataset's ``README.md``, a run's
+  ``log.jsonl`` / ``log.csv`` / ``val.jsonl``, a sweep's ``results.csv`` / ``results.parquet`` /
+  ``sweep.yaml``, a trial's ``trial.json``): :func:`mosaic.io.atomic_writer` renamed its temporary file
+  over the folder and :func:`os.replace` raised IsADirectoryError, a traceback (rc 1). The writer now
+  refuses a real folder at the target by name (:class:`mosaic.io.FolderInTheWayError`, a MosaicError:
+  exit 2, the file named, the fix "move it away"), before a byte is written and again at the rename,
+  and never deletes the folder. The dataset card is the dataset's own file and ``--repair`` its
+  documented fix: :func:`mosaic.repair.rewrite_card` treats a folder at ``README.md`` as one at a
+  sample's file (:func:`mosaic.repair.make_room`: an empty folder is removed, one holding files is
+  refused by name). A run's resume checks the run's own files first
+  (:meth:`mosaic.lab.run_folder.RunFolder._check_own_files`): a folder or FIFO at one is refused before
+  any training, not after it.
+- **Case 32: a run's ``dataset.json`` a folder (or missing)**: the resume read it only when it was a
+  regular file, trained on, wrote DONE, and ``mosaic analyze`` then refused the run. The resume now
+  reads whatever stands there (a damaged record is refused as analyze refuses it); a missing one is
+  written again when it can be exactly (the run's ``dataset_manifest.json`` is byte for byte the
+  dataset's manifest), else refused.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.cli import app
+from mosaic.errors import MosaicError, TrainingError
+from tests.conftest import SPECS, tiny
+
+runner = CliRunner()
+
+
+def _clean_exit_2(res, *needles):
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output, res.output
+    for n in needles:
+        assert n in " ".join(res.output.split()), res.output
+
+
+@pytest.fixture(scope="module")
+def count_data(tmp_path_factory) -> Path:
+    """A finished 32 px imagefolder dataset of the count spec (20 samples)."""
+    from mosaic.dataset import generate
+    from mosaic.spec import parse_spec
+
+    root = tmp_path_factory.mktemp("c13") / "data"
+    generate(parse_spec(tiny(SPECS / "count.yaml")), root)
+    return root
+
+
+def _copy(src: Path, tmp_path: Path, name: str = "data") -> Path:
+    dst = tmp_path / name
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+# ------------------------------------------------------------------------------------------------
+# cases 30, 31, 33: a folder standing where the atomic writer puts a file
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["README.md", "log.jsonl", "results.csv", "results.parquet", "sweep.yaml", "trial.json"])
+def test_30_31_33_a_folder_at_a_written_file_is_named_and_kept(tmp_path, name):
+    from mosaic.io import FolderInTheWayError, atomic_text_writer, atomic_write
+
+    target = tmp_path / name
+    target.mkdir()
+    (target / "x").write_text("someone's")
+    for write in (lambda: atomic_write(target, "new"), lambda: atomic_text_writer(target).__enter__()):
+        with pytest.raises(FolderInTheWayError) as e:
+            write()
+        assert isinstance(e.value, MosaicError)
+        assert name in str(e.value) and "a folder stands where" in str(e.value) and "move the folder away" in str(e.value)
+    assert (target / "x").read_text() == "someone's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # no temporary file left
+
+
+def test_30_a_folder_made_while_the_file_is_written_is_named(tmp_path):
+    from mosaic.io import FolderInTheWayError, atomic_writer
+
+    target = tmp_path / "results.csv"
+    with pytest.raises(FolderInTheWayError, match="results.csv"):
+        with atomic_writer(target) as f:
+            f.write(b"a,b\n")
+            target.mkdir()
+    assert target.is_dir() and sorted(p.name for p in tmp_path.iterdir()) == ["results.csv"]
+
+
+def test_30_a_link_at_a_written_file_is_still_replaced(tmp_path):
+    from mosaic.io import atomic_write
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "x").symlink_to(tmp_path / "d", target_is_directory=True)
+    atomic_write(tmp_path / "x", "new")
+    assert not (tmp_path / "x").is_symlink() and (tmp_path / "x").read_text() == "new" and (tmp_path / "d").is_dir()
+
+
+def test_30_verify_repair_and_a_rerun_write_the_card_over_an_empty_folder(tmp_path, count_data):
+    root = _copy(count_data, tmp_path)
+    card = (root / "README.md").read_bytes()
+    (root / "README.md").unlink()
+    (root / "README.md").mkdir()
+    assert runner.invoke(app, ["verify", str(root)]).exit_code == 1
+    res = runner.invoke(app, ["verify", "--repair", str(root)])
+    assert res.exit_code == 0, res.output
+    assert (root / "README.md").read_bytes() == card
+    (root / "README.md").unlink()
+    (root / "README.md").mkdir()
+    res = runner.invoke(app, ["generate", str(SPECS / "count.yaml"), "--set", "image.size=32", "--set", "splits.train=12",
+                              "--set", "splits.val=4", "--set", "splits.test=4", "--out", str(root)])
+    assert res.exit_code == 0, res.output
+    assert (root / "README.md").read_bytes() == card
+    assert runner.invoke(app, ["verify", str(root)]).exit_code == 0
+
+
+def test_30_verify_repair_refuses_a_card_folder_holding_files_by_name(tmp_path, count_data):
+    root = _copy(count_data, tmp_path)
+    (root / "README.md").unlink()
+    (root / "README.md").mkdir()
+    (root / "README.md" / "notes.txt").write_text("mine")
+    res = runner.invoke(app, ["verify", "--repair", str(root)])
+    _clean_exit_2(res, "README.md", "move")
+    assert (root / "README.md" / "notes.txt").read_text() == "mine"
+
+
+# ------------------------------------------------------------------------------------------------
+# cases 31, 32: a run's own files damaged are refused when the run resumes, before any training
+# ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    from tests.test_faults import SPEC, _cfg, _Family, run
+
+    from mosaic.dataset import generate
+    from mosaic.spec import parse_spec
+
+    base = tmp_path_factory.mktemp("c13run")
+    generate(parse_spec(SPEC), base / "data")
+    run(_cfg(base / "run", base / "data"), _Family(), say=lambda s: None)
+    return base / "run", base / "data"
+
+
+def _resume(run_dir: Path, data: Path):
+    from tests.test_faults import _cfg, _Family, run
+
+    return run(_cfg(run_dir, data), _Family(), say=lambda s: None)
+
+
+def _interrupted_copy(finished_run, tmp_path) -> Path:
+    run_dir = _copy(finished_run[0], tmp_path, "run")
+    for name in ("DONE", "metrics.json"):
+        (run_dir / name).unlink()
+    return run_dir
+
+
+@pytest.mark.parametrize("name", ["log.jsonl", "log.csv", "val.jsonl", "dataset.json", "DONE", "metrics.json"])
+def test_31_32_a_folder_at_a_run_file_is_refused_before_training(tmp_path, finished_run, name):
+    run_dir = _interrupted_copy(finished_run, tmp_path)
+    if (run_dir / name).exists():
+        (run_dir / name).unlink()
+    (run_dir / name).mkdir()
+    with pytest.raises(TrainingError, match=rf"{name}.*a folder stands where run") as e:
+        _resume(run_dir, finished_run[1])
+    assert "move it away" in str(e.value)
+    assert (run_dir / name).is_dir() and not (run_dir / "DONE").is_file() and not (run_dir / "metrics.json").is_file()
+
+
+def test_32_a_missing_dataset_record_is_written_again_exactly(tmp_path, finished_run):
+    run_dir = _interrupted_copy(finished_run, tmp_path)
+    before = (run_dir / "dataset.json").read_bytes()
+    (run_dir / "dataset.json").unlink()
+    _resume(run_dir, finished_run[1])
+    assert (run_dir / "DONE").is_file()
+    import json
+
+    assert json.loads((run_dir / "dataset.json").read_bytes()) == json.loads(before)
+
+
+def test_32_a_missing_dataset_record_that_cannot_be_rewritten_is_refused(tmp_path, finished_run):
+    run_dir = _interrupted_copy(finished_run, tmp_path)
+    (run_dir / "dataset.json").unlink()
+    (run_dir / "dataset_manifest.json").write_text("{}\n")
+    with pytest.raises(TrainingError, match=r"dataset.json.*is missing.*restore dataset.json"):
+        _resume(run_dir, finished_run[1])
+    assert not (run_dir / "dataset.json").exists() and not (run_dir / "DONE").exists()
+
+
+def test_31_a_fifo_at_a_log_is_refused(tmp_path, finished_run):
+    run_dir = _interrupted_copy(finished_run, tmp_path)
+    (run_dir / "log.jsonl").unlink()
+    os.mkfifo(run_dir / "log.jsonl")
+    with pytest.raises(TrainingError, match=r"log.jsonl.*FIFO"):
+        _resume(run_dir, finished_run[1])
