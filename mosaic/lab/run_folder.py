@@ -24,13 +24,14 @@ import csv
 import io
 import json
 import os
+import stat
 import time
 from pathlib import Path
 
 import yaml
 
 from mosaic.errors import DatasetError, TrainingError
-from mosaic.io import MAX_JSON_BYTES, atomic_copy, atomic_write, open_append, read_bounded
+from mosaic.io import MAX_JSON_BYTES, atomic_copy, atomic_write, file_kind, open_append, read_bounded
 from mosaic.lab.config import config_diff
 from mosaic.lab.data import manifest_fingerprint
 from mosaic.overrides import load_yaml_text
@@ -91,6 +92,10 @@ def _yaml(text: str):
     """A run's ``config.yaml`` parsed as every user YAML file is (:func:`mosaic.overrides.load_yaml_text`:
     safe, aliases bounded, no key twice): a "billion laughs" config was expanded when compared on resume."""
     return load_yaml_text(text, "config.yaml", lambda where, msg: ValueError(msg))
+
+
+#: the files of a run folder that are mosaic's own (config.yaml is checked as the run's marker): a folder or FIFO at one is damage
+OWN_FILES = ("dataset.json", "dataset_manifest.json", "run.json", "log.jsonl", "log.csv", "val.jsonl", "metrics.json", "DONE")
 
 
 class RunFolder:
@@ -223,7 +228,10 @@ class RunFolder:
                     f"run folder {self.root} holds a run with another config (differs in: {', '.join(diff)}); "
                     "give another --out, or delete the folder to start over"
                 )
-            if self.dataset.is_file():
+            self._check_own_files()
+            if not os.path.lexists(self.dataset):
+                self._restore_dataset_record(current, is_main)
+            else:  # read whatever stands there: a damaged record is refused here, as `mosaic analyze` refuses it
                 rec = self.read_dataset()
                 if rec.get("fingerprint") != current["fingerprint"] or rec.get("manifest_sha256") != current["manifest_sha256"] \
                         or rec.get("splits") != current["splits"]:
@@ -253,6 +261,41 @@ class RunFolder:
                 except OSError:  # filesystems without symlinks: dataset.json still names the path
                     pass
         return "new"
+
+    def _check_own_files(self) -> None:
+        """Refuse a resume (or a rerun) of a run whose own files (:data:`OWN_FILES`) are damaged in a way no rewrite
+        may undo: a folder, FIFO, socket or device standing at one's name. Such a run trained on and wrote DONE, or
+        stopped after training at the first write of that file, and `mosaic analyze` refused it then; it is never
+        removed (what is inside is not mosaic's to delete). A link is left to the writers, which replace it."""
+        for name in OWN_FILES:
+            p = self.root / name
+            try:
+                st = os.lstat(p)
+            except FileNotFoundError:
+                continue
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+                kind = "a folder" if stat.S_ISDIR(st.st_mode) else file_kind(st.st_mode)
+                raise TrainingError([(str(p), f"is damaged: {kind} stands where run {self.root} keeps this file; move it away "
+                                      "(mosaic never deletes it) and restore the file, or delete the run folder (or give "
+                                      "another --out) to start over")])
+
+    def _restore_dataset_record(self, current: dict, is_main: bool) -> None:
+        """A resume whose ``dataset.json`` is missing: written again when it can be exactly, i.e. when the run's copy of
+        the manifest it started on (``dataset_manifest.json``) is byte for byte the dataset's manifest now (the record
+        holds nothing but what :func:`mosaic.lab.data.manifest_fingerprint` reads from that manifest and the path);
+        otherwise refused, since nothing then says that the checkpoints were trained on this dataset."""
+        import hashlib
+
+        try:
+            copy = hashlib.sha256(read_bounded(self.root / "dataset_manifest.json", MAX_JSON_BYTES)).hexdigest()
+        except (OSError, ValueError):
+            copy = None
+        if copy != current["manifest_sha256"]:
+            raise TrainingError([(str(self.dataset), f"is missing, and {self.root / 'dataset_manifest.json'} is missing or "
+                                  "not the dataset's manifest now, so nothing says the run's checkpoints were trained on this "
+                                  "dataset: restore dataset.json, or delete the run folder (or give another --out) to start over")])
+        if is_main:
+            atomic_write(self.dataset, json.dumps(current, indent=2) + "\n")
 
     # -- logs ------------------------------------------------------------------------------------
     def append_log(self, row: dict) -> None:
