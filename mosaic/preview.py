@@ -9,6 +9,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from mosaic.audit import read_rows, read_sample_image
+from mosaic.io import atomic_writer
 
 
 #: most pixels of one image of a samples folder's contact sheet (1024 x 1024; a sample is its spec's size)
@@ -58,7 +59,10 @@ def contact_sheet(images: np.ndarray, captions: list[str], out: str | Path, tile
             draw.text((x, y + tile + 3 + li * line_h), line, fill=(20, 20, 20), font=font)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    sheet.save(out)
+    # through a new temporary file renamed over ``out`` (mosaic.io.atomic_writer): a symlink or hard link standing at the
+    # name is replaced, never written through (sheet.save(out) rewrote the file a link pointed to), a folder is named
+    with atomic_writer(out) as f:
+        sheet.save(f, format="PNG")
     return out
 
 

@@ -196,3 +196,40 @@ def test_31_a_fifo_at_a_log_is_refused(tmp_path, finished_run):
     os.mkfifo(run_dir / "log.jsonl")
     with pytest.raises(TrainingError, match=r"log.jsonl.*FIFO"):
         _resume(run_dir, finished_run[1])
+
+
+# ------------------------------------------------------------------------------------------------
+# case 15: mosaic preview --out replaces a link standing at the name, never writes through it
+# ------------------------------------------------------------------------------------------------
+
+_PREVIEW = [str(SPECS / "count.yaml"), "--set", "image.size=32", "--set", "splits.train=12", "--set", "splits.val=4",
+            "--set", "splits.test=4", "--n", "2"]
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_15_preview_replaces_a_link_at_its_output(tmp_path, link):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("victim\n")
+    out = tmp_path / "sheet.png"
+    if link == "symlink":
+        out.symlink_to(victim)
+    else:
+        os.link(victim, out)
+    res = runner.invoke(app, ["preview", *_PREVIEW, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert victim.read_text() == "victim\n"
+    assert not out.is_symlink() and os.stat(out).st_nlink == 1 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sheet.png", "victim.txt"]
+
+
+def test_15_the_contact_sheet_writer_replaces_a_link(tmp_path):
+    import numpy as np
+
+    from mosaic.preview import contact_sheet
+
+    victim = tmp_path / "victim.png"
+    victim.write_bytes(b"keep")
+    out = tmp_path / "grid.png"
+    out.symlink_to(victim)
+    contact_sheet(np.zeros((2, 8, 8, 3), np.uint8), ["a", "b"], out, tile=16)
+    assert victim.read_bytes() == b"keep" and not out.is_symlink() and out.read_bytes()[:4] == b"\x89PNG"
