@@ -13,11 +13,13 @@ each closed at its mechanism.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli import app
@@ -116,3 +118,45 @@ def test_report_of_a_path_that_is_no_folder_makes_no_lock_file(tmp_path):
     r = runner.invoke(app, ["report", str(missing)])
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
     assert not any(p.name.endswith(".lock") for p in tmp_path.iterdir())
+
+
+# ------------------------------------------------------------------------------------------------
+# case 22: a trial's run that is another trial's run
+# ------------------------------------------------------------------------------------------------
+
+def _trial_with_run(out: Path, seed: int, run_seed: int, lr: float = 0.001) -> Path:
+    import yaml
+
+    from tests.test_sweep import fake_trial
+
+    tdir = fake_trial(out, {"training.lr": lr, "seed": seed}, "done", 0.5 + 0.1 * run_seed, 0.9)
+    own = {"name": "t", "training": {"lr": lr, "seed": seed, "steps": 5}, "out": str(tdir / "run")}
+    (tdir / "config.yaml").write_text(yaml.safe_dump(own))
+    run_cfg = {"name": "t", "training": {"lr": lr, "seed": run_seed, "steps": 5, "batch_size": 8}, "out": f"/elsewhere/seed{run_seed}/run"}
+    (tdir / "run" / "config.yaml").write_text(yaml.safe_dump(run_cfg))
+    return tdir
+
+
+def test_a_trial_whose_run_is_another_trials_run_is_refused(tmp_path):
+    import yaml
+
+    from mosaic.errors import SweepError
+    from mosaic.trials import collect
+
+    out = tmp_path / "sw"
+    out.mkdir()
+    (out / "sweep.yaml").write_text(yaml.safe_dump({"name": "mine", "kind": "diffusion", "config": "gone.yaml",
+                                                    "grid": {"training.lr": [0.001]}, "seeds": [0, 1]}))
+    _trial_with_run(out, 0, 0)
+    # its own run, its `out` elsewhere (a moved sweep folder) and a field its config does not set: collected
+    own = _trial_with_run(out, 1, 1)
+    assert sorted(collect(out)["seed"]) == [0, 1]
+    # seed 0's run copied into seed 1's trial: refused, naming the trial and the field
+    seed0 = next(d for d in (out / "trials").iterdir() if d != own)
+    shutil.rmtree(own / "run")
+    shutil.copytree(seed0 / "run", own / "run")
+    with pytest.raises(SweepError, match="another trial's run") as e:
+        collect(out)
+    assert own.name in str(e.value) and "training.seed 0" in str(e.value)
+    r = runner.invoke(app, ["report", str(out)])
+    assert r.exit_code == 2 and "Traceback" not in r.output and "another trial's run" in r.output, r.output
