@@ -7,6 +7,7 @@ Each caller passes ``error(path, message) -> Exception`` so problems surface as 
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -203,12 +204,19 @@ def set_in_place(data: dict, key: str, value: Any, error: ErrorFactory, containe
     """Set ``key.path`` in ``data`` (mutated). Missing mappings are created; list items are
     addressed by index (``objects.0.size``: :func:`list_index`, ASCII digits only). Raises
     ``error("--set", ...)`` for a path through a scalar or past the end of a list."""
-    parts = key.strip().split(".")
+    set_parts(data, tuple(key.strip().split(".")), value, error, container, shown=key)
+
+
+def set_parts(data: dict, parts: tuple, value: Any, error: ErrorFactory, container: str = "mapping or list",
+              shown: str | None = None) -> None:
+    """Set the item at ``parts`` (mapping keys taken whole, a ``.`` in one included; list indices
+    as in :func:`list_index`) in ``data`` (mutated), as :func:`set_in_place` does for a dotted key."""
+    key = shown if shown is not None else ".".join(map(str, parts))
     node = data
     for k, part in enumerate(parts):
         last = k == len(parts) - 1
         if isinstance(node, list):
-            i = list_index(part)
+            i = list_index(str(part))
             if i is None or i >= len(node):
                 how = ("" if i is not None else
                        ": an index is written in ASCII digits 0-9, without a sign or leading zeros (e.g. objects.0.size)")
@@ -225,7 +233,25 @@ def set_in_place(data: dict, key: str, value: Any, error: ErrorFactory, containe
                     node[part] = {}
                 node = node[part]
         else:
-            raise error("--set", f"{key!r}: {'.'.join(parts[:k])!r} is a value, not a {container}")
+            raise error("--set", f"{key!r}: {'.'.join(map(str, parts[:k]))!r} is a value, not a {container}")
+
+
+class ParsedOverride(str):
+    """An override already split into its path ``parts`` and parsed ``value`` (a training config's
+    ``dataset.overrides`` mapping): :func:`apply_overrides` sets it with :func:`set_parts`, so a key
+    holding ``.`` or ``=`` (a colour named ``dark.red``) stays one key instead of being re-split as
+    ``key.path=value`` text. The string itself is only how it is shown (``colors."dark.red"=[...]``)."""
+
+    parts: tuple
+    value: Any
+    shown: str
+
+    def __new__(cls, parts: tuple, value: Any):
+        shown = ".".join(json.dumps(p, ensure_ascii=False) if any(c in str(p) for c in ".= ") or not str(p) else str(p)
+                         for p in parts)
+        self = super().__new__(cls, f"{shown}={json.dumps(value, ensure_ascii=False, default=str)}")
+        self.parts, self.value, self.shown = tuple(parts), value, shown
+        return self
 
 
 def parse_set(item: str, error: ErrorFactory, example: str = "splits.train=500") -> tuple[str, Any]:
@@ -256,10 +282,14 @@ def apply_overrides(data: dict, items: list[str] | None, error: ErrorFactory, ex
     """A deep copy of ``data`` with ``key.path=value`` overrides applied in order.
 
     Keys under a ``flat_prefixes`` entry (e.g. ``dataset.overrides.``) are stored as one flat
-    ``{rest.of.key: value}`` entry of that mapping instead of nested mappings.
+    ``{rest.of.key: value}`` entry of that mapping instead of nested mappings. A
+    :class:`ParsedOverride` item is set by its parts, not re-parsed.
     """
     data = copy.deepcopy(data)
     for item in items or []:
+        if isinstance(item, ParsedOverride):
+            set_parts(data, item.parts, copy.deepcopy(item.value), error, container, shown=item.shown)
+            continue
         key, value = parse_set(item, error, example)
         prefix = next((p for p in flat_prefixes if key.startswith(p)), None)
         if prefix is None:

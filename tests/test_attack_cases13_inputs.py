@@ -11,6 +11,12 @@
   ``objects.０.size`` (full-width) set ``objects[0]``: :func:`mosaic.overrides.set_in_place` used
   ``str.isdigit``/``int``, which take any Unicode decimal digit. :func:`mosaic.overrides.list_index`
   takes ASCII digits without sign or leading zero only; anything else is a named ``--set`` error.
+- **25: a colour named ``dark.red`` in a training config's ``dataset.overrides``**: the mapping was
+  flattened to ``key.path=value`` text (:func:`mosaic.lab.data.override_items`), so
+  ``colors: {dark.red: [120, 0, 0]}`` became ``colors.dark.red=...`` and failed as ``colors.dark``
+  (a key holding ``=`` was split there too). The items are now path parts
+  (:class:`mosaic.overrides.ParsedOverride`, set by :func:`mosaic.overrides.set_parts`): a top-level
+  key is a dotted path, a key below it is one key. Every shipped config gives the spec it gave.
 """
 
 from __future__ import annotations
@@ -144,3 +150,66 @@ def test_list_index_takes_ascii_digits_only():
     assert load_spec(COUNT, ["objects.0.size=0.2"]).objects[0].size.value == 0.2
     with pytest.raises(SpecError, match="not an index"):
         load_spec(COUNT, ["objects.\u0660.size=0.2"])
+
+
+# ------------------------------------------------------------------------------------------------
+# 25: dataset.overrides is applied by its structure, not re-split as text
+# ------------------------------------------------------------------------------------------------
+
+def test_a_colour_name_with_a_dot_or_equals_in_dataset_overrides():
+    from mosaic.lab.config import DatasetSection
+    from mosaic.lab.data import load_dataset_spec
+
+    sec = DatasetSection(spec=COUNT, overrides={"image.size": 32, "colors": {"dark.red": [120, 0, 0], "a=b": [1, 2, 3]},
+                                                "concepts.color.values": ["red", "dark.red", "a=b"]})
+    spec = load_dataset_spec(sec)
+    assert spec.colors["dark.red"] == (120, 0, 0) and spec.colors["a=b"] == (1, 2, 3)
+    assert spec.concepts["color"].values == ["red", "dark.red", "a=b"] and spec.image.size == 32
+
+
+def test_override_items_keeps_nested_keys_whole_and_the_documented_forms():
+    from mosaic.lab.data import override_items
+
+    got = dict(override_items({"image.size": 24, "objects.0.size": 0.16, "colors": {"dark.red": [1, 2, 3]},
+                               "holdout": {"rule": {"n": 3}}, "holdout.rule": {"kind": "random", "fraction": 0.2},
+                               "splits": {"train": 10, "per": "total"}}))
+    assert got == {("image", "size"): 24, ("objects", "0", "size"): 0.16, ("colors", "dark.red"): [1, 2, 3],
+                   ("holdout", "rule", "n"): 3, ("holdout", "rule"): {"kind": "random", "fraction": 0.2},
+                   ("splits", "train"): 10, ("splits", "per"): "total"}
+
+
+def test_every_shipped_config_gives_the_spec_its_flat_overrides_give():
+    """The structural overrides give each shipped config the spec the ``--set key.path=value`` text
+    (what it was flattened to before) gives."""
+    import glob
+    import json
+
+    from mosaic.lab.config import DatasetSection
+    from mosaic.lab.data import load_dataset_spec, override_items
+    from mosaic.overrides import safe_load
+    from mosaic.spec import load_spec
+
+    n = 0
+    for f in sorted(glob.glob(str(ROOT / "experiments" / "train" / "*.yaml"))):
+        ds = (safe_load(Path(f).read_text()) or {}).get("dataset") or {}
+        if not ds.get("overrides") or not ds.get("spec"):
+            continue
+        spec = str(ROOT / ds["spec"]) if not Path(ds["spec"]).is_absolute() else ds["spec"]
+        flat = [f"{'.'.join(p)}={json.dumps(v)}" for p, v in override_items(ds["overrides"])]
+        got = load_dataset_spec(DatasetSection(spec=spec, overrides=ds["overrides"]))
+        assert got.fingerprint() == load_spec(spec, flat).fingerprint(), f
+        n += 1
+    assert n >= 15
+
+
+def test_a_training_config_with_a_dotted_colour_trains(tmp_path):
+    import yaml
+
+    cfg = {"name": "dot", "dataset": {"spec": COUNT, "root": str(tmp_path / "data"), "overrides": {
+        "image.size": 32, "splits": {"train": 16, "val": 4, "test": 4},
+        "concepts.color.values": ["red", "dark.red"], "colors": {"dark.red": [120, 0, 0]}}},
+        "objective": "classifier", "input": {"kind": "tokens"}, "model": {"width": 16, "depth": 1, "heads": 2, "mlp_ratio": 2.0},
+        "training": {"steps": 1, "batch_size": 4, "threads": 1, "log_every": 1, "val_every": 0, "checkpoint_every": 1}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    res = runner.invoke(app, ["train", "transformer", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "run"), "--dry-run"])
+    assert res.exit_code == 0, res.output

@@ -10,7 +10,6 @@ run would have seen.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ import torch
 from mosaic.dataset import generate as gen, read_manifest
 from mosaic.errors import DatasetError
 from mosaic.lab.config import DatasetSection
+from mosaic.overrides import ParsedOverride
 from mosaic.spec import load_spec
 from mosaic.io import read_bounded
 from mosaic.verify import MANIFEST_LIMIT, check_before_read
@@ -30,29 +30,32 @@ def dataset_dir_for(spec) -> str:
 
 
 def load_dataset_spec(section: DatasetSection):
-    """The spec of ``section.spec`` with ``section.overrides`` applied.
+    """The spec of ``section.spec`` with ``section.overrides`` applied (:func:`override_items`, set
+    by their path parts: a key below a section, such as a colour named ``dark.red``, is one key).
 
     Raises:
         SpecError: missing spec file or invalid spec (after overrides).
     """
-    overrides = [f"{k}={json.dumps(v)}" for k, v in override_items(section.overrides)]
+    overrides = [ParsedOverride(parts, v) for parts, v in override_items(section.overrides)]
     return load_spec(section.spec, overrides)
 
 
-def override_items(overrides: dict, prefix: str = ""):
-    """``(key.path, value)`` pairs of ``dataset.overrides``: a dotted key sets exactly that field
-    (``holdout.rule.n: 3``; a mapping given there replaces the field whole, e.g.
-    ``holdout.rule: {kind: random, fraction: 0.2}``); a mapping under a plain key is merged field by
-    field (``holdout: {rule: {n: 3}}`` sets ``holdout.rule.n`` only, the rest of ``holdout`` stays),
-    except a mapping that names a ``kind`` (a holdout rule, a distribution): it replaces the field
-    whole, because the old mapping's other fields belong to the old kind
-    (``holdout: {rule: {kind: diagonal, n: 1}}`` on a coverage rule with ``k`` drops ``k``)."""
+def override_items(overrides: dict, prefix: tuple = ()):
+    """``(path parts, value)`` pairs of ``dataset.overrides``. A top-level key is a dotted path: a
+    dotted key sets exactly that field (``holdout.rule.n: 3``; a mapping given there is the value,
+    replacing the field whole, e.g. ``holdout.rule: {kind: random, fraction: 0.2}``); a mapping under a
+    plain key is merged field by field (``holdout: {rule: {n: 3}}`` sets ``holdout.rule.n`` only, the
+    rest of ``holdout`` stays), except a mapping that names a ``kind`` (a holdout rule, a
+    distribution): it replaces the field whole, because the old mapping's other fields belong to the
+    old kind (``holdout: {rule: {kind: diagonal, n: 1}}`` on a coverage rule with ``k`` drops ``k``).
+    A key below the top level is one key, never split: ``colors: {dark.red: [120, 0, 0]}`` names the
+    colour ``dark.red`` (it was flattened to ``colors.dark.red`` and set as ``colors.dark``)."""
     for k, v in overrides.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v and "." not in str(k) and "kind" not in v:
-            yield from override_items(v, key + ".")
+        parts = prefix + ((str(k),) if prefix else tuple(str(k).split(".")))
+        if isinstance(v, dict) and v and (prefix or "." not in str(k)) and "kind" not in v:
+            yield from override_items(v, parts)
         else:
-            yield key, v
+            yield parts, v
 
 
 def resolve_dataset(section: DatasetSection, generate: bool = True, on_progress=None) -> Path:
