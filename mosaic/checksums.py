@@ -31,10 +31,20 @@ from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
 from mosaic.errors import DatasetError
-from mosaic.io import atomic_writer
+from mosaic.io import atomic_writer, clear_temps
 
 CHECKSUMS = "checksums.sha256"
 BLOCK = 1 << 20  # bytes read at a time when hashing a file
+#: the files a dataset's writer puts in its root (each through a temporary file beside it: mosaic.io.atomic_writer)
+ROOT_FILES = ("manifest.json", "README.md", CHECKSUMS)
+
+
+def clear_root_temps(root: str | Path) -> list[Path]:
+    """Remove the temporary files a killed writer left beside the dataset's root files (:data:`ROOT_FILES`:
+    ``.manifest.json.tmp<pid>.<hex>``, ...): only mosaic's own temporary names (:func:`mosaic.io.clear_temps`), and
+    only by a writer holding the dataset's lock (generate, its rerun, --repair), so no other writer's file is in
+    progress. A kill while finalize wrote the checksums or the manifest left them, and every later run kept them."""
+    return [p for name in ROOT_FILES for p in clear_temps(Path(root) / name)]
 
 
 def digest_file(path: str | Path, buffer: bytearray | None = None) -> tuple[str, int]:

@@ -38,7 +38,8 @@ from typing import Callable, Iterator
 
 from mosaic.against_spec import regenerate_command
 from mosaic.checksums import (
-    MAX_LINE_BYTES, TOO_LONG, bounded_lines, metadata_checked, metadata_size_checked, name_problem, text_problem, write_checksums,
+    MAX_LINE_BYTES, TOO_LONG, bounded_lines, clear_root_temps, metadata_checked, metadata_size_checked, name_problem, text_problem,
+    write_checksums,
 )
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.executors import LocalExecutor, check_backend, make_executor
@@ -320,6 +321,7 @@ def generate(
 
 def _generate_locked(spec, out, workers, overwrite, masks, shard_size, renderer, on_progress, verify, sizes, backend, address) -> dict:
     existing = check_out_dir(out, spec, masks, overwrite, "imagefolder")
+    clear_root_temps(out)  # a killed writer's .manifest.json.tmp<pid>.<hex> (this process holds the dataset's lock)
     if existing is not None and set(existing["splits"]) != set(sizes):
         raise DatasetError(f"{out} holds the splits {', '.join(existing['splits'])}, not {', '.join(sizes)}: use another --out, or --overwrite")
     if existing is not None and existing.get("status") == "complete":
@@ -553,6 +555,7 @@ def repair_dataset(root: str | Path, report: VerifyReport) -> VerifyReport:
     root = Path(root)
     with FolderLock(root, DatasetError, "dataset", wait=True):
         man = read_manifest_checked(root)
+        clear_root_temps(root)
         if report.ok:
             return report
         if man.get("storage", "imagefolder") == "imagefolder":

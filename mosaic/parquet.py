@@ -33,6 +33,7 @@ from typing import Callable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mosaic.checksums import clear_root_temps
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.executors import check_backend, make_executor
 from mosaic.hf import arrow_schema, feature_tree, hf_record, present_splits, write_card
@@ -360,6 +361,7 @@ def generate_parquet(
 def _generate_parquet_locked(spec, out, workers, overwrite, masks, shard_bytes, renderer, on_progress, backend, address, verify,
                              sizes) -> dict:
     existing = check_out_dir(out, spec, masks, overwrite, "parquet")
+    clear_root_temps(out)  # a killed writer's .manifest.json.tmp<pid>.<hex> (this process holds the dataset's lock)
     repaired: list[str] = []
     if existing is not None and existing.get("status") == "complete":
         report = verify_dataset(out, deep=verify, manifest=existing)  # quick check (verify: every shard's sha256)

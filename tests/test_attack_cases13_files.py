@@ -233,3 +233,56 @@ def test_15_the_contact_sheet_writer_replaces_a_link(tmp_path):
     out.symlink_to(victim)
     contact_sheet(np.zeros((2, 8, 8, 3), np.uint8), ["a", "b"], out, tile=16)
     assert victim.read_bytes() == b"keep" and not out.is_symlink() and out.read_bytes()[:4] == b"\x89PNG"
+
+
+# ------------------------------------------------------------------------------------------------
+# case 05: a killed finalize's temporary files in the dataset root are cleared by the resume
+# ------------------------------------------------------------------------------------------------
+
+_LEFTOVERS = (".checksums.sha256.tmp31523.440e8a72", ".manifest.json.tmp31523.440e8a72", ".README.md.tmp7.0123abcd")
+
+
+def _plant(root: Path) -> None:
+    for name in _LEFTOVERS:
+        (root / name).write_text("partial")
+    (root / ".notes.tmp").write_text("not mosaic's pattern")  # another name: left alone
+
+
+def _unfinish(root: Path) -> None:
+    import json
+
+    man = json.loads((root / "manifest.json").read_text())
+    man["status"] = "incomplete"
+    (root / "manifest.json").write_text(json.dumps(man))
+
+
+@pytest.mark.parametrize("storage", ["imagefolder", "parquet"])
+@pytest.mark.parametrize("state", ["unfinished", "complete"])
+def test_05_a_resumed_generate_clears_the_root_temporary_files(tmp_path, count_data, storage, state):
+    from mosaic.dataset import generate
+    from mosaic.spec import parse_spec
+
+    spec = parse_spec(tiny(SPECS / "count.yaml"))
+    if storage == "imagefolder":
+        root = _copy(count_data, tmp_path)
+    else:
+        root = tmp_path / "pq"
+        generate(spec, root, format="parquet")
+    _plant(root)
+    if state == "unfinished":
+        _unfinish(root)
+    generate(spec, root, format=storage)
+    names = {p.name for p in root.iterdir()}
+    assert not names & set(_LEFTOVERS), names
+    assert ".notes.tmp" in names
+    (root / ".notes.tmp").unlink()
+    assert runner.invoke(app, ["verify", str(root)]).exit_code == 0
+
+
+def test_05_verify_repair_clears_the_root_temporary_files(tmp_path, count_data):
+    root = _copy(count_data, tmp_path)
+    _plant(root)
+    (root / "README.md").write_text("edited")
+    res = runner.invoke(app, ["verify", "--repair", str(root)])
+    assert res.exit_code == 0, res.output
+    assert not {p.name for p in root.iterdir()} & set(_LEFTOVERS)
