@@ -8,8 +8,10 @@ quotas, and never a held-out combination outside ``test_ood``. For more samples 
 split holds, raise the split's size (``--set splits.train=1000000``): the quota plan grows with it.
 
 Sharding: with ``W`` DataLoader workers on each of ``R`` ranks (``torch.distributed``, or
-``rank``/``world_size`` given), position ``p`` of the epoch's index order goes to worker
-``p mod (R*W)``, so the ranks and workers together yield every index once and no index twice.
+``rank``/``world_size`` given), position ``p`` of the epoch's index order goes to rank ``p mod R``
+(so rank ``r`` yields exactly ``len()`` items, ``len(range(r, n, R))``, however many workers it
+has) and, within the rank, to worker ``(p div R) mod W``: the ranks and workers together yield
+every index once and no index twice.
 """
 
 from __future__ import annotations
@@ -38,6 +40,21 @@ def _spec_of(spec) -> Spec:
         check_before_read(root)  # a manifest whose spec no longer matches its fingerprint (or a damaged dataset) is refused
         return spec_of(root)
     return load_spec(p)
+
+
+def _whole(name: str, v) -> int:
+    """``v`` as an int when it is one (a numpy integer too), else a DatasetError naming ``name``:
+    ``int()`` would take ``0.5`` for 0, ``3.7`` for 3 and ``True`` for 1."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise DatasetError([(name, f"{name} must be an integer, got {v!r} ({type(v).__name__}): give a whole number, "
+                             "e.g. " + ("start=0, stop=100" if name in ("start", "stop") else "rank=0, world_size=2"))])
+    return int(v)
+
+
+def _flag(name: str, v) -> bool:
+    if not isinstance(v, (bool, np.bool_)):
+        raise DatasetError([(name, f"{name} must be True or False, got {v!r} ({type(v).__name__})")])
+    return bool(v)
 
 
 def _dist() -> tuple[int, int]:
@@ -86,21 +103,28 @@ class StreamingDataset(torch.utils.data.IterableDataset):
             raise DatasetError([("split", f"spec {spec.name!r} has no split {split!r}; its splits: {have}"
                                  + (" (val is also called validation)" if "val" in sizes else ""))])
         n = sizes[name]
-        stop = n if stop is None else stop
+        start = _whole("start", start)
+        stop = n if stop is None else _whole("stop", stop)
         if not 0 <= start <= stop <= n:
             raise DatasetError([("stop", f"range {start}..{stop} is outside split {name!r} (0..{n})")])
+        if start == stop:
+            raise DatasetError([("stop", f"range {start}..{stop} of split {name!r} is empty" + (
+                f" (the spec's splits.{name} is 0): give the split samples" if n == 0 else
+                f": give stop > start (the split holds indices 0..{n - 1})"))])
         dr, dw = _dist()
-        self.rank = dr if rank is None else int(rank)
-        self.world_size = dw if world_size is None else int(world_size)
+        self.rank = dr if rank is None else _whole("rank", rank)
+        self.world_size = dw if world_size is None else _whole("world_size", world_size)
+        if self.world_size < 1:
+            raise DatasetError([("world_size", f"world_size {self.world_size} is not a number of ranks: give 1 or more")])
         if not 0 <= self.rank < self.world_size:
             raise DatasetError([("rank", f"rank {self.rank} is not in 0..{self.world_size - 1}")])
         self.spec_data = spec.to_dict()
         self.seed = spec.seed
         self.split = name
-        self.start, self.stop = int(start), int(stop)
-        self.shuffle = bool(shuffle)
+        self.start, self.stop = start, stop
+        self.shuffle = _flag("shuffle", shuffle)
         self.epoch = 0
-        self.masks = bool(masks)
+        self.masks = _flag("masks", masks)
         self.renderer_name = renderer
         self.concepts = list(spec.concepts)
         self.domains = {c: spec.domain(c) for c in self.concepts}
@@ -123,7 +147,7 @@ class StreamingDataset(torch.utils.data.IterableDataset):
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch's permutation (with ``shuffle``); call on every rank before iterating."""
-        self.epoch = int(epoch)
+        self.epoch = _whole("epoch", epoch)
 
     def order(self) -> np.ndarray:
         """The epoch's index order over ``start..stop-1`` (int64)."""
@@ -134,9 +158,9 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         return idx
 
     def shard(self, worker: int = 0, num_workers: int = 1) -> np.ndarray:
-        """The indices one DataLoader worker of this rank yields, in order."""
-        slots = self.world_size * num_workers
-        return self.order()[self.rank * num_workers + worker :: slots]
+        """The indices one DataLoader worker of this rank yields, in order: this rank's positions
+        (``rank::world_size``, the ``len()`` items), split among its workers (``worker::num_workers``)."""
+        return self.order()[self.rank :: self.world_size][worker :: num_workers]
 
     def __len__(self) -> int:
         """Items this rank yields per epoch (all its workers together)."""

@@ -17,6 +17,14 @@
   (a key holding ``=`` was split there too). The items are now path parts
   (:class:`mosaic.overrides.ParsedOverride`, set by :func:`mosaic.overrides.set_parts`): a top-level
   key is a dotted path, a key below it is one key. Every shipped config gives the spec it gave.
+- **09: StreamingDataset took an empty range and non-integers**: ``start == stop`` (documented to
+  raise) gave an empty dataset; ``start=0.5``, ``stop=3.7``, ``world_size=1.9``, ``rank=True`` were
+  ``int()``-ed. :func:`mosaic.stream._whole` refuses a non-int (a bool too) by name, and an empty range
+  is a DatasetError.
+- **35: a rank yielded another number of items than its len()** with DataLoader workers (3 ranks x 2
+  workers, 40 items: rank 1 said 13 and yielded 14): ``shard`` interleaved rank-major slots
+  (``rank*W + worker :: R*W``) while ``__len__`` counts ``range(rank, n, R)``. ``shard`` now takes the
+  rank's positions ``rank::R`` and splits them among its workers.
 """
 
 from __future__ import annotations
@@ -213,3 +221,68 @@ def test_a_training_config_with_a_dotted_colour_trains(tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     res = runner.invoke(app, ["train", "transformer", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "run"), "--dry-run"])
     assert res.exit_code == 0, res.output
+
+
+# ------------------------------------------------------------------------------------------------
+# 09, 35: StreamingDataset arguments and sharding
+# ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small_spec():
+    from mosaic.spec import load_spec
+
+    return load_spec(COUNT, ["splits.train=40", "splits.val=8", "splits.test=8", "image.size=32"])
+
+
+@pytest.mark.parametrize("kw, name", [(dict(start=5, stop=5), "stop"), (dict(start=40), "stop"),
+                                      (dict(start=0.5, stop=3.7), "start"), (dict(stop=3.7), "stop"),
+                                      (dict(rank=0, world_size=1.9), "world_size"), (dict(rank=True, world_size=2), "rank"),
+                                      (dict(start=False), "start"), (dict(rank=0, world_size=0), "world_size"),
+                                      (dict(shuffle="no"), "shuffle")])
+def test_stream_refuses_empty_ranges_and_non_integers(small_spec, kw, name):
+    from mosaic.errors import DatasetError
+    from mosaic.stream import StreamingDataset
+
+    with pytest.raises(DatasetError) as e:
+        StreamingDataset(small_spec, "train", **kw)
+    assert e.value.problems[0][0] == name, e.value
+
+
+def test_stream_takes_numpy_integers(small_spec):
+    import numpy as np
+
+    from mosaic.stream import StreamingDataset
+
+    s = StreamingDataset(small_spec, "train", start=np.int64(2), stop=np.int32(9), rank=np.int64(1), world_size=2)
+    assert (s.start, s.stop, len(s)) == (2, 9, 3) and type(s.start) is int
+
+
+def _index_stream(spec, **kw):
+    from mosaic.stream import StreamingDataset
+
+    class IndexStream(StreamingDataset):
+        def __getitem__(self, index):
+            return int(index)
+
+    return IndexStream(spec, "train", **kw)
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_every_rank_yields_its_len_with_any_number_of_workers(small_spec, world_size):
+    import torch
+
+    for workers in range(4):
+        for start, stop, shuffle in [(0, None, False), (3, 40, True)]:
+            seen = []
+            for rank in range(world_size):
+                s = _index_stream(small_spec, rank=rank, world_size=world_size, start=start, stop=stop, shuffle=shuffle)
+                s.set_epoch(2)
+                if workers:
+                    got = list(torch.utils.data.DataLoader(s, batch_size=None, num_workers=workers,
+                                                           multiprocessing_context="fork"))
+                else:
+                    got = list(s)
+                assert len(got) == len(s), (world_size, workers, rank)
+                seen += [int(i) for i in got]
+            assert sorted(seen) == list(range(start, 40)), (world_size, workers)
