@@ -33,14 +33,24 @@ def load_dataset(path: str | Path, **kwargs):
 
     Args:
         path: a mosaic dataset folder (either storage form).
-        **kwargs: passed to ``datasets.load_dataset`` (``split``, ``cache_dir``, ``download_mode``, ...).
+        **kwargs: passed to ``datasets.load_dataset`` (``split``, ``cache_dir``, ``download_mode``, ...);
+            those that choose other files than the folder's own (:data:`REDIRECTING`: ``data_files``,
+            ``data_dir``, ``revision``, ``storage_options``) are refused: the quick check vouches for
+            this folder's files read through its card's patterns, not for what they would name.
     Returns:
         What ``datasets.load_dataset`` returns (a ``DatasetDict``, or a ``Dataset`` with ``split``).
     Raises:
         DatasetError: the folder is not a complete, undamaged mosaic dataset (each problem named, with the fix);
-            its path holds a character HF reads as a glob (:func:`refuse_glob_path`); HF finds no data file.
+            its path holds a character HF reads as a glob (:func:`refuse_glob_path`); HF finds no data file;
+            a keyword of :data:`REDIRECTING`.
         ImportError: ``datasets`` is not installed.
     """
+    bad = [k for k in REDIRECTING if kwargs.get(k) is not None]
+    if bad:
+        raise DatasetError([(k, f"{k}={kwargs[k]!r} is refused: it would make HuggingFace datasets read other files than "
+                             f"those of {str(path)!r} (the quick check vouches for the folder's files, read through its card's "
+                             "patterns); load the other dataset folder by its own path, or use datasets.load_dataset "
+                             "directly for files that are not a mosaic dataset") for k in bad])
     import datasets
 
     root = Path(path)
@@ -55,6 +65,10 @@ def load_dataset(path: str | Path, **kwargs):
         raise DatasetError(f"{root}: HuggingFace datasets found no data file ({str(e)[:200]}); check the folder with "
                            f"`mosaic verify {root}`, and rewrite its card with `mosaic verify {root} --repair`") from None
 
+
+#: ``datasets.load_dataset`` keywords that choose which files are read (other files than the folder's
+#: own, unchecked, or another version of them): refused by :func:`load_dataset`
+REDIRECTING = ("data_files", "data_dir", "revision", "storage_options")
 
 #: characters HF ``datasets`` reads as a glob in a data file's path (``fsspec`` patterns)
 GLOB_CHARS = "[]*?"

@@ -25,6 +25,10 @@
   workers, 40 items: rank 1 said 13 and yielded 14): ``shard`` interleaved rank-major slots
   (``rank*W + worker :: R*W``) while ``__len__`` counts ``range(rank, n, R)``. ``shard`` now takes the
   rank's positions ``rank::R`` and splits them among its workers.
+- **34: ``mosaic.hf_load.load_dataset(DIR, data_files=...)``** ran the quick check on ``DIR`` and then
+  returned another folder's rows (``data_dir`` likewise): the keywords went straight to
+  ``datasets.load_dataset``. Keywords that choose which files are read
+  (:data:`mosaic.hf_load.REDIRECTING`) are a DatasetError naming them; ``split`` and the like work.
 """
 
 from __future__ import annotations
@@ -286,3 +290,36 @@ def test_every_rank_yields_its_len_with_any_number_of_workers(small_spec, world_
                 assert len(got) == len(s), (world_size, workers, rank)
                 seen += [int(i) for i in got]
             assert sorted(seen) == list(range(start, 40)), (world_size, workers)
+
+
+# ------------------------------------------------------------------------------------------------
+# 34: hf_load.load_dataset reads only the folder's own files
+# ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def two_datasets(tmp_path_factory):
+    from mosaic.dataset import generate
+    from mosaic.spec import load_spec
+
+    base = tmp_path_factory.mktemp("hf13")
+    small = ["splits.train=12", "splits.val=2", "splits.test=2", "image.size=32"]
+    for name, seed in (("a", 0), ("b", 1)):
+        generate(load_spec(COUNT, small + [f"seed={seed}"]), base / name)
+    return base / "a", base / "b"
+
+
+def test_hf_load_refuses_keywords_that_read_other_files(two_datasets, tmp_path):
+    import json
+
+    from mosaic.errors import DatasetError
+    from mosaic.hf_load import load_dataset
+
+    a, b = two_datasets
+    other = {"train": [str(b / "train" / "metadata.jsonl"), str(b / "train" / "images" / "*.png")]}
+    for kw in (dict(data_files=other), dict(data_dir=str(b)), dict(data_dir="../b"), dict(revision="main")):
+        with pytest.raises(DatasetError) as e:
+            load_dataset(a, split="train", cache_dir=str(tmp_path / "c"), **kw)
+        assert e.value.problems[0][0] == next(iter(kw)) and "is refused" in str(e.value)
+    d = load_dataset(a, split="train", cache_dir=str(tmp_path / "c"), data_dir=None)  # harmless keywords work
+    first = json.loads((a / "train" / "metadata.jsonl").read_text().splitlines()[0])
+    assert d[0]["caption"] == first["caption"] and len(d) == 12
