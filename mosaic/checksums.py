@@ -120,6 +120,16 @@ def write_checksums(root: str | Path, records: dict[str, Iterable[dict]], expect
     return {"file": CHECKSUMS, "sha256": whole.hexdigest(), "files": files, "bytes": per_split}
 
 
+def vanished(path: str | Path, e: OSError) -> DatasetError:
+    """The error of a dataset file that was there when the dataset was opened and is gone (or unreadable) when read:
+    another process changed or removed the dataset (``mosaic generate --overwrite``) while this one read it."""
+    if not isinstance(e, FileNotFoundError):
+        return DatasetError([(str(path), f"cannot be read ({e.strerror or type(e).__name__}): make it readable, or restore the "
+                              "dataset")])
+    return DatasetError([(str(path), "vanished while the dataset was read: the dataset changed or was removed while being "
+                          "read (another process rewrites it, e.g. `mosaic generate --overwrite`); rerun when that writer is done")])
+
+
 class RecordedDigests:
     """The digests recorded in a ``checksums.sha256`` file, looked up one at a time.
 
@@ -132,19 +142,30 @@ class RecordedDigests:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._f: BinaryIO | None = None
+        self._f = self._open()  # once, now: a rescan seeks back, so the file read is the one checked, whatever replaces it
+
+    def _open(self) -> BinaryIO:
+        """The file opened for reading.
+
+        Raises:
+            DatasetError: it is gone (a ``generate --overwrite`` of the folder racing this reader): named, exit status 2,
+                never a FileNotFoundError traceback (rc 1, which ``mosaic verify`` uses for "damaged")."""
+        try:
+            return open(self.path, "rb")
+        except OSError as e:
+            raise vanished(self.path, e) from None
 
     def get(self, rel: str, default: str | None = None) -> str | None:
         """The recorded hex sha256 of ``rel`` (a path relative to the dataset root), or ``default``."""
+        if self._f is None:  # closed: opened again
+            self._f = self._open()
         for _ in range(2):  # forward from the last answer, then once from the start
-            restarted = self._f is None
-            if self._f is None:
-                self._f = open(self.path, "rb")
+            restarted = self._f.tell() == 0
             for raw in bounded_lines(self._f, limit=4096):
                 digest, _, name = raw.decode("utf-8", errors="replace").rstrip("\r\n").partition("  ")
                 if name == rel:
                     return digest
-            self._f.close()
-            self._f = None
+            self._f.seek(0)
             if restarted:
                 break
         return default

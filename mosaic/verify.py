@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mosaic.checksums import (  # noqa: F401 - write_checksums re-exported: the one writer
-    CHECKSUMS, RecordedDigests, digest_file, lines_problem, metadata_lines, parse_record, scan_metadata, standard_names, write_checksums,
+    CHECKSUMS, RecordedDigests, digest_file, lines_problem, metadata_lines, parse_record, scan_metadata, standard_names, vanished,
+    write_checksums,
 )
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.io import loads_json, read_bounded
@@ -193,13 +194,16 @@ def read_checksums(root: Path, man: dict, report: VerifyReport) -> RecordedDiges
         report.damage.append(Damage(p.name, kind[0], f"{kind[1]}: the file digests are gone; samples can be checked for "
                                     "truncation only"))
         return None
-    if digest_file(p)[0] != rec.get("sha256"):  # streamed: memory does not grow with the number of files
-        report.damage.append(Damage(p.name, "altered", "the file digests differ from the manifest's record of them"))
-        return None
-    if (problem := lines_problem(p, man.get("splits") or {}, rec.get("files"))) is not None:  # names only the dataset's files
-        report.damage.append(Damage(p.name, "foreign", f"{problem}: not the list mosaic wrote"))
-        return None
-    return RecordedDigests(p)
+    try:  # gone after the check above: a `generate --overwrite` racing this reader (named, never a FileNotFoundError)
+        if digest_file(p)[0] != rec.get("sha256"):  # streamed: memory does not grow with the number of files
+            report.damage.append(Damage(p.name, "altered", "the file digests differ from the manifest's record of them"))
+            return None
+        if (problem := lines_problem(p, man.get("splits") or {}, rec.get("files"))) is not None:  # names only the dataset's files
+            report.damage.append(Damage(p.name, "foreign", f"{problem}: not the list mosaic wrote"))
+            return None
+    except OSError as e:
+        raise vanished(p, e) from None
+    return RecordedDigests(p)  # opened now, once (DatasetError when gone): every digest is read from this file
 
 
 # ------------------------------------------------------------------------------------------------
@@ -486,8 +490,11 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
             if spec is None and report.repairable:  # (an edited spec, refused above, is no measure of the records)
                 spec = spec_from_data(man["spec"])
             # line by line, no record held; each record's claims against the spec (a leak past the holdout: ~5 us a record)
-            scan = scan_metadata(meta, masks, claims=None if spec is None else record_claims(spec, split),
-                                 key=(spec_key(man["spec"]), split))
+            try:  # gone after the check above: a writer racing this reader
+                scan = scan_metadata(meta, masks, claims=None if spec is None else record_claims(spec, split),
+                                     key=(spec_key(man["spec"]), split))
+            except OSError as e:
+                raise vanished(meta, e) from None
             altered = sums is not None and scan.sha256 != sums.get(rel_meta)
             for k, why in scan.claims:
                 if altered:  # changed after generation (its digest no longer agrees): --repair writes the line again

@@ -286,3 +286,74 @@ def test_05_verify_repair_clears_the_root_temporary_files(tmp_path, count_data):
     res = runner.invoke(app, ["verify", "--repair", str(root)])
     assert res.exit_code == 0, res.output
     assert not {p.name for p in root.iterdir()} & set(_LEFTOVERS)
+
+
+# ------------------------------------------------------------------------------------------------
+# case 18: a dataset file removed by a writer racing the reader is a named DatasetError (exit 2)
+# ------------------------------------------------------------------------------------------------
+
+def _vanish_after_check(monkeypatch, name: str):
+    """Remove ``name`` right after verify's check of checksums.sha256 (what a racing `generate --overwrite` does)."""
+    import mosaic.verify
+
+    real = mosaic.verify.lines_problem
+
+    def then_gone(p, *a, **k):
+        out = real(p, *a, **k)
+        (Path(p).parent / name).unlink()
+        return out
+
+    monkeypatch.setattr(mosaic.verify, "lines_problem", then_gone)
+
+
+def _vanish_metadata_after_check(monkeypatch, name: str):
+    """Remove ``name`` (a split's metadata.jsonl) after verify found it a file, before it is opened."""
+    import mosaic.verify
+
+    real = mosaic.verify.record_claims
+
+    def then_gone(spec, split):
+        if name.startswith(split + "/"):
+            (_vanish_metadata_after_check.root / name).unlink(missing_ok=True)
+        return real(spec, split)
+
+    monkeypatch.setattr(mosaic.verify, "record_claims", then_gone)
+
+
+@pytest.mark.parametrize("name", ["checksums.sha256", "train/metadata.jsonl"])
+def test_18_verify_names_a_file_removed_while_it_reads(tmp_path, count_data, monkeypatch, name):
+    from mosaic.errors import DatasetError
+    from mosaic.verify import verify
+
+    root = _copy(count_data, tmp_path)
+    if name == "checksums.sha256":
+        _vanish_after_check(monkeypatch, name)
+    else:
+        _vanish_metadata_after_check.root = root
+        _vanish_metadata_after_check(monkeypatch, name)
+    with pytest.raises(DatasetError, match=r"vanished while the dataset was read.*rerun when that writer is done"):
+        verify(root, deep=True)
+    (root / name).write_bytes((count_data / name).read_bytes())
+    res = runner.invoke(app, ["verify", str(root)])
+    _clean_exit_2(res, name, "vanished while the dataset was read")
+
+
+def test_18_a_dataset_reader_names_checksums_removed_while_it_reads(tmp_path, count_data, monkeypatch):
+    from mosaic.errors import DatasetError
+    from mosaic.torch_data import MosaicDataset
+
+    root = _copy(count_data, tmp_path)
+    _vanish_after_check(monkeypatch, "checksums.sha256")
+    with pytest.raises(DatasetError, match="checksums.sha256.*vanished"):
+        MosaicDataset(root, "train")
+
+
+def test_18_digests_are_read_from_the_file_opened_even_when_it_is_removed(tmp_path, count_data):
+    from mosaic.checksums import RecordedDigests
+
+    root = _copy(count_data, tmp_path)
+    d = RecordedDigests(root / "checksums.sha256")
+    first = d.get("train/metadata.jsonl")
+    (root / "checksums.sha256").unlink()
+    assert d.get("test/metadata.jsonl") and d.get("train/metadata.jsonl") == first  # a rescan seeks back, never reopens
+    d.close()
