@@ -160,3 +160,32 @@ def test_a_trial_whose_run_is_another_trials_run_is_refused(tmp_path):
     assert own.name in str(e.value) and "training.seed 0" in str(e.value)
     r = runner.invoke(app, ["report", str(out)])
     assert r.exit_code == 2 and "Traceback" not in r.output and "another trial's run" in r.output, r.output
+
+
+# ------------------------------------------------------------------------------------------------
+# case 12: a run folder whose config was edited in its schedule resumes on another schedule
+# ------------------------------------------------------------------------------------------------
+
+def _schedule(warmup: int, steps: int = 40, done: int = 0, name: str = "cosine"):
+    import torch
+    from diffusers.optimization import get_scheduler
+
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=1e-3)
+    sched = get_scheduler(name, opt, num_warmup_steps=warmup, num_training_steps=steps)
+    for _ in range(done):
+        opt.step()
+        sched.step()
+    return sched
+
+
+def test_a_checkpoint_of_another_schedule_is_refused_at_its_step():
+    from mosaic.lab.checkpoint_fit import state_problem
+
+    saved = _schedule(warmup=10, done=20).state_dict()  # the run's schedule, checkpointed at step 20 (past its warm-up)
+    for same in (_schedule(warmup=10),):
+        assert state_problem({"scheduler": saved}, {"scheduler": same.state_dict()}, [], same) is None
+    for other in (_schedule(warmup=5), _schedule(warmup=10, steps=400), _schedule(warmup=10, name="linear")):
+        bad = state_problem({"scheduler": saved}, {"scheduler": other.state_dict()}, [], other)
+        assert bad is not None and "at step 20" in bad and "warm-up" in bad, bad
+    # without the schedule object (the old call) the state alone cannot tell
+    assert state_problem({"scheduler": saved}, {"scheduler": _schedule(warmup=5).state_dict()}, []) is None

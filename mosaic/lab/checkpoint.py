@@ -280,7 +280,7 @@ def load_checkpoint(folder: Path, accelerator, model, optimizer, scheduler, ema,
         if ema is not None:
             fresh["ema"] = ema.state_dict()
         shapes = [p.shape for g in optimizer.param_groups for p in g["params"]]
-        if (bad := state_problem(decoded, fresh, shapes)) is not None:
+        if (bad := state_problem(decoded, fresh, shapes, scheduler)) is not None:
             raise CheckpointError(f"{folder}/{RECORD} is damaged: {bad}")
         missing, unexpected = load_model(accelerator.unwrap_model(model), str(folder / MODEL), strict=False)
         if missing or unexpected:

@@ -102,13 +102,33 @@ def _ema_problem(got: Any, fresh: dict) -> str | None:
     return None
 
 
-def state_problem(objects: dict, fresh: dict, shapes: list[tuple]) -> str | None:
+def _schedule_problem(got: dict, scheduler: Any) -> str | None:
+    """The learning rates a checkpoint's schedule reached (``_last_lr`` at ``last_epoch``) against what
+    this run's schedule gives at that step: ``lr_lambdas`` hold functions, which a state dict cannot
+    compare, so a run folder whose config was edited in its warm-up, ``lr_schedule`` or ``steps`` would
+    resume on a schedule its first steps never followed."""
+    inner = getattr(scheduler, "scheduler", scheduler)  # accelerate wraps the schedule
+    lambdas, bases = getattr(inner, "lr_lambdas", None), getattr(inner, "base_lrs", None)
+    if not lambdas or not bases or not all(callable(f) for f in lambdas):
+        return None
+    step = got["last_epoch"]
+    want = [b * f(step) for b, f in zip(bases, lambdas)]
+    if any(not math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-12) for x, y in zip(got["_last_lr"], want)):
+        return (f"scheduler._last_lr is {_shown(got['_last_lr'])} at step {step}, but this run's config gives {_shown(want)} there "
+                "(another warm-up, lr_schedule or number of steps)")
+    return None
+
+
+def state_problem(objects: dict, fresh: dict, shapes: list[tuple], scheduler: Any = None) -> str | None:
     """Why the decoded checkpoint state ``objects`` (``optimizer``, ``scheduler``, ``ema``) is not
     one this run's freshly built objects (``fresh``: their ``state_dict()``) can load, or None.
-    ``shapes``: the shape of each parameter the optimizer holds, in its order."""
+    ``shapes``: the shape of each parameter the optimizer holds, in its order; ``scheduler``: this
+    run's schedule object, whose learning rate at the checkpoint's step must be the one recorded."""
     if "optimizer" in fresh and (p := _optimizer_problem(objects.get("optimizer"), fresh["optimizer"], shapes)):
         return p
     if "scheduler" in fresh and (p := _scheduler_problem(objects.get("scheduler"), fresh["scheduler"])):
+        return p
+    if "scheduler" in fresh and scheduler is not None and (p := _schedule_problem(objects["scheduler"], scheduler)):
         return p
     if "ema" in fresh and (p := _ema_problem(objects.get("ema"), fresh["ema"])):
         return p
