@@ -29,6 +29,14 @@
   returned another folder's rows (``data_dir`` likewise): the keywords went straight to
   ``datasets.load_dataset``. Keywords that choose which files are read
   (:data:`mosaic.hf_load.REDIRECTING`) are a DatasetError naming them; ``split`` and the like work.
+- **26: ``mosaic sample RUN --steps 1001``** ended in diffusers' ValueError traceback (DDIM cannot take
+  more steps than the run's ``num_train_timesteps``; DPM-Solver silently repeats timesteps).
+  :func:`mosaic.lab.diffusion.sampling.check_sampler_steps` refuses it by name, exit 2, before the
+  weights load or a folder is written (in ``mosaic sample`` and in ``sample_and_score``).
+- **27: ``mosaic sample --split test_id --split test_id``** sampled the split twice with the same seeds
+  (byte-identical images) and scored them as independent samples (n doubled). A repeated split is
+  refused, not de-duplicated (:func:`mosaic.lab.diffusion.sampling.repeated_splits`), in the command
+  and in ``sample_and_score``.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from mosaic.cli import app
+from tests.test_attack_cases6 import drun  # noqa: F401 (fixture: a finished 2-step diffusion run)
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -323,3 +332,51 @@ def test_hf_load_refuses_keywords_that_read_other_files(two_datasets, tmp_path):
     d = load_dataset(a, split="train", cache_dir=str(tmp_path / "c"), data_dir=None)  # harmless keywords work
     first = json.loads((a / "train" / "metadata.jsonl").read_text().splitlines()[0])
     assert d[0]["caption"] == first["caption"] and len(d) == 12
+
+
+# ------------------------------------------------------------------------------------------------
+# 26, 27: mosaic sample's steps and splits
+# ------------------------------------------------------------------------------------------------
+
+def _run_copy(drun, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(drun[0], run, symlinks=True)
+    return run
+
+
+def test_sample_refuses_more_steps_than_training_timesteps(drun, tmp_path):
+    run = _run_copy(drun, tmp_path)
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    res = runner.invoke(app, ["sample", str(run), "-k", "1", "--steps", "1001", "--no-score", "--device", "cpu"])
+    _clean_exit_2(res, "--steps", "1001", "at most the run's 1000 training timesteps", "--steps 1000 or fewer")
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before  # nothing written
+
+
+def test_sample_refuses_a_repeated_split(drun, tmp_path):
+    run = _run_copy(drun, tmp_path)
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    res = runner.invoke(app, ["sample", str(run), "-k", "1", "--steps", "2", "--no-score", "--device", "cpu",
+                              "--split", "test_id", "--split", "test_ood", "--split", "test_id"])
+    _clean_exit_2(res, "--split", "'test_id' is given more than once", "give each split once")
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before  # nothing written
+
+
+def test_sample_and_score_checks_steps_and_splits_itself():
+    from types import SimpleNamespace
+
+    from mosaic.errors import DatasetError, MosaicError
+    from mosaic.lab.diffusion.sampling import check_sampler_steps, repeated_splits
+    from mosaic.lab.diffusion.scoring import sample_and_score
+
+    task = SimpleNamespace(noise=SimpleNamespace(config={"num_train_timesteps": 100}))
+    kw = dict(n_per_combination=1, guidance=1.0, checkpoint="best", score=False)
+    with pytest.raises(DatasetError, match="given more than once"):
+        sample_and_score(task, None, ["test_id", "test_id"], steps=5, sampler="ddim", **kw)
+    for sampler in ("ddim", "dpm"):
+        with pytest.raises(MosaicError, match="at most the run's 100 training timesteps"):
+            sample_and_score(task, None, ["test_id"], steps=101, sampler=sampler, **kw)
+    check_sampler_steps(100, "ddim", {"num_train_timesteps": 100})
+    check_sampler_steps(5000, "flow_euler", {"num_train_timesteps": 100})  # continuous times: any number of steps
+    assert repeated_splits(["a", "b", "a", "a", "b"]) == ["a", "b"] and repeated_splits(["a", "b"]) == []

@@ -225,6 +225,7 @@ LAZY: dict[tuple[str, str], str] = {
     ("mosaic.cli.train", "mosaic.lab.cost_table"): HELP,
     ("mosaic.cli.train", "mosaic.lab.data"): HELP,
     ("mosaic.cli.train", "mosaic.lab.diffusion"): HELP,
+    ("mosaic.cli.train", "mosaic.lab.diffusion.sampling"): HELP,
     ("mosaic.cli.train", "mosaic.lab.run"): HELP,
     ("mosaic.cli.train", "mosaic.lab.transformer"): HELP,
     ("mosaic.cli.train", "mosaic.locks"): HELP,

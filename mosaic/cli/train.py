@@ -138,6 +138,7 @@ def sample(
         from mosaic.lab.data import evaluation_splits
         from mosaic.evaluation.table import print_table, table_from_scores
         from mosaic.lab.diffusion import DiffusionTask, open_run, sample_and_score
+        from mosaic.lab.diffusion.sampling import check_sampler_steps, repeated_splits
 
         check_out(out)
         cfg, folder, root = open_run(run)
@@ -149,7 +150,13 @@ def sample(
         dev = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
         if cfg.training.threads:
             torch.set_num_threads(cfg.training.threads)
+        twice = repeated_splits(list(split or []))
+        if twice:  # refused, not de-duplicated: the same split twice is the same images twice
+            raise MosaicError([("--split", f"{', '.join(map(repr, twice))} is given more than once: a split's conditions are "
+                                "sampled with the same seeds each time, so the copies would be byte-identical images scored as "
+                                "independent samples; give each split once (e.g. --split test_id --split test_ood)")])
         task = DiffusionTask(cfg, root, folder, train=False)
+        check_sampler_steps(steps or s.steps, sampler or s.sampler, task.noise.config)
         splits = split or cfg.evaluation.splits or evaluation_splits(root)
         k = n_per_combination if n_per_combination is not None else s.n_per_combination
         from mosaic.locks import FolderLock

@@ -41,6 +41,29 @@ def make_sampler(kind: str, train_config):
     return DPMSolverMultistepScheduler.from_config(train_config, algorithm_type="dpmsolver++", solver_order=2, timestep_spacing="trailing")
 
 
+def check_sampler_steps(steps: int, sampler: str, train_config, name: str = "--steps") -> None:
+    """Refuse more DDIM / DPM-Solver steps than the model's training timesteps before anything runs:
+    DDIM's ``set_timesteps`` raises a ValueError (a traceback after the weights are loaded), DPM-Solver
+    repeats timesteps. Flow matching (``flow_euler``) samples continuous times: any number of steps.
+
+    Raises:
+        MosaicError: naming ``name``, the steps and the run's ``num_train_timesteps``.
+    """
+    if sampler == "flow_euler":
+        return
+    total = int(train_config.get("num_train_timesteps") or 0)
+    if total and steps > total:
+        raise MosaicError([(name, f"{steps} sampler steps: at most the run's {total} training timesteps "
+                                  f"(model.schedule.num_train_timesteps) with the {sampler} sampler: give {name} {total} or fewer")])
+
+
+def repeated_splits(splits: list[str]) -> list[str]:
+    """The split names ``splits`` gives more than once (each once, in order): a split sampled twice
+    draws its conditions with the same seeds, so its images are byte-identical copies that scoring
+    would count as independent samples."""
+    return list(dict.fromkeys(s for i, s in enumerate(splits) if s in splits[:i]))
+
+
 def sample_seeds(seed: int, split: str, n: int) -> list[int]:
     """Per-image noise seeds: a pure function of ``(seed, split, index)``."""
     tag = zlib.crc32(split.encode())

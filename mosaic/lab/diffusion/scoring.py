@@ -11,7 +11,7 @@ import numpy as np
 
 from mosaic.errors import DatasetError, TrainingError
 from mosaic.io import atomic_dir, clear_temps, own_folders, read_json
-from mosaic.lab.diffusion.sampling import choose_records, generate, load_evaluator, sample_seeds
+from mosaic.lab.diffusion.sampling import check_sampler_steps, choose_records, generate, load_evaluator, repeated_splits, sample_seeds
 from mosaic.lab.diffusion.task import DiffusionTask
 from mosaic.lab.loop import progress_kwargs
 from mosaic.lab.run_folder import RunFolder
@@ -72,9 +72,16 @@ def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, 
     Returns:
         ``{"out": path, "n": images, "seconds": s, "metrics": score dict or None, "evaluator_check": dict or None}``.
     Raises:
-        DatasetError: a split the dataset does not have; TrainingError: missing weights.
+        DatasetError: a split the dataset does not have, or one given twice; TrainingError: missing weights;
+        MosaicError: more DDIM / DPM steps than the run's training timesteps (:func:`check_sampler_steps`).
     """
 
+    twice = repeated_splits(list(splits))
+    if twice:
+        raise DatasetError([("--split", f"{', '.join(map(repr, twice))} is given more than once: a split's conditions are "
+                             "sampled with the same seeds each time, so the copies are identical images that would be scored "
+                             "as independent samples (n doubled, intervals too narrow); give each split once")])
+    check_sampler_steps(steps, sampler, task.noise.config)
     have = task.spec.split_sizes()
     for s in splits:
         if s not in have:
