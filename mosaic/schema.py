@@ -9,6 +9,7 @@ instead of a silently ignored setting.
 from __future__ import annotations
 
 import collections.abc
+import functools
 import types
 import typing
 from typing import Annotated, Any
@@ -120,47 +121,95 @@ def _admits(annotations: list, kind: type) -> bool:
     return False
 
 
-def _items(annotations: list, v, key) -> list:
-    """The alternatives of the item ``key`` of container ``v`` under the container alternatives."""
-    out = []
+def _shape_of(annotations: tuple) -> tuple:
+    """``(refuse, values, items, positional)`` of a tuple of alternatives: whether a bool is refused
+    here (a number fits, a bool does not), the alternatives of a mapping's values, of a sequence's
+    items (``list[X]``, ``tuple[X, ...]``) and, per position, of a fixed tuple's items."""
+    refuse = _admits(list(annotations), int) and not _admits(list(annotations), bool)
+    values: list = []
+    items: list = []
+    positional: list[list] = []
     for t in annotations:
         origin, args = typing.get_origin(t), typing.get_args(t)
-        if isinstance(v, dict) and origin in (dict, collections.abc.Mapping) and args:
-            out += _leaves(args[-1])
-        elif isinstance(v, (list, tuple)) and origin is tuple and args:
-            if len(args) == 2 and args[1] is Ellipsis:
-                out += _leaves(args[0])
-            elif isinstance(key, int) and key < len(args):
-                out += _leaves(args[key])
-        elif isinstance(v, (list, tuple)) and origin in (list, set, frozenset, collections.abc.Sequence) and args:
-            out += _leaves(args[0])
-    return out
+        if not args:
+            continue
+        if origin in (dict, collections.abc.Mapping):
+            values += _leaves(args[-1])
+        elif origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            positional += [[] for _ in range(len(args) - len(positional))]
+            for i, a in enumerate(args):
+                positional[i] += _leaves(a)
+        elif origin in (list, set, frozenset, tuple, collections.abc.Sequence):
+            items += _leaves(args[0])
+    return refuse, tuple(values), tuple(items), tuple(tuple(p) for p in positional)
+
+
+_shape_cached = functools.lru_cache(maxsize=4096)(_shape_of)
+
+
+def _shape(annotations: tuple) -> tuple:
+    try:
+        return _shape_cached(annotations)
+    except TypeError:  # an unhashable annotation: computed each time
+        return _shape_of(annotations)
+
+
+def _relevant_of(annotations: tuple, _depth: int = 0) -> bool:
+    """Whether a bool could be refused anywhere in a value of these alternatives (else it is not walked)."""
+    refuse, values, items, positional = _shape(annotations)
+    if refuse:
+        return True
+    if _depth > 20:
+        return False
+    return any(_relevant_of(x, _depth + 1) for x in (values, items, *positional) if x)
+
+
+_relevant_cached = functools.lru_cache(maxsize=4096)(_relevant_of)
+
+
+def _relevant(annotations: tuple) -> bool:
+    try:
+        return _relevant_cached(annotations)
+    except TypeError:
+        return _relevant_of(annotations)
+
+
+def _item_alternatives(items: tuple, positional: tuple, key) -> tuple:
+    return items + positional[key] if isinstance(key, int) and key < len(positional) else items
 
 
 def annotation_at(annotation, path: tuple) -> list:
     """The alternatives of the item at ``path`` (keys and indices) inside a value of ``annotation``."""
-    annotations = _leaves(annotation)
+    annotations = tuple(_leaves(annotation))
     for key in path:
-        annotations = _items(annotations, {} if isinstance(key, str) else [], key)
-    return annotations
+        _, values, items, positional = _shape(annotations)
+        annotations = values if isinstance(key, str) else _item_alternatives(items, positional, key)
+    return list(annotations)
 
 
 def bool_where_number(v, annotation) -> tuple[tuple, bool] | None:
     """``(path, value)`` of the first bool in ``v`` (itself, or an item of its lists, tuples and
     mappings) where ``annotation`` expects a number and no bool, or None. Nested models are not
-    entered: each checks its own fields."""
-    return _bool_where(v, _leaves(annotation), ())
+    entered: each checks its own fields. Parts of ``v`` whose type holds no number are not walked."""
+    return _bool_where(v, tuple(_leaves(annotation)), ())
 
 
-def _bool_where(v, annotations: list, _path: tuple) -> tuple[tuple, bool] | None:
+def _bool_where(v, annotations: tuple, path: tuple) -> tuple[tuple, bool] | None:
+    refuse, values, items, positional = _shape(annotations)
     if isinstance(v, bool):
-        return (_path, v) if _admits(annotations, int) and not _admits(annotations, bool) else None
-    if isinstance(v, (list, tuple, dict)):
-        keyed = v.items() if isinstance(v, dict) else enumerate(v)
-        for key, item in keyed:
-            inner = _items(annotations, v, key)
-            if inner:
-                found = _bool_where(item, inner, _path + (key,))
+        return (path, v) if refuse else None
+    if isinstance(v, dict) and values and _relevant(values):
+        for key, item in v.items():
+            if isinstance(item, (bool, list, tuple, dict)):
+                found = _bool_where(item, values, path + (key,))
+                if found is not None:
+                    return found
+    elif isinstance(v, (list, tuple)) and (items or positional):
+        if not positional and not _relevant(items):
+            return None
+        for i, item in enumerate(v):
+            if isinstance(item, (bool, list, tuple, dict)):
+                found = _bool_where(item, _item_alternatives(items, positional, i), path + (i,))
                 if found is not None:
                     return found
     return None
