@@ -32,7 +32,9 @@
 - **26: ``mosaic sample RUN --steps 1001``** ended in diffusers' ValueError traceback (DDIM cannot take
   more steps than the run's ``num_train_timesteps``; DPM-Solver silently repeats timesteps).
   :func:`mosaic.lab.diffusion.sampling.check_sampler_steps` refuses it by name, exit 2, before the
-  weights load or a folder is written (in ``mosaic sample`` and in ``sample_and_score``).
+  weights load or a folder is written (in ``mosaic sample`` and in ``sample_and_score``), and a config's
+  ``sampling.steps`` above its ``model.schedule.num_train_timesteps`` is refused by ``mosaic train
+  diffusion`` before training (it failed in the sampling after training).
 - **27: ``mosaic sample --split test_id --split test_id``** sampled the split twice with the same seeds
   (byte-identical images) and scored them as independent samples (n doubled). A repeated split is
   refused, not de-duplicated (:func:`mosaic.lab.diffusion.sampling.repeated_splits`), in the command
@@ -380,3 +382,11 @@ def test_sample_and_score_checks_steps_and_splits_itself():
     check_sampler_steps(100, "ddim", {"num_train_timesteps": 100})
     check_sampler_steps(5000, "flow_euler", {"num_train_timesteps": 100})  # continuous times: any number of steps
     assert repeated_splits(["a", "b", "a", "a", "b"]) == ["a", "b"] and repeated_splits(["a", "b"]) == []
+
+
+def test_train_diffusion_refuses_sampling_steps_above_the_schedule_before_training(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    res = runner.invoke(app, ["train", "diffusion", "experiments/train/quickstart_cpu.yaml", "--out", str(tmp_path / "r"),
+                              "--set", "model.schedule.num_train_timesteps=10", "--set", "sampling.steps=25"])
+    _clean_exit_2(res, "sampling.steps: 25 sampler steps: at most the run's 10 training timesteps")
+    assert not (tmp_path / "r").exists()

@@ -35,11 +35,13 @@ def _print_check(check: dict | None) -> None:
         console.print(line)
 
 
-def _train(config_cls, run, config: Path, set_, out, unit: str, inside: str = "", after: str = "", dry_run: bool = False) -> dict | None:
+def _train(config_cls, run, config: Path, set_, out, unit: str, inside: str = "", after: str = "", dry_run: bool = False,
+           check=None) -> dict | None:
     """Load a lab config (``--set``, ``--out`` applied) and run it; print failures, the
     already-done notice and the training line (steps, time, ``unit``/s, processes, device, then
     ``inside`` formatted with the train metrics, final loss, then ``after`` formatted with the
-    run's metrics). Returns the run's metrics, or None on a non-main process."""
+    run's metrics). ``check(cfg)`` (optional) raises a ConfigError for what the config's models cannot
+    see on their own, before anything runs. Returns the run's metrics, or None on a non-main process."""
     try:
         from mosaic.lab.config import load_config
 
@@ -48,6 +50,8 @@ def _train(config_cls, run, config: Path, set_, out, unit: str, inside: str = ""
         if out is not None:
             sets.append(f"out={out}")
         cfg = load_config(config_cls, config, sets)
+        if check is not None:
+            check(cfg)
         if dry_run:  # validate everything and print the estimate (mosaic.lab.cost); nothing is written
             from mosaic.lab.cost import estimate_run
             from mosaic.lab.cost_table import print_estimate
@@ -82,6 +86,18 @@ DiffusionConfigArg = Annotated[Path, typer.Argument(help="Diffusion config YAML,
 TransformerConfigArg = Annotated[Path, typer.Argument(help="Transformer config YAML, e.g. experiments/train/classifier_coverage_tokens.yaml")]
 
 
+def _check_diffusion(cfg) -> None:
+    """``sampling.steps`` within the run's training timesteps (DDIM / DPM): found before training, not
+    in a diffusers ValueError when the finished run samples its test splits."""
+    from mosaic.lab.diffusion.sampling import check_sampler_steps
+
+    try:
+        check_sampler_steps(cfg.sampling.steps, cfg.sampling.sampler,
+                            {"num_train_timesteps": cfg.model.schedule.num_train_timesteps}, name="sampling.steps")
+    except MosaicError as e:
+        raise ConfigError(e.problems) from None
+
+
 @train_app.command("diffusion")
 def diffusion(config: DiffusionConfigArg, set_: SetOpt = None, out: OutOpt = None, dry_run: DryRunOpt = False) -> None:
     """Train a conditional diffusion model (UNet or DiT) end to end: generate the dataset if the
@@ -89,7 +105,8 @@ def diffusion(config: DiffusionConfigArg, set_: SetOpt = None, out: OutOpt = Non
     them with the evaluator. Prints the seen vs held-out accuracy table. A finished run is a no-op."""
     from mosaic.lab.diffusion import DiffusionConfig, run_diffusion
 
-    metrics = _train(DiffusionConfig, run_diffusion, config, set_, out, "images", inside=", mixed_precision: {mixed_precision}", dry_run=dry_run)
+    metrics = _train(DiffusionConfig, run_diffusion, config, set_, out, "images", inside=", mixed_precision: {mixed_precision}", dry_run=dry_run,
+                     check=_check_diffusion)
     if metrics is not None:
         if metrics.get("table"):
             from mosaic.evaluation.table import print_table
