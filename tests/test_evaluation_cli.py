@@ -128,3 +128,23 @@ def test_a_flagged_score_names_the_measured_accuracy_below_the_threshold(tmp_pat
     assert m["flagged"] is True and m["evaluator"]["below_threshold"] == ["count"]
     assert "count 98.80%" in m["flag_reason"] and "4 fresh renders" in m["flag_reason"] and "color" not in m["flag_reason"]
     assert "count 98.80%" in r.output
+
+
+def test_evaluate_never_overwrites_files_it_did_not_write(tmp_path, write_spec):
+    p, root = _dataset(tmp_path, write_spec)
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "metrics.json").write_text("precious")
+    (user / "heatmap.png").write_text("precious too")
+    (user / "notes.txt").write_text("mine")
+    r = runner.invoke(app, ["evaluate", str(root / "test_ood"), "--spec", str(p), "--out", str(user), "--check-n", "0"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "metrics.json, heatmap.png" in r.output and "did not write" in r.output
+    assert (user / "metrics.json").read_text() == "precious" and (user / "heatmap.png").read_text() == "precious too"
+    # a folder holding only other files is used, and a rerun replaces evaluate's own files
+    (user / "metrics.json").unlink()
+    (user / "heatmap.png").unlink()
+    for _ in range(2):
+        r = runner.invoke(app, ["evaluate", str(root / "test_ood"), "--spec", str(p), "--out", str(user), "--check-n", "0"])
+        assert r.exit_code == 0, r.output
+    assert json.loads((user / "metrics.json").read_text())["held_out"]["n"] == 10 and (user / "notes.txt").read_text() == "mine"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -165,6 +166,34 @@ def train_command(
     console.print(f"[green]saved[/] {out}")
 
 
+#: what `mosaic evaluate --out` writes (and replaces on a rerun)
+EVALUATE_OUTPUTS = ("metrics.json", "metrics.csv", "heatmap.png", "predictions.jsonl")
+
+
+def _refuse_foreign_outputs(out: Path | None) -> None:
+    """An ``--out`` that already holds files of the names evaluate writes must hold an evaluation's
+    ``metrics.json`` (a rerun replaces its own files): a user's ``metrics.json`` or ``heatmap.png``
+    in a folder given as ``--out`` is never overwritten. Other files in the folder are left alone.
+
+    Raises:
+        MosaicError: naming ``--out``, the files and the fix."""
+    if out is None or not out.is_dir():
+        return
+    present = [n for n in EVALUATE_OUTPUTS if os.path.lexists(out / n)]
+    if not present:
+        return
+    from mosaic.io import loads_json, read_bounded
+
+    try:
+        m = loads_json(read_bounded(out / "metrics.json", 64 << 20)) if (out / "metrics.json").is_file() else None
+    except (OSError, ValueError):
+        m = None
+    if isinstance(m, dict) and {"overall", "seen", "held_out", "evaluator"} <= set(m):
+        return
+    raise MosaicError([("--out", f"{str(out)!r} holds {', '.join(present)}, which mosaic evaluate did not write (no metrics.json of an "
+                                 "evaluation among them): give another --out (a new or empty folder), or move those files away")])
+
+
 def evaluate(
     images_dir: Annotated[Path, typer.Argument(help="Folder with images and a metadata.jsonl (file_name, concepts, optional held_out)")],
     spec: Annotated[Path, typer.Option("--spec", help="Spec the images were meant to follow")],
@@ -184,6 +213,7 @@ def evaluate(
         from mosaic.spec import load_spec
 
         check_out(out)
+        _refuse_foreign_outputs(out)
         if (spec / "manifest.json").is_file() or spec.name == "manifest.json":  # a dataset standing for its spec: checked first
             from mosaic.verify import check_before_read
 
