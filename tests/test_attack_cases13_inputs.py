@@ -390,3 +390,11 @@ def test_train_diffusion_refuses_sampling_steps_above_the_schedule_before_traini
                               "--set", "model.schedule.num_train_timesteps=10", "--set", "sampling.steps=25"])
     _clean_exit_2(res, "sampling.steps: 25 sampler steps: at most the run's 10 training timesteps")
     assert not (tmp_path / "r").exists()
+
+
+def test_train_diffusion_refuses_a_repeated_evaluation_split_before_training(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    res = runner.invoke(app, ["train", "diffusion", "experiments/train/quickstart_cpu.yaml", "--out", str(tmp_path / "r"),
+                              "--set", "evaluation.splits=[test_id, test_ood, test_id]"])
+    _clean_exit_2(res, "evaluation.splits: 'test_id' is listed more than once")
+    assert not (tmp_path / "r").exists()

@@ -87,10 +87,14 @@ TransformerConfigArg = Annotated[Path, typer.Argument(help="Transformer config Y
 
 
 def _check_diffusion(cfg) -> None:
-    """``sampling.steps`` within the run's training timesteps (DDIM / DPM): found before training, not
-    in a diffusers ValueError when the finished run samples its test splits."""
-    from mosaic.lab.diffusion.sampling import check_sampler_steps
+    """``sampling.steps`` within the run's training timesteps (DDIM / DPM), and no split twice in
+    ``evaluation.splits``: found before training, not when the finished run samples its test splits."""
+    from mosaic.lab.diffusion.sampling import check_sampler_steps, repeated_splits
 
+    twice = repeated_splits(list(cfg.evaluation.splits or []))
+    if twice:
+        raise ConfigError([("evaluation.splits", f"{', '.join(map(repr, twice))} is listed more than once: a split sampled twice "
+                            "gives the same images twice, scored as independent samples; list each split once")])
     try:
         check_sampler_steps(cfg.sampling.steps, cfg.sampling.sampler,
                             {"num_train_timesteps": cfg.model.schedule.num_train_timesteps}, name="sampling.steps")
