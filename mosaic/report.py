@@ -119,6 +119,9 @@ def write_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = Non
     if not res.is_file():
         if Path(sweep_dir).exists() and not Path(sweep_dir).is_dir():
             raise MosaicError(f"{sweep_dir} is a file, not a sweep folder: give the folder `mosaic sweep SWEEP.yaml --out DIR` wrote")
+        if os.path.lexists(res):  # a folder (or a dangling link, a FIFO) where the results belong: not "no results"
+            raise MosaicError(f"{res} is damaged (not a regular file: a folder or something else stands there): move it away, then "
+                              f"rebuild it with `mosaic report {sweep_dir}` (it collects the trials again)")
         raise MosaicError(f"{sweep_dir} has no results.csv: run `mosaic sweep SWEEP.yaml --out {sweep_dir}` first")
     sweep = read_sweep_yaml(sweep_dir) if os.path.lexists(sweep_dir / "sweep.yaml") else {}
     try:

@@ -225,7 +225,25 @@ def verify(root: str | Path, deep: bool = False, manifest: dict | None = None, s
         DatasetError: ``root`` is not a dataset, or its manifest is missing or damaged.
     """
     root = Path(root)
+    stamp = _stamp(root / MANIFEST)
     man = manifest or read_manifest_checked(root)
+    report = _verify(root, deep, man, sample_fn)
+    if _stamp(root / MANIFEST) != stamp:  # what was found is no state of either dataset: never "damaged" (rc 1) nor OK
+        raise DatasetError([(str(root / MANIFEST), "was replaced or removed while the dataset was checked: the dataset changed "
+                             "while being read (another process rewrites it, e.g. `mosaic generate --overwrite`); rerun when "
+                             "that writer is done")])
+    return report
+
+
+def _stamp(path: Path) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _verify(root: Path, deep: bool, man: dict, sample_fn) -> VerifyReport:
     storage = man.get("storage", "imagefolder")
     report = VerifyReport(str(root), storage, deep)
     recorded, actual = man.get("fingerprint"), spec_fingerprint(man["spec"])

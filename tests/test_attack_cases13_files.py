@@ -357,3 +357,35 @@ def test_18_digests_are_read_from_the_file_opened_even_when_it_is_removed(tmp_pa
     (root / "checksums.sha256").unlink()
     assert d.get("test/metadata.jsonl") and d.get("train/metadata.jsonl") == first  # a rescan seeks back, never reopens
     d.close()
+
+
+def test_33_the_report_names_a_folder_at_results_csv(tmp_path):
+    from mosaic.report import write_report
+
+    (tmp_path / "results.csv").mkdir()
+    with pytest.raises(MosaicError, match=r"results.csv is damaged \(not a regular file.*move it away"):
+        write_report(tmp_path)
+
+
+def test_18_a_dataset_rewritten_while_verify_reads_it_is_never_called_damaged(tmp_path, count_data, monkeypatch):
+    import mosaic.verify
+    from mosaic.errors import DatasetError
+    from mosaic.io import atomic_write
+
+    root = _copy(count_data, tmp_path)
+    real = mosaic.verify.lines_problem
+
+    def overwritten(p, *a, **k):  # what `generate --overwrite` does beside the reader: files gone, a new manifest
+        out = real(p, *a, **k)
+        (root / "train" / "images" / "000001.png").unlink(missing_ok=True)
+        atomic_write(root / "manifest.json", (root / "manifest.json").read_bytes())
+        return out
+
+    monkeypatch.setattr(mosaic.verify, "lines_problem", overwritten)
+    res = runner.invoke(app, ["verify", str(root)])
+    _clean_exit_2(res, "manifest.json", "while the dataset was checked", "rerun when that writer is done")
+    monkeypatch.undo()
+    assert runner.invoke(app, ["verify", str(root)]).exit_code == 1  # unchanged since: the missing image is damage
+    with pytest.raises(DatasetError, match="while the dataset was checked"):
+        monkeypatch.setattr(mosaic.verify, "lines_problem", overwritten)
+        mosaic.verify.verify(root, deep=True)
