@@ -18,6 +18,19 @@ temporary files where mosaic expects its own file), each closed at its mechanism
   reads whatever stands there (a damaged record is refused as analyze refuses it); a missing one is
   written again when it can be exactly (the run's ``dataset_manifest.json`` is byte for byte the
   dataset's manifest), else refused.
+- **Case 15: ``mosaic preview --out`` wrote through a link**: :func:`mosaic.preview.contact_sheet` ended
+  with ``sheet.save(out)``, which opens the name and so rewrote the file a symlink or hard link at it
+  pointed to. It writes through :func:`mosaic.io.atomic_writer`: the link is replaced.
+- **Case 05: a killed finalize's temporary files stayed in the dataset root**
+  (``.checksums.sha256.tmpPID.HEX``, ``.manifest.json.tmpPID.HEX``): only each split's
+  ``metadata.jsonl`` had its temporaries cleared. Generate (both storage forms, unfinished or complete)
+  and ``--repair`` clear those of the root files too (:func:`mosaic.checksums.clear_root_temps`,
+  mosaic's own names only, under the dataset's lock).
+- **Case 18: a reader racing ``generate --overwrite``**: ``checksums.sha256`` was opened lazily after it
+  was checked and raised FileNotFoundError (a traceback, rc 1: "damaged"). The file is opened once
+  (:class:`mosaic.checksums.RecordedDigests`; a rescan seeks back), a file gone mid-read is a named
+  DatasetError (:func:`mosaic.checksums.vanished`), and :func:`mosaic.verify.verify` whose manifest was
+  replaced or removed while it checked says so (exit 2) instead of listing the rewrite as damage.
 """
 
 from __future__ import annotations
