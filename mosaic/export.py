@@ -21,7 +21,7 @@ from mosaic.checksums import bounded_lines, write_checksums
 from mosaic.errors import DatasetError
 from mosaic.executors import LocalExecutor
 from mosaic.hf import write_card
-from mosaic.io import atomic_text_writer, atomic_write_json
+from mosaic.io import atomic_text_writer, atomic_write_json, loads_json, read_bounded
 from mosaic.locks import FolderLock
 from mosaic.parquet import (
     DEFAULT_SHARD_BYTES, ESTIMATE_SAMPLES, check_format, finalize_parquet, iter_records, own_parquet_folders, parquet_manifest,
@@ -57,7 +57,8 @@ def export(src: str | Path, format: str, dst: str | Path | None = None, shard_by
     out = Path(dst) if dst is not None else Path(src).with_name(f"{Path(src).name}-{format}")
     # the source is locked too (never waiting): a `generate --overwrite` of it stops while it is read, and an export
     # never starts while one runs (it would copy a half-replaced source)
-    with FolderLock(src, DatasetError, "dataset (the export's source)", wait=False), FolderLock(out, DatasetError, "dataset", wait=False):
+    with FolderLock(src, DatasetError, "dataset (the export's source)", wait=False, reader=True), \
+            FolderLock(out, DatasetError, "dataset", wait=False):
         return _export(src, format, out, shard_bytes, overwrite, on_progress)
 
 
@@ -88,7 +89,7 @@ def _export(src: str | Path, format: str, dst: Path, shard_bytes: int, overwrite
         raise DatasetError([("--out", f"{dst} is {'the source' if rs == rd else 'inside the source' if rs in rd.parents else 'a folder holding the source'} "
                              f"{src}: give a folder outside it (default: {src.name}-{format} beside it)")])
     if dst.exists() or dst.is_symlink():
-        if not dst.is_dir() or dst.is_symlink() or (any(dst.iterdir()) and not overwrite):
+        if not dst.is_dir() or dst.is_symlink() or (any(dst.iterdir()) and not overwrite and not _interrupted_export_of(dst, src)):
             raise DatasetError(f"--out {dst} exists and is not empty: give a new directory (or --overwrite to replace a mosaic dataset)")
         replaceable_or_raise(dst)
     # the whole source is checked against its recorded digests first: damage is named here, never copied into
@@ -119,6 +120,18 @@ def _export(src: str | Path, format: str, dst: Path, shard_bytes: int, overwrite
                      lambda s, a, b: (spec_data, str(src), s, a, b, masks), LocalExecutor(1), on_progress)
         return finalize_parquet(spec, dst, masks, renderer, plan, shard_bytes)
     return _parquet_to_imagefolder(spec, src, dst, man, masks, renderer, on_progress)
+
+
+def _interrupted_export_of(dst: Path, src: Path) -> bool:
+    """Whether ``dst`` is an unfinished export of ``src`` (its manifest not complete, its
+    ``export_source`` this source): the same command, rerun after an interruption or a full disk,
+    replaces it, as the error of that interruption says. Anything else in a non-empty ``dst`` is
+    refused unless ``--overwrite``."""
+    try:
+        man = loads_json(read_bounded(dst / MANIFEST, 64 << 20))
+    except (OSError, ValueError):
+        return False
+    return isinstance(man, dict) and man.get("status") != "complete" and man.get("export_source") == str(src.resolve())
 
 
 def _table_of_imagefolder_cached():

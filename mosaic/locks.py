@@ -18,6 +18,7 @@ behind.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -77,6 +78,9 @@ class FolderLock:
         what: how the folder is named in the message (``dataset``, ``run folder``).
         wait: block until a live holder releases the lock instead of raising (two identical
             generations into one folder: the second waits, then finds the dataset complete).
+        reader: the caller only reads the folder (``mosaic export``'s source): where the lock file
+            cannot be made because its place is read-only, no writer can hold it, and the folder is
+            read without one (a live holder's lock file is still refused).
 
     Use as a context manager, or :meth:`acquire` / :meth:`release`. Re-entrant within a process
     (a nested acquire of a folder this process already holds is a no-op).
@@ -88,10 +92,11 @@ class FolderLock:
 
     _held: dict[str, int] = {}  # lock path -> depth, per process
 
-    def __init__(self, folder: str | Path, error: type[MosaicError] = MosaicError, what: str = "folder", wait: bool = False):
+    def __init__(self, folder: str | Path, error: type[MosaicError] = MosaicError, what: str = "folder", wait: bool = False,
+                 reader: bool = False):
         self.folder = Path(folder)
         self.path = lock_path(folder)
-        self.error, self.what, self.wait = error, what, wait
+        self.error, self.what, self.wait, self.reader = error, what, wait, reader
         self.fd: int | None = None
 
     def acquire(self) -> "FolderLock":
@@ -108,6 +113,12 @@ class FolderLock:
             try:
                 fd = open_own(self.path, os.O_RDWR)  # a link planted at the lock's name is replaced, never written through
             except OSError as e:
+                if self.reader and e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                    # a reader of a folder on a read-only place: no writer can make the lock file there either, so
+                    # none runs; a lock file that stands there (a live writer's) is still honoured
+                    check_unlocked(self.folder, self.error, self.what)
+                    FolderLock._held[key] = 1
+                    return self
                 raise self.error(f"cannot write the lock file {self.path} of {self.what} {self.folder}: {e.strerror}; "
                                  "give a writable location") from None
             if fcntl is not None:

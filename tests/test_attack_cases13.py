@@ -189,3 +189,79 @@ def test_a_checkpoint_of_another_schedule_is_refused_at_its_step():
         assert bad is not None and "at step 20" in bad and "warm-up" in bad, bad
     # without the schedule object (the old call) the state alone cannot tell
     assert state_problem({"scheduler": saved}, {"scheduler": _schedule(warmup=5).state_dict()}, []) is None
+
+
+# ------------------------------------------------------------------------------------------------
+# cases 24 and 36: export after a full disk; export of a source on a read-only place
+# ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> Path:
+    from mosaic.dataset import generate
+    from mosaic.spec import parse_spec
+    from tests.conftest import SPECS, tiny
+
+    root = tmp_path_factory.mktemp("small") / "ds"
+    generate(parse_spec(tiny(SPECS / "count.yaml", size=32)), root)
+    return root
+
+
+def test_the_same_export_rerun_after_a_full_disk_finishes(small, tmp_path, monkeypatch):
+    import errno
+
+    import mosaic.export as ex
+    from mosaic.verify import verify as verify_dataset
+
+    real = ex.write_shards
+    calls = [0]
+
+    def full(*a, **k):
+        calls[0] += 1
+        if calls[0] == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(*a, **k)
+
+    monkeypatch.setattr(ex, "write_shards", full)
+    out = tmp_path / "pq"
+    r = runner.invoke(app, ["export", str(small), "--out", str(out), "-f", "parquet"])
+    assert r.exit_code == 2 and "disk is full" in r.output and "rerun the same command" in r.output, r.output
+    assert out.is_dir() and any(out.iterdir())  # the interrupted export's manifest (status incomplete) is there
+    r = runner.invoke(app, ["export", str(small), "--out", str(out), "-f", "parquet"])  # what the error says to do
+    assert r.exit_code == 0, r.output
+    assert verify_dataset(out, deep=True).ok
+    # a non-empty folder that is no unfinished export of this source is still refused
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    r = runner.invoke(app, ["export", str(small), "--out", str(other), "-f", "parquet"])
+    assert r.exit_code == 2 and "not empty" in r.output and (other / "keep.txt").read_text() == "mine"
+
+
+def test_export_reads_a_source_whose_place_is_read_only_but_honours_a_live_writer(small, tmp_path, monkeypatch):
+    import errno
+
+    import mosaic.locks as locks
+    from mosaic.locks import lock_path
+
+    src_lock = lock_path(small)
+    real = locks.open_own
+
+    def read_only(path, flags, *a, **k):
+        if Path(path) == src_lock:
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(path, flags, *a, **k)
+
+    monkeypatch.setattr(locks, "open_own", read_only)
+    r = runner.invoke(app, ["export", str(small), "--out", str(tmp_path / "pq"), "-f", "parquet"])
+    assert r.exit_code == 0, r.output
+    # a writer of the source that holds its lock file is still refused
+    monkeypatch.setattr(locks, "open_own", real)
+    holder = _hold_lock(small)
+    try:
+        monkeypatch.setattr(locks, "open_own", read_only)
+        r = runner.invoke(app, ["export", str(small), "--out", str(tmp_path / "pq2"), "-f", "parquet"])
+        assert r.exit_code == 2 and f"pid {holder.pid}" in r.output, r.output
+        assert not (tmp_path / "pq2").exists() or not any((tmp_path / "pq2").iterdir())
+    finally:
+        holder.kill()
+        holder.wait()
