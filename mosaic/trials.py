@@ -194,7 +194,7 @@ def _table_problem(table) -> str | None:
 
 def read_status(tdir: Path) -> dict:
     p = Path(tdir) / "trial.json"
-    return _trial_file(p) if p.is_file() else {}
+    return _trial_file(p) if os.path.lexists(p) else {}  # a folder or FIFO at its name is named, not read as "no status"
 
 
 def write_status(tdir: Path, status: dict) -> None:
@@ -421,7 +421,7 @@ def folder_sweep(out: Path) -> tuple[dict, SweepSpec | None]:
     Raises:
         SweepError: ``sweep.yaml`` is not a readable YAML mapping (names it and the fix)."""
     p = Path(out) / "sweep.yaml"
-    if not p.is_file() and not p.is_symlink():
+    if not os.path.lexists(p):  # anything else at its name (a folder) is named below
         return {}, None
     try:
         data = read_config_yaml(p)
@@ -480,6 +480,9 @@ def _leaves(d: dict, prefix: tuple = ()):
             yield prefix + (k,), v
 
 
+_MISSING = object()
+
+
 def _foreign_run(tdir: Path, sweep: SweepSpec, values: dict) -> str | None:
     """Why the run inside a trial folder is not that trial's (another trial's run copied in: its
     seed or axis values differ), or None. Every field the trial's own config (the folder's
@@ -495,8 +498,7 @@ def _foreign_run(tdir: Path, sweep: SweepSpec, values: dict) -> str | None:
         return f"its run's config.yaml cannot be read ({str(e)[:120]})"
     if not isinstance(run_cfg, dict):
         return "its run's config.yaml is no mapping"
-    # the trial's config as the sweep wrote it into the trial folder (the sweep's config file may have been
-    # edited since the run); without it, the one the sweep expands to now
+    # the trial's config as the sweep wrote it (its config file may have changed since); else the sweep's now
     try:
         trial_cfg = read_config_yaml(tdir / "config.yaml") if (tdir / "config.yaml").is_file() else trial_config(sweep, values)
     except (MosaicError, OSError, ValueError):
@@ -507,13 +509,10 @@ def _foreign_run(tdir: Path, sweep: SweepSpec, values: dict) -> str | None:
     for keys, want in _leaves(trial_cfg):
         if keys[0] == "out" or keys[:2] == ("dataset", "path"):
             continue
-        node, found = run_cfg, True
+        node = run_cfg
         for k in keys:
-            if not isinstance(node, dict) or k not in node:
-                found = False
-                break
-            node = node[k]
-        if found and node != want:
+            node = node.get(k, _MISSING) if isinstance(node, dict) else _MISSING
+        if node is not _MISSING and node != want:
             differs.append(f"{'.'.join(map(str, keys))} {node!r} (the trial's: {want!r})")
     if differs:
         return (f"its run was trained with another config, so it is another trial's run: {'; '.join(differs[:4])[:300]}; "

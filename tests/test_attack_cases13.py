@@ -265,3 +265,24 @@ def test_export_reads_a_source_whose_place_is_read_only_but_honours_a_live_write
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.parametrize("where", ["sweep.yaml", "trial.json"])
+def test_a_folder_at_a_sweep_file_is_named_by_report(tmp_path, where):
+    import yaml
+
+    from tests.test_sweep import fake_trial
+
+    out = tmp_path / "sw"
+    out.mkdir()
+    (out / "sweep.yaml").write_text(yaml.safe_dump({"name": "mine", "kind": "diffusion", "config": "x.yaml",
+                                                    "grid": {"training.lr": [0.001]}, "seeds": [0, 1]}))
+    t0 = fake_trial(out, {"training.lr": 0.001, "seed": 0}, "done", 0.5, 0.9)
+    fake_trial(out, {"training.lr": 0.001, "seed": 1}, "done", 0.6, 0.9)
+    bad = out / "sweep.yaml" if where == "sweep.yaml" else t0 / "trial.json"
+    bad.unlink()
+    bad.mkdir()
+    (bad / "x").write_text("x")
+    r = runner.invoke(app, ["report", str(out)])
+    assert r.exit_code == 2 and "Traceback" not in r.output and where in r.output, r.output
+    assert (bad / "x").read_text() == "x"  # the folder is never deleted
