@@ -183,7 +183,7 @@ def plot_cell_heatmap(metrics: dict, path: str | Path, spec, title: str | None =
                 txt = f"{100 * acc[i, j]:.0f}"
                 ax.text(j, i, txt, ha="center", va="center", fontsize=7 if ncol <= 12 else 5, color="black")
                 if st == "held_out":  # the marker in the cell's corner, apart from the number ("•0" read as one token)
-                    ax.text(j - 0.42, i - 0.42, "•", ha="left", va="top", fontsize=6 if ncol <= 12 else 4, color="black")
+                    ax.text(j - 0.44, i - 0.47, "•", ha="left", va="top", fontsize=11 if ncol <= 12 else 7, color="black")
             elif annotate and st == "excluded":
                 ax.text(j, i, "x", ha="center", va="center", fontsize=6, color="#707070")
     fs = 8 if max(nr, ncol) <= 12 else 5
