@@ -136,3 +136,16 @@ def test_help_shows_no_value_type_after_a_flag_and_keeps_it_for_options_that_tak
     r = runner.invoke(app, ["train", "diffusion", "--help"], env={"COLUMNS": "200"})
     assert r.exit_code == 0 and "--dry-run" in r.output and "<bool>" not in r.output
     assert "<list[str]>" in r.output or "<path>" in r.output  # an option that takes a value still shows its type
+
+
+def test_command_help_is_reflowed_paragraphs():
+    """Help text is the docstring with each paragraph's hard line breaks joined (rich printed them
+    as given, breaking sentences mid-line in `mosaic --help`)."""
+    from mosaic.cli import _reflow, app
+
+    assert _reflow("One line\n    goes on.\n\n    Second paragraph\n    here.") == "One line goes on.\n\nSecond paragraph here."
+    helps = {info.name or info.callback.__name__: info.help for info in app.registered_commands}
+    assert "\n" not in helps["validate"].split("\n\n")[0] and "lays out 256" in helps["validate"]
+    for group in app.registered_groups:
+        for info in group.typer_instance.registered_commands:
+            assert info.help and all("\n" not in p for p in info.help.split("\n\n"))
