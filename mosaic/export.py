@@ -21,7 +21,7 @@ from mosaic.checksums import bounded_lines, write_checksums
 from mosaic.errors import DatasetError
 from mosaic.executors import LocalExecutor
 from mosaic.hf import write_card
-from mosaic.io import atomic_text_writer, atomic_write_json, loads_json, read_bounded
+from mosaic.io import atomic_text_writer, atomic_write_json, read_json
 from mosaic.locks import FolderLock
 from mosaic.parquet import (
     DEFAULT_SHARD_BYTES, ESTIMATE_SAMPLES, check_format, finalize_parquet, iter_records, own_parquet_folders, parquet_manifest,
@@ -128,7 +128,7 @@ def _interrupted_export_of(dst: Path, src: Path) -> bool:
     replaces it, as the error of that interruption says. Anything else in a non-empty ``dst`` is
     refused unless ``--overwrite``."""
     try:
-        man = loads_json(read_bounded(dst / MANIFEST, 64 << 20))
+        man = read_json(dst / MANIFEST)
     except (OSError, ValueError):
         return False
     return isinstance(man, dict) and man.get("status") != "complete" and man.get("export_source") == str(src.resolve())

@@ -182,11 +182,11 @@ def _refuse_foreign_outputs(out: Path | None) -> None:
     present = [n for n in EVALUATE_OUTPUTS if os.path.lexists(out / n)]
     if not present:
         return
-    from mosaic.io import loads_json, read_bounded
+    from mosaic.io import read_json
 
     try:
-        m = loads_json(read_bounded(out / "metrics.json", 64 << 20)) if (out / "metrics.json").is_file() else None
-    except (OSError, ValueError):
+        m = read_json(out / "metrics.json")
+    except (OSError, ValueError):  # missing, not a regular file, not JSON
         m = None
     if isinstance(m, dict) and {"overall", "seen", "held_out", "evaluator"} <= set(m):
         return

@@ -298,8 +298,11 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
     }
     metrics["flagged"] = acc is None or bool(below)
     if metrics["flagged"]:
-        measured = ", ".join(f"{c} {'unmeasured' if acc['accuracy'][c] is None else format(acc['accuracy'][c], '.2%')}" for c in below) if acc else ""
-        why = "its accuracy was not checked" if acc is None else f"it is below {thr:.1%} on {measured} (on {acc.get('n')} fresh renders)"
+        if acc is None:
+            why = "its accuracy was not checked"
+        else:
+            measured = ", ".join(f"{c} {'unmeasured' if acc['accuracy'][c] is None else format(acc['accuracy'][c], '.2%')}" for c in below)
+            why = f"it is below {thr:.1%} on {measured} (on {acc.get('n')} fresh renders)"
         metrics["flag_reason"] = f"measured with evaluator {evaluator.name!r}, but {why}"
     if copies is not None:
         metrics["copies"] = copies
