@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -8,6 +10,26 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = ROOT / "experiments" / "specs"
+
+
+_HOLD_LOCK = textwrap.dedent("""
+    import sys, time
+    from mosaic.locks import FolderLock
+    with FolderLock(sys.argv[1]):
+        print("held", flush=True)
+        time.sleep(120)
+""")
+
+
+def hold_lock(folder: Path) -> subprocess.Popen:
+    """Another process holding ``folder``'s :class:`mosaic.locks.FolderLock` (returned once it holds
+    it; the caller kills it, which drops the lock as a crash would)."""
+    p = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(folder)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    if p.stdout.readline().strip() != "held":
+        p.kill()
+        p.wait()
+        raise AssertionError(f"the lock holder of {folder} did not start")
+    return p
 
 
 def tiny(spec_path: Path, size: int = 32, **splits) -> dict:

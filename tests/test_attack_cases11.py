@@ -25,8 +25,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -34,6 +32,7 @@ from typer.testing import CliRunner
 
 from mosaic.cli import app
 from tests.test_attack_cases5 import ae_folder  # noqa: F401 - a pytest fixture: a tiny trained autoencoder
+from tests.conftest import hold_lock
 from tests.test_attack_cases6 import _clean_exit_2, _copy_run, drun  # noqa: F401 - drun is a pytest fixture
 
 runner = CliRunner()
@@ -158,12 +157,8 @@ def test_the_autoencoder_never_writes_its_checkpoint_or_latents_through_a_link(t
 def test_analyze_stops_while_another_process_writes_the_run(tmp_path, drun):
     run = _copy_run(drun, tmp_path)
     before = (run / "metrics.json").read_bytes()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom mosaic.locks import FolderLock\nfrom mosaic.errors import TrainingError\n"
-         f"with FolderLock({str(run)!r}, TrainingError, 'run folder'):\n    print('held', flush=True)\n    time.sleep(60)\n"],
-        stdout=subprocess.PIPE, text=True)
+    holder = hold_lock(run)
     try:
-        assert holder.stdout.readline().strip() == "held"
         res = runner.invoke(app, ["analyze", str(run), "--device", "cpu", "--what", "layers"])
         _clean_exit_2(res, "another process", "run folder")
         assert (run / "metrics.json").read_bytes() == before and not (run / "analysis").exists()
@@ -227,11 +222,8 @@ def test_two_evaluator_trainings_never_share_a_folder_and_weights_are_written_wh
 
     out = tmp_path / "ev"
     out.mkdir()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import time\nfrom mosaic.locks import FolderLock\n"
-         f"with FolderLock({str(out)!r}):\n    print('held', flush=True)\n    time.sleep(60)\n"], stdout=subprocess.PIPE, text=True)
+    holder = hold_lock(out)
     try:
-        assert holder.stdout.readline().strip() == "held"
         with pytest.raises(MosaicError, match="evaluator folder"):
             train_evaluator(parse_spec(SPEC), out, LearnedConfig(input_size=16, width=4, hidden=16, steps=2, batch_size=8, n_train=24, check_n=4, log_every=1, threads=1))
         assert not (out / "model.safetensors").exists()

@@ -33,6 +33,7 @@ import yaml
 from typer.testing import CliRunner
 
 from mosaic.cli import app
+from tests.conftest import hold_lock
 from tests.test_attack_cases6 import _clean_exit_2, drun  # noqa: F401 (drun: a finished 2-step diffusion run)
 from tests.test_attack_cases8 import data  # noqa: F401 (fixture: a 16 px dataset with masks)
 from tests.test_checksums import _peak  # peak traced bytes of a call
@@ -181,16 +182,10 @@ def test_a_metadata_line_of_gigabytes_is_refused_without_being_held(tmp_path, da
 def test_a_planted_part_file_of_gigabytes_is_refused_without_being_held(tmp_path):
     from mosaic.dataset import generate
     from mosaic.errors import DatasetError
-    from mosaic.spec import parse_spec
     from mosaic.verify import verify
-    from tests.test_diffusion import SPEC
+    from tests.test_attack_cases5 import interrupted_generation
 
-    spec = parse_spec(SPEC)
-    ds = tmp_path / "ds"
-    generate(spec, ds)
-    man = json.loads((ds / "manifest.json").read_text())
-    (ds / "manifest.json").write_text(json.dumps({**man, "status": "generating"}))  # as if interrupted before finalize
-    part = ds / ".mosaic" / "parts" / "train-000000.jsonl"
+    spec, ds, part = interrupted_generation(tmp_path)
     head = part.read_bytes().split(b"\n", 1)[0]
     part.write_bytes(head + b"\n")
     with open(part, "r+b") as f:
@@ -414,19 +409,12 @@ def test_the_resumes_log_truncation_never_loses_the_kept_rows(tmp_path, drun, mo
 def test_a_second_sweep_into_a_folder_being_swept_stops_naming_the_first(tmp_path):
     """Without a lock the second sweep ran the first's trials again beside it: each refused by its run
     folder's lock and marked failed in trial.json while the first still trained."""
-    import subprocess
-    import sys
-
     from tests.test_sweep_e2e import make_sweep
 
     p = make_sweep(tmp_path)
     out = tmp_path / "sw"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import time\nfrom mosaic.locks import FolderLock\nfrom mosaic.errors import SweepError\n"
-         f"with FolderLock({str(out)!r}, SweepError, 'sweep folder'):\n    print('held', flush=True)\n    time.sleep(120)\n"],
-        stdout=subprocess.PIPE, text=True)
+    holder = hold_lock(out)
     try:
-        assert holder.stdout.readline().strip() == "held"
         res = runner.invoke(app, ["sweep", str(p), "--out", str(out)])
         _clean_exit_2(res, "another process", "sweep folder")
         assert not (out / "trials").exists() and not (out / "results.csv").exists()

@@ -14,8 +14,6 @@ each closed at its mechanism.
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from typer.testing import CliRunner
 
 from mosaic.cli import app
 from mosaic.errors import MAX_PROBLEM_CHARS, ConfigError, MosaicError, SpecError, clip
+from tests.conftest import hold_lock
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,18 +83,10 @@ def test_a_60_kb_colour_name_in_a_spec_is_bounded_in_the_error(tmp_path):
 # `mosaic report` takes the sweep folder's lock
 # ------------------------------------------------------------------------------------------------
 
-def _hold_lock(folder: Path):
-    code = ("import sys, time; from mosaic.locks import FolderLock; FolderLock(sys.argv[1], what='sweep folder').acquire(); "
-            "print('held', flush=True); time.sleep(60)")
-    p = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    assert p.stdout.readline().strip() == "held"
-    return p
-
-
 def test_report_is_refused_while_a_sweep_runs_into_the_folder(tmp_path):
     sweep = tmp_path / "sweep"
     (sweep / "trials").mkdir(parents=True)
-    holder = _hold_lock(sweep)
+    holder = hold_lock(sweep)
     try:
         r = runner.invoke(app, ["report", str(sweep)])
         assert r.exit_code == 2, r.output
@@ -256,7 +247,7 @@ def test_export_reads_a_source_whose_place_is_read_only_but_honours_a_live_write
     assert r.exit_code == 0, r.output
     # a writer of the source that holds its lock file is still refused
     monkeypatch.setattr(locks, "open_own", real)
-    holder = _hold_lock(small)
+    holder = hold_lock(small)
     try:
         monkeypatch.setattr(locks, "open_own", read_only)
         r = runner.invoke(app, ["export", str(small), "--out", str(tmp_path / "pq2"), "-f", "parquet"])

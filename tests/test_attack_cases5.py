@@ -339,21 +339,29 @@ def test_control_characters_in_a_stray_name_are_printed_escaped(tmp_path):
 # case 38: a damaged part file of an unfinished dataset is named, and a rerun finishes
 # ------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("head", [b"[" * 100_000, b"\xff\xfe", b"[1, 2]", b'{"start": 0, "stop": "x", "concepts": []}'],
-                         ids=["deep", "not_utf8", "not_a_mapping", "wrong_types"])
-def test_a_damaged_part_file_is_named_and_a_rerun_after_deleting_it_finishes(tmp_path, head):
+def interrupted_generation(tmp_path):
+    """``(spec, dataset folder, its train part file)``: a small dataset generated, then its manifest
+    set back to ``generating``, as if interrupted before finalize (its part files still stand)."""
     from mosaic.dataset import generate
-    from mosaic.errors import DatasetError
     from mosaic.spec import parse_spec
-    from mosaic.verify import verify
     from tests.test_diffusion import SPEC
 
     spec = parse_spec(SPEC)
     ds = tmp_path / "ds"
     generate(spec, ds)
     man = json.loads((ds / "manifest.json").read_text())
-    (ds / "manifest.json").write_text(json.dumps({**man, "status": "generating"}))  # as if interrupted before finalize
-    part = ds / ".mosaic" / "parts" / "train-000000.jsonl"
+    (ds / "manifest.json").write_text(json.dumps({**man, "status": "generating"}))
+    return spec, ds, ds / ".mosaic" / "parts" / "train-000000.jsonl"
+
+
+@pytest.mark.parametrize("head", [b"[" * 100_000, b"\xff\xfe", b"[1, 2]", b'{"start": 0, "stop": "x", "concepts": []}'],
+                         ids=["deep", "not_utf8", "not_a_mapping", "wrong_types"])
+def test_a_damaged_part_file_is_named_and_a_rerun_after_deleting_it_finishes(tmp_path, head):
+    from mosaic.dataset import generate
+    from mosaic.errors import DatasetError
+    from mosaic.verify import verify
+
+    spec, ds, part = interrupted_generation(tmp_path)
     body = part.read_bytes().split(b"\n", 1)[1]
     part.write_bytes(head + b"\n" + body)
     with pytest.raises(DatasetError, match="part file .*train-000000.jsonl is damaged"):

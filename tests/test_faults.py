@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from mosaic.errors import DatasetError, TrainingError
 from mosaic.lab.config import RunConfig
 from mosaic.lab.loop import Task
 from mosaic.lab.run import Family, run
+from tests.conftest import hold_lock
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,21 +88,6 @@ def _cfg(out, dataset, steps=2):
                      "keep_checkpoints": 3, "ema": {"enabled": False}}})
 
 
-HOLD_LOCK = textwrap.dedent("""
-    import sys, time
-    from mosaic.locks import FolderLock
-    with FolderLock(sys.argv[1]):
-        print("locked", flush=True)
-        time.sleep(60)
-""")
-
-
-def _hold_lock(folder):
-    p = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(folder)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    assert p.stdout.readline().strip() == "locked"
-    return p
-
-
 def _interrupted(run_dir: Path):
     """Make a finished run look interrupted after its last checkpoint."""
     for name in ("DONE", "metrics.json"):
@@ -115,7 +100,7 @@ def _interrupted(run_dir: Path):
 
 def test_a_run_folder_is_locked_while_a_process_trains_in_it(tmp_path, dataset):
     out = tmp_path / "run"
-    holder = _hold_lock(out)
+    holder = hold_lock(out)
     try:
         with pytest.raises(TrainingError, match=rf"pid {holder.pid}.*run folder"):
             run(_cfg(out, dataset), _Family(), say=lambda s: None)
@@ -365,7 +350,7 @@ def test_parquet_shards_are_verified_and_repaired(tmp_path):
 
 def test_overwrite_never_deletes_a_folder_another_process_writes(ds):
     sp, out = ds
-    holder = _hold_lock(out)
+    holder = hold_lock(out)
     try:
         r = runner.invoke(app, ["generate", str(sp), "--out", str(out), "--overwrite"])
         assert r.exit_code == 2 and f"pid {holder.pid}" in r.output, r.output
@@ -466,7 +451,7 @@ def test_a_second_generation_of_the_same_spec_waits_for_the_first(ds):
     import threading
 
     sp, out = ds
-    holder = _hold_lock(out)
+    holder = hold_lock(out)
     threading.Timer(2.0, holder.kill).start()  # the first "generation" ends (here: dies) after 2 s
     t0 = time.time()
     try:

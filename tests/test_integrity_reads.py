@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ from typer.testing import CliRunner
 from mosaic.cli import app
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.spec import parse_spec
+from tests.conftest import hold_lock
 
 runner = CliRunner()
 
@@ -213,16 +213,10 @@ def test_atomic_writes_never_follow_a_planted_temp_link(tmp_path):
 
 
 def test_export_locks_its_source(ds, tmp_path):
-    import subprocess
-    import sys
-
     from mosaic.export import export
 
-    p = subprocess.Popen([sys.executable, "-c", "import sys,time\nfrom mosaic.locks import FolderLock\n"
-                          "with FolderLock(sys.argv[1]):\n print('locked', flush=True)\n time.sleep(60)", str(ds)],
-                         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+    p = hold_lock(ds)
     try:
-        assert p.stdout.readline().strip() == "locked"
         with pytest.raises(DatasetError, match=f"pid {p.pid}.*export's source"):
             export(ds, "parquet", tmp_path / "out")
         assert not (tmp_path / "out").exists()
