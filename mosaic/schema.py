@@ -144,14 +144,19 @@ def _shape_of(annotations: tuple) -> tuple:
     return refuse, tuple(values), tuple(items), tuple(tuple(p) for p in positional)
 
 
-_shape_cached = functools.lru_cache(maxsize=4096)(_shape_of)
+def _cached(fn):
+    """``fn(annotations)`` remembered per tuple of alternatives; an unhashable annotation is computed each time."""
+    remembered = functools.lru_cache(maxsize=4096)(fn)
+
+    def call(annotations: tuple):
+        try:
+            return remembered(annotations)
+        except TypeError:
+            return fn(annotations)
+    return call
 
 
-def _shape(annotations: tuple) -> tuple:
-    try:
-        return _shape_cached(annotations)
-    except TypeError:  # an unhashable annotation: computed each time
-        return _shape_of(annotations)
+_shape = _cached(_shape_of)
 
 
 def _relevant_of(annotations: tuple, _depth: int = 0) -> bool:
@@ -164,14 +169,7 @@ def _relevant_of(annotations: tuple, _depth: int = 0) -> bool:
     return any(_relevant_of(x, _depth + 1) for x in (values, items, *positional) if x)
 
 
-_relevant_cached = functools.lru_cache(maxsize=4096)(_relevant_of)
-
-
-def _relevant(annotations: tuple) -> bool:
-    try:
-        return _relevant_cached(annotations)
-    except TypeError:
-        return _relevant_of(annotations)
+_relevant = _cached(_relevant_of)
 
 
 def _item_alternatives(items: tuple, positional: tuple, key) -> tuple:
