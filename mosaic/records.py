@@ -38,6 +38,7 @@ from mosaic.recordline import record_line
 from mosaic.sampling import sample_scene
 from mosaic.spec import Spec, parse_spec, repeat_bounds
 from mosaic.vocab import SHAPES
+from mosaic.foreign_names import foreign_names
 from mosaic.io import MAX_JSON_BYTES, loads_json, output_dir_problem, read_bounded
 
 FORMAT = "mosaic-dataset/2"
@@ -478,15 +479,14 @@ def shards_problem(man: dict) -> str | None:
     return None
 
 
-#: the names a mosaic dataset folder holds (a damaged manifest in a folder of only these is still ours)
-DATASET_NAMES = frozenset({MANIFEST, "README.md", "checksums.sha256", "data", ".mosaic", "train", "val", "test", "test_id", "test_ood"})
-
 
 def replaceable_or_raise(out: Path) -> None:
     """Raise unless ``--overwrite`` may delete ``out``: an empty folder, or a mosaic dataset: its
     manifest is a JSON mapping whose ``format`` is ``mosaic-dataset/N``, or the manifest is
     damaged (unreadable, a folder) in a folder holding only the names a dataset has. Any other
-    folder with a ``manifest.json`` (a web extension's, a model's) is refused, never deleted.
+    folder with a ``manifest.json`` (a web extension's, a model's) is refused, never deleted, and
+    so is a dataset holding anything mosaic does not write there (:func:`mosaic.foreign_names.foreign_names`:
+    a person's notebooks in ``DS/analysis/``, notes in ``DS/train/``).
 
     Raises:
         DatasetError: naming the folder and why it is not replaced.
@@ -504,9 +504,16 @@ def replaceable_or_raise(out: Path) -> None:
             man = loads_json(read_bounded(path, MAX_JSON_BYTES))
         except (OSError, ValueError):
             man = None
+    try:
+        foreign = foreign_names(out)  # never deleted: what a person put into the dataset (notebooks, notes, .git)
+    except OSError as e:
+        raise DatasetError([("--out", f"cannot list {out}: {e.strerror}; --overwrite deletes only what it has seen")]) from None
     if isinstance(man, dict) and str(man.get("format", "")).startswith("mosaic-dataset/"):
+        if foreign:
+            raise DatasetError([("--out", f"refusing to --overwrite {out}: it holds what mosaic did not write "
+                                          f"({', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}), which --overwrite "
+                                          "would delete: move it out of the dataset, then rerun")])
         return
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in DATASET_NAMES and not p.name.startswith(".metadata"))
     if man is None and not foreign:  # a mosaic dataset whose manifest is damaged: --overwrite is the documented fix
         return
     raise DatasetError(f"refusing to --overwrite {out}: its {MANIFEST} is not a mosaic dataset manifest (no format "

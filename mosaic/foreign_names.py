@@ -1,0 +1,67 @@
+"""What ``--overwrite`` may delete: the names mosaic writes inside a dataset folder.
+
+``generate --overwrite`` and ``export --overwrite`` delete the folder they replace. A folder whose
+manifest says it is a mosaic dataset may still hold what a person put there (notebooks under
+``DS/analysis/``, notes in ``DS/train/``, a ``.git``): those are never deleted. This module lists
+every name under a dataset folder that mosaic did not write, by the shape of mosaic's own names
+(independent of the manifest, which may be of another spec or damaged): the root's manifest, card,
+checksums, split folders, ``data/`` and ``.mosaic/``; a split folder's ``metadata.jsonl``,
+``images/`` and ``masks/``; ``NNNNNN.png`` in ``images/`` and ``masks/``; ``*.parquet`` in
+``data/``; and the temporary names an interrupted writer of any of them leaves
+(:func:`mosaic.io.new_temp_file`'s ``.<name>.tmp<pid>.<random>`` and the older fixed names
+``<name>.tmp``, ``.<name>.tmp``, for those names only).
+``.mosaic/`` is mosaic's work folder and is not looked into.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+SPLIT_NAMES = frozenset({"train", "val", "test", "test_id", "test_ood"})
+ROOT_NAMES = frozenset({"manifest.json", "README.md", "checksums.sha256", "data", ".mosaic"}) | SPLIT_NAMES
+_TEMP = re.compile(r"\.?(.+)\.tmp(?:\d+\.[A-Za-z0-9_]{8})?")
+#: a split's merged metadata being written at the root (``.<split>.metadata.jsonl.tmp<pid>.<random>``, mosaic.repair)
+_ROOT_METADATA = re.compile(r"(?:(?:train|val|test|test_id|test_ood)\.)?metadata\.jsonl")
+_IMAGE = re.compile(r"[0-9]{6,}\.png")
+_SHARD = re.compile(r"[^/]+\.parquet")
+
+
+def _listing(d: Path) -> list[os.DirEntry] | None:
+    try:
+        with os.scandir(d) as it:
+            return list(it)
+    except (NotADirectoryError, FileNotFoundError):
+        return None
+
+
+def foreign_names(root: str | Path, limit: int = 20) -> list[str]:
+    """Up to ``limit`` paths (relative to ``root``) of files and folders under the dataset folder
+    ``root`` whose names mosaic never writes there. A link is judged by its own name, never
+    followed. Raises OSError when a folder cannot be listed (the caller names it)."""
+    root = Path(root)
+    out: list[str] = []
+
+    def walk(rel: str, allowed, temp_of=None) -> list[os.DirEntry]:
+        temp_of = temp_of or allowed
+        entries = _listing(root / rel if rel else root) or []
+        kept = []
+        for e in entries:
+            temp = _TEMP.fullmatch(e.name)  # a temporary file of one of mosaic's own names
+            if allowed(e.name) or (temp and temp_of(temp.group(1))):
+                kept.append(e)
+            elif len(out) < limit:
+                out.append(f"{rel}/{e.name}" if rel else e.name)
+        return kept
+
+    for e in walk("", lambda n: n in ROOT_NAMES, lambda n: n in ROOT_NAMES or bool(_ROOT_METADATA.fullmatch(n))):
+        if e.is_symlink() or not e.is_dir(follow_symlinks=False):
+            continue
+        if e.name == "data":
+            walk("data", _SHARD.fullmatch)
+        elif e.name in SPLIT_NAMES:
+            for s in walk(e.name, lambda n: n in ("metadata.jsonl", "images", "masks")):
+                if s.name in ("images", "masks") and not s.is_symlink() and s.is_dir(follow_symlinks=False):
+                    walk(f"{e.name}/{s.name}", _IMAGE.fullmatch)
+    return out

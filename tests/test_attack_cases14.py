@@ -1,0 +1,95 @@
+"""Hostile cases of a fourteenth attack on the data path (issue 23), each closed at its mechanism.
+
+- **``--overwrite`` deleted what a person put into a dataset**: ``generate --overwrite`` and
+  ``export --overwrite`` took any folder whose manifest says ``mosaic-dataset/N`` as wholly
+  mosaic's and deleted it, notebooks under ``DS/analysis/`` and notes in ``DS/train/`` with it.
+  :func:`mosaic.foreign_names.foreign_names` lists every name mosaic does not write there, and
+  :func:`mosaic.records.replaceable_or_raise` refuses, naming them, before anything is deleted.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.cli import app
+from mosaic.foreign_names import foreign_names
+
+SPEC = """
+name: t
+image: {size: 16}
+concepts:
+  color: {values: [red, green, blue]}
+  count: {range: [1, 3]}
+objects:
+  - {name: ball, shape: circle, color: {concept: color}, size: 0.2, repeat: {concept: count}}
+holdout: {concepts: [color, count], rule: {kind: diagonal, n: 1}}
+splits: {train: 8, val: 2, test_id: 3, test_ood: 3}
+"""
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """One tiny imagefolder dataset and its spec, copied by each test that changes it."""
+    d = tmp_path_factory.mktemp("a14")
+    spec = d / "spec.yaml"
+    spec.write_text(SPEC)
+    r = runner.invoke(app, ["generate", str(spec), "--out", str(d / "ds")])
+    assert r.exit_code == 0, r.output
+    return spec, d / "ds"
+
+
+def _copy(made, tmp_path, name="ds") -> Path:
+    dst = tmp_path / name
+    shutil.copytree(made[1], dst, symlinks=True)
+    return dst
+
+
+# ------------------------------------------------------------------------------------------------
+# --overwrite never deletes what mosaic did not write
+# ------------------------------------------------------------------------------------------------
+
+def test_overwrite_never_deletes_a_persons_files_inside_a_dataset(made, tmp_path):
+    spec, _ = made
+    ds = _copy(made, tmp_path)
+    (ds / "analysis").mkdir()
+    (ds / "analysis" / "notes.ipynb").write_text("my work")
+    (ds / "train" / "notes.txt").write_text("mine")
+    (ds / "train" / "images" / "keep.png").write_bytes(b"x")
+    assert foreign_names(ds) == ["analysis", "train/images/keep.png", "train/notes.txt"] or \
+        sorted(foreign_names(ds)) == ["analysis", "train/images/keep.png", "train/notes.txt"]
+    r = runner.invoke(app, ["generate", str(spec), "--out", str(ds), "--overwrite"])
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and "analysis" in r.output and "train/notes.txt" in r.output
+    assert (ds / "analysis" / "notes.ipynb").read_text() == "my work"
+    assert (ds / "train" / "notes.txt").read_text() == "mine"
+    # export --overwrite into it too
+    r = runner.invoke(app, ["export", str(made[1]), "--out", str(ds), "--format", "parquet", "--overwrite"])
+    assert r.exit_code == 2, r.output
+    assert (ds / "analysis" / "notes.ipynb").read_text() == "my work"
+    # moved out: the overwrite goes ahead; mosaic's own temporary names never block it
+    shutil.rmtree(ds / "analysis")
+    (ds / "train" / "notes.txt").unlink()
+    (ds / "train" / "images" / "keep.png").unlink()
+    (ds / ".train.metadata.jsonl.tmp123.abc_1234").write_text("")
+    (ds / "train" / "images" / ".000001.png.tmp44.deadbeef").write_text("")
+    (ds / ".manifest.json.tmp7.0123abcd").write_text("")
+    assert foreign_names(ds) == []
+    r = runner.invoke(app, ["generate", str(spec), "--out", str(ds), "--overwrite"])
+    assert r.exit_code == 0, r.output
+
+
+def test_foreign_names_of_a_parquet_dataset_and_a_users_tmp_file(made, tmp_path):
+    ds = tmp_path / "p"
+    r = runner.invoke(app, ["export", str(made[1]), "--out", str(ds), "--format", "parquet"])
+    assert r.exit_code == 0, r.output
+    assert foreign_names(ds) == []
+    (ds / "data" / "mine.csv").write_text("a")
+    (ds / "notes.tmp").write_text("a person's file ending in .tmp is not mosaic's")
+    (ds / ".git").mkdir()
+    assert sorted(foreign_names(ds)) == [".git", "data/mine.csv", "notes.tmp"]
