@@ -27,7 +27,7 @@ import numpy as np
 
 from mosaic.errors import MosaicError
 from mosaic.evaluation.agreement import wilson_interval
-from mosaic.evaluation.folder import MAX_METADATA_BYTES, file_name_problem
+from mosaic.evaluation.folder import MAX_METADATA_BYTES, file_name_problem, loads_record
 from mosaic.io import FileReadError, atomic_write, make_output_dir, read_bounded, read_json, read_own_file
 from mosaic.png import FOREIGN_FORMATS, SIGNATURE, decode_image, encode_png
 from mosaic.locks import FolderLock
@@ -86,7 +86,7 @@ def read_rows(path: Path, what: str = "predictions file") -> list[tuple[int, dic
             continue
         where = f"{path} line {ln}"
         try:
-            r = json.loads(raw.decode("utf-8"))
+            r = loads_record(raw.decode("utf-8"))
         except UnicodeDecodeError as e:
             raise MosaicError([(where, f"not UTF-8 text ({e.reason} at byte {e.start}); {fix}")]) from None
         except RecursionError:

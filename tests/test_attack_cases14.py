@@ -93,3 +93,42 @@ def test_foreign_names_of_a_parquet_dataset_and_a_users_tmp_file(made, tmp_path)
     (ds / "notes.tmp").write_text("a person's file ending in .tmp is not mosaic's")
     (ds / ".git").mkdir()
     assert sorted(foreign_names(ds)) == [".git", "data/mine.csv", "notes.tmp"]
+
+
+# ------------------------------------------------------------------------------------------------
+# a folder to evaluate: file names that name no file, keys given twice
+# ------------------------------------------------------------------------------------------------
+
+def _eval_folder(made, tmp_path, lines) -> Path:
+    d = tmp_path / "ev"
+    shutil.copytree(made[1] / "test_ood", d)
+    (d / "metadata.jsonl").write_bytes(("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
+    return d
+
+
+@pytest.mark.parametrize("name, said", [("images/\\ud800.png", "lone surrogate"), (".", "folder itself"),
+                                        ("./", "folder itself")])
+def test_a_file_name_that_names_no_file_is_named_not_a_traceback(made, tmp_path, name, said):
+    lines = (made[1] / "test_ood" / "metadata.jsonl").read_text().splitlines()
+    lines[0] = lines[0].replace('"images/000000.png"', f'"{name}"')
+    d = _eval_folder(made, tmp_path, lines)
+    r = runner.invoke(app, ["evaluate", str(d), "--spec", str(made[0]), "--check-n", "0"])
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and said in r.output and "line 1" in r.output
+
+
+def test_a_key_given_twice_in_a_record_to_evaluate_is_refused(made, tmp_path):
+    from mosaic.audit import read_rows
+
+    lines = (made[1] / "test_ood" / "metadata.jsonl").read_text().splitlines()
+    good = lines[0]
+    lines[0] = good.replace('"color": "red"', '"color": "blue", "color": "red"', 1)
+    assert lines[0] != good
+    d = _eval_folder(made, tmp_path, lines)
+    r = runner.invoke(app, ["evaluate", str(d), "--spec", str(made[0]), "--check-n", "0"])
+    assert r.exit_code == 2, r.output
+    assert "'color' given twice" in r.output and "line 1" in r.output
+    # a samples folder's rows (audit, report sheets) are read the same way
+    (d / "predictions.jsonl").write_text('{"file_name": "images/000000.png", "file_name": "images/000001.png"}\n')
+    with pytest.raises(Exception, match="given twice"):
+        read_rows(d / "predictions.jsonl")

@@ -77,7 +77,7 @@ def read_folder(images_dir: str | Path) -> list[dict]:
             if raw is TOO_LONG:
                 raise MosaicError(f"{meta} line {ln} is longer than {MAX_LINE_BYTES:,} bytes (not read): one flat JSON object per image")
             try:
-                r = json.loads(raw.decode("utf-8"))
+                r = loads_record(raw.decode("utf-8"))
             except UnicodeDecodeError as e:
                 raise MosaicError(f"{meta} line {ln} is not UTF-8 text ({e.reason} at byte {e.start}): write the file as UTF-8 JSON lines") from None
             except RecursionError:
@@ -105,13 +105,35 @@ def read_folder(images_dir: str | Path) -> list[dict]:
     return recs
 
 
+def _unique_keys(pairs: list) -> dict:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"key {twice[:40]!r} given twice in one object (readers differ on which counts): write it once")
+    return d
+
+
+def loads_record(text: str):
+    """One JSON line of a folder another program wrote (a folder to evaluate, a samples folder's
+    rows): :func:`json.loads`, except that an object giving one key twice is refused (ValueError),
+    since two readers of the line (mosaic's, the program's) could take different values from it."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def file_name_problem(name) -> str | None:
     """Why a record's ``file_name`` cannot name a file inside its folder, or None."""
     if not isinstance(name, str):
         return f"is a {type(name).__name__}, not a path string"
     if not name or "\x00" in name or len(name) > 4096:
         return "is not a path"
+    try:
+        os.fsencode(name)
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800" in the JSON): no file can have the name
+        return "is not a path (it holds a character no file name can have, a lone surrogate)"
     p = Path(name)
+    if not p.parts:  # ".", "./": the folder itself
+        return "names the folder itself, not an image file in it"
     if p.is_absolute() or name.startswith(("/", "\\")):
         return "is absolute: it would read a file outside the folder"
     if ".." in p.parts or ".." in name.replace("\\", "/").split("/"):
