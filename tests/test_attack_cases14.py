@@ -132,3 +132,16 @@ def test_a_key_given_twice_in_a_record_to_evaluate_is_refused(made, tmp_path):
     (d / "predictions.jsonl").write_text('{"file_name": "images/000000.png", "file_name": "images/000001.png"}\n')
     with pytest.raises(Exception, match="given twice"):
         read_rows(d / "predictions.jsonl")
+
+
+def test_splits_out_of_another_format_is_named_before_anything_is_written(made, tmp_path):
+    spec = tmp_path / "s.yaml"
+    shutil.copy(made[0], spec)
+    before = spec.read_bytes()
+    for name in (spec, tmp_path / "grid.jpeg.yaml", tmp_path / "grid"):
+        r = runner.invoke(app, ["splits", str(made[0]), "--out", str(name)])
+        assert r.exit_code == 2, r.output
+        assert "Traceback" not in r.output and "does not end in .png" in r.output
+    assert spec.read_bytes() == before
+    r = runner.invoke(app, ["splits", str(made[0]), "--out", str(tmp_path / "grid.png")])
+    assert r.exit_code == 0, r.output

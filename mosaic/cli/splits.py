@@ -23,6 +23,9 @@ def splits(
     """Print the combination grid (seen / held-out / per-split counts) without generating; --out draws it."""
     try:
         check_out(out, kind="file")
+        if out is not None and out.suffix.lower() != ".png":  # matplotlib picks the format from the name: '.yaml' was a traceback
+            raise MosaicError([("--out", f"{str(out)!r} does not end in .png: the grid is drawn as a PNG file; give a path such as "
+                                         "data/grid.png")])
         import numpy as np
 
         from mosaic.holdout import EXCLUDED, HELD_OUT, SEEN
