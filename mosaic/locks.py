@@ -36,8 +36,10 @@ from mosaic.io import loads_json, open_own, read_bounded
 
 
 def lock_path(folder: str | Path) -> Path:
-    """The lock file of ``folder``: ``<parent>/.<name>.lock``."""
-    folder = Path(folder).absolute()
+    """The lock file of ``folder``: ``<parent>/.<name>.lock`` of the folder's real place (symbolic
+    links resolved), so a folder named through a link (``out -> runs/a``) and by its own path takes
+    one lock: two writers of one folder never hold two locks."""
+    folder = Path(os.path.realpath(Path(folder).absolute()))
     return folder.parent / f".{folder.name}.lock"
 
 

@@ -5,6 +5,9 @@
   mosaic's and deleted it, notebooks under ``DS/analysis/`` and notes in ``DS/train/`` with it.
   :func:`mosaic.foreign_names.foreign_names` lists every name mosaic does not write there, and
   :func:`mosaic.records.replaceable_or_raise` refuses, naming them, before anything is deleted.
+- **A folder named through a symbolic link took another lock**: the lock file was beside the path
+  as given, so ``evaluate --out LINK`` wrote while another process held ``--out REAL``'s lock.
+  :func:`mosaic.locks.lock_path` is beside the folder's real place (links resolved).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typer.testing import CliRunner
 
 from mosaic.cli import app
 from mosaic.foreign_names import foreign_names
+from mosaic.locks import FolderLock, lock_path
+from tests.conftest import hold_lock
 
 SPEC = """
 name: t
@@ -145,3 +150,27 @@ def test_splits_out_of_another_format_is_named_before_anything_is_written(made, 
     assert spec.read_bytes() == before
     r = runner.invoke(app, ["splits", str(made[0]), "--out", str(tmp_path / "grid.png")])
     assert r.exit_code == 0, r.output
+
+
+# ------------------------------------------------------------------------------------------------
+# one folder, one lock, whatever path names it
+# ------------------------------------------------------------------------------------------------
+
+def test_a_folder_named_through_a_link_takes_the_folders_own_lock(made, tmp_path):
+    real = tmp_path / "evout"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    (tmp_path / "alias").symlink_to(tmp_path)
+    assert lock_path(tmp_path / "link") == lock_path(real) == lock_path(tmp_path / "alias" / "evout")
+    d = tmp_path / "ev"
+    shutil.copytree(made[1] / "test_ood", d)
+    holder = hold_lock(real)
+    try:
+        r = runner.invoke(app, ["evaluate", str(d), "--spec", str(made[0]), "--check-n", "0", "--out", str(tmp_path / "link")])
+        assert r.exit_code == 2, r.output
+        assert "another process" in r.output and not (real / "metrics.json").exists()
+        with pytest.raises(Exception, match="another process"):
+            FolderLock(tmp_path / "alias" / "evout").acquire()
+    finally:
+        holder.kill()
+        holder.wait()
