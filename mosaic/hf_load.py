@@ -75,7 +75,8 @@ GLOB_CHARS = "[]*?"
 
 
 def refuse_glob_path(where: str, root: Path | str | None = None) -> None:
-    """Refuse a dataset folder whose resolved path holds a character HF reads as a glob pattern.
+    """Refuse a dataset folder whose resolved path holds a character HF reads as a glob pattern, or
+    ``::``, which fsspec reads as a chain of URLs (``data/x::y`` read the files of ``data/x``).
 
     HF joins the card's file patterns to the folder's path and expands the *whole* path as a glob
     (``datasets`` 4-5, ``data_files.resolve_pattern``): a folder ``data/br[x]`` reads the files of
@@ -84,6 +85,11 @@ def refuse_glob_path(where: str, root: Path | str | None = None) -> None:
     Raises:
         DatasetError: naming the characters, the path and the fix (rename or move the folder).
     """
+    if "::" in str(where):  # fsspec's URL chain: HF reads "data/x::y" as the folder data/x (another dataset there)
+        raise DatasetError(f"{root if root is not None else where}: its path {where} holds '::', which HuggingFace datasets "
+                           "(fsspec) reads as a chain of URLs: it would load the files of the folder before '::' (data/x for "
+                           "data/x::y), another dataset where one lies there: rename the folder, or move it to a path without "
+                           "'::', then load it again (mosaic's own readers read it as it is)")
     bad = sorted({c for c in str(where) if c in GLOB_CHARS})
     if bad:
         raise DatasetError(f"{root if root is not None else where}: its path {where} holds {' '.join(repr(c) for c in bad)}, which "

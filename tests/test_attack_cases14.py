@@ -174,3 +174,19 @@ def test_a_folder_named_through_a_link_takes_the_folders_own_lock(made, tmp_path
     finally:
         holder.kill()
         holder.wait()
+
+
+# ------------------------------------------------------------------------------------------------
+# HF reads 'data/x::y' as the folder data/x
+# ------------------------------------------------------------------------------------------------
+
+def test_hf_load_refuses_a_path_that_fsspec_reads_as_a_url_chain(made, tmp_path):
+    pytest.importorskip("datasets")
+    from mosaic.errors import DatasetError
+    from mosaic.hf_load import load_dataset
+
+    ds = _copy(made, tmp_path, "x::y")
+    _copy(made, tmp_path, "x")  # the folder HF would read instead
+    with pytest.raises(DatasetError, match="'::'"):
+        load_dataset(ds, cache_dir=str(tmp_path / "cache"))
+    assert not (tmp_path / "cache").exists()
