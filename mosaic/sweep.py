@@ -269,7 +269,24 @@ def trial_id(values: dict[str, Any], legacy: bool = False) -> str:
         tail = safe(f"_seed={_fmt(values['seed'])}")
         head = safe("_".join(f"{_short(k)}={_fmt(v)}" for k, v in values.items() if k != "seed"))
         label = head[:max(0, 80 - len(tail))] + tail
-    return f"{label[:80]}-{h}"
+    label = label[:80]
+    if _nbytes(label) > MAX_LABEL_BYTES:  # a file name holds 255 bytes, not 80 letters of any size: cut by bytes, seed kept
+        tail = safe(f"_seed={_fmt(values['seed'])}") if "seed" in values and not legacy else ""
+        tail = tail if _nbytes(tail) <= MAX_LABEL_BYTES // 2 else ""
+        head = label[:-len(tail)] if tail and label.endswith(tail) else label
+        while head and _nbytes(head) > MAX_LABEL_BYTES - _nbytes(tail):
+            head = head[:-1]
+        label = head + tail
+    return f"{label}-{h}"
+
+
+def _nbytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+#: the most UTF-8 bytes of a trial id's label: a file name holds at most 255 bytes, and the report names files after the
+#: trial (``.<id>-heatmap0.png.tmp<pid>.<hex>``, 45 bytes more); 80 letters of 4 (or 3) bytes each did not fit
+MAX_LABEL_BYTES = 180
 
 
 LABEL = "label."

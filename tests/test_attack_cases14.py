@@ -190,3 +190,23 @@ def test_hf_load_refuses_a_path_that_fsspec_reads_as_a_url_chain(made, tmp_path)
     with pytest.raises(DatasetError, match="'::'"):
         load_dataset(ds, cache_dir=str(tmp_path / "cache"))
     assert not (tmp_path / "cache").exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# a trial id is a file name: 255 bytes, not 80 letters
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["\U0001D400" * 100, "中" * 100, "x" * 100])
+def test_a_trial_id_of_wide_letters_fits_a_file_name_with_the_reports_names(tmp_path, value):
+    import os
+
+    from mosaic.sweep import trial_id
+
+    tid = trial_id({"label.condition": value, "seed": 3})
+    assert "_seed=3-" in tid
+    # the report's temporary heatmap name is the longest name made from a trial id
+    longest = f".{tid}-heatmap0.png.tmp{4 * 10 ** 6}.deadbeef"
+    assert len(longest.encode()) <= 255
+    os.mkdir(tmp_path / tid)
+    (tmp_path / longest).write_text("")
+    assert trial_id({"a": "x" * 10, "seed": 0}).startswith("a=xxxxxxxxxx_seed=0-")  # short ASCII labels as before
