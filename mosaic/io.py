@@ -478,6 +478,9 @@ def output_dir_problem(path: str | Path, *, dataset: bool = False, run: bool = F
     p = Path(path)
     if str(p) == "" or "\x00" in str(p):
         return "is not a path"
+    long = _long_name(p)
+    if long:
+        return long
     ds = dataset_around(p)
     is_ds = ds is not None and ds == Path(os.path.realpath(os.path.abspath(p)))
     if ds is not None and not (dataset and is_ds):
@@ -552,6 +555,18 @@ def make_output_dir(path: str | Path, field: str = "out", *, dataset: bool = Fal
     return out
 
 
+def _long_name(p: Path) -> str | None:
+    """Why a name on ``p`` cannot be a file name (255 bytes; its last part 225, for the lock and
+    temporary files mosaic makes beside it, ``.<name>.lock`` and ``.<name>.tmp<pid>.<random>``), or None."""
+    parts = Path(os.path.abspath(p)).parts
+    for k, part in enumerate(parts):
+        n = len(part.encode("utf-8", "surrogateescape")) if part != "/" else 0
+        if n > (225 if k == len(parts) - 1 else 255):
+            return (f"has a name of {n} bytes ({part[:30]!r}...): a file name holds 255 bytes, and mosaic makes its lock and "
+                    "temporary files beside it under longer names; give a name of at most 225 bytes")
+    return None
+
+
 def output_file_problem(path: str | Path) -> str | None:
     """Why a file cannot be written at ``path`` (a PNG, a report), or None: an existing ``path``
     must be a regular file (a folder, device such as ``/dev/null``, FIFO or socket is refused: an
@@ -559,6 +574,9 @@ def output_file_problem(path: str | Path) -> str | None:
     import stat
 
     p = Path(path)
+    long = _long_name(p)
+    if long:
+        return long
     try:
         st = p.stat()
     except (FileNotFoundError, NotADirectoryError):

@@ -79,6 +79,9 @@ def _safe_name(v: str) -> str:
     if bad or v in (".", "..") or not v.strip():
         raise ValueError(f"{v!r} cannot be a folder name (it names files under a root folder): use letters, digits, "
                          "'-', '_' or '.', without '/', '\\', control characters, or '.'/'..' alone")
+    if len(v.encode("utf-8", "surrogatepass")) > 200:  # 200 letters of 4 bytes: 800 bytes, where a file name holds 255
+        raise ValueError(f"{v[:40]!r}... is {len(v.encode('utf-8', 'surrogatepass'))} bytes in UTF-8: a name becomes a folder name "
+                         "(with a suffix), and a file name holds 255 bytes; give at most 200 bytes (fewer letters outside ASCII)")
     return v
 
 

@@ -210,3 +210,22 @@ def test_a_trial_id_of_wide_letters_fits_a_file_name_with_the_reports_names(tmp_
     os.mkdir(tmp_path / tid)
     (tmp_path / longest).write_text("")
     assert trial_id({"a": "x" * 10, "seed": 0}).startswith("a=xxxxxxxxxx_seed=0-")  # short ASCII labels as before
+
+
+@pytest.mark.parametrize("name", ["a" * 250, "a" * 260, "\U0001D400" * 70 + "/x"])
+def test_an_output_name_longer_than_a_file_name_is_named_before_anything_is_written(made, tmp_path, name):
+    r = runner.invoke(app, ["generate", str(made[0]), "--out", str(tmp_path / name)])
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and "255 bytes" in r.output
+    r = runner.invoke(app, ["splits", str(made[0]), "--out", str(tmp_path / (name + ".png"))])
+    assert r.exit_code == 2 and "255 bytes" in r.output, r.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_spec_name_of_more_than_200_bytes_is_refused_by_name(made):
+    from mosaic.errors import SpecError
+    from mosaic.spec import load_spec
+
+    with pytest.raises(SpecError, match="bytes in UTF-8"):
+        load_spec(made[0], ["name=" + "\U0001D400" * 70])
+    assert load_spec(made[0], ["name=" + "\U0001D400" * 50]).name.startswith("\U0001D400")
