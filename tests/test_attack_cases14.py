@@ -229,3 +229,13 @@ def test_a_spec_name_of_more_than_200_bytes_is_refused_by_name(made):
     with pytest.raises(SpecError, match="bytes in UTF-8"):
         load_spec(made[0], ["name=" + "\U0001D400" * 70])
     assert load_spec(made[0], ["name=" + "\U0001D400" * 50]).name.startswith("\U0001D400")
+
+
+@pytest.mark.parametrize("cmd", [["validate"], ["verify"], ["preview"], ["splits"], ["report"], ["evaluate", "--spec", "SPEC"]])
+def test_an_input_path_longer_than_a_file_name_is_named_not_a_traceback(made, cmd):
+    long = "a" * 300
+    args = [a if a != "SPEC" else str(made[0]) for a in cmd]
+    r = runner.invoke(app, [args[0], long, *args[1:]])
+    assert r.exit_code == 2, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert "255 bytes" in r.output

@@ -61,6 +61,10 @@ class _MosaicGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except OSError as e:
+            if e.errno == errno.ENAMETOOLONG:  # a path given (or made from one) with a name over 255 bytes: pathlib's
+                # is_dir()/exists() raise it where they return False for a missing file
+                fail(MosaicError([(str(e.filename or "a path")[:300], "a name in this path is longer than a file name can be "
+                                   "(255 bytes): give a path whose every folder and file name is at most 255 bytes")]))
             if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
                 raise
             where = f" while writing {e.filename}" if e.filename else ""
