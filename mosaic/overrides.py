@@ -90,6 +90,28 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def _numbers_as_written(loader: type) -> None:
+    """Resolve plain scalars to numbers only in the forms everyone reads alike. YAML 1.1 (PyYAML)
+    reads ``010`` as octal 8, ``12:30`` as 750 and ``16:9`` as 969 (base 60): ``--set splits.train=010``
+    generated 8 samples and a concept value ``16:9`` became the label 969, without a word. Such
+    scalars stay the text they are (a number field then reads ``010`` as ten, and refuses ``1:30``
+    by name); decimal (``0``, ``12``, ``1_000``), ``0x``/``0b`` integers and decimal floats are as before."""
+    import re
+
+    int_tag, float_tag = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+    loader.yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag not in (int_tag, float_tag)]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    loader.add_implicit_resolver(int_tag, re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0x[0-9a-fA-F_]+|[-+]?(?:0|[1-9][0-9_]*))$"),
+                                 list("-+0123456789"))
+    loader.add_implicit_resolver(float_tag, re.compile(
+        r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+0123456789."))
+
+
+_numbers_as_written(UniqueKeyLoader)
+
+
 def safe_load(text: str) -> Any:
     """``yaml.safe_load`` that refuses duplicate mapping keys (:class:`UniqueKeyLoader`): the one
     YAML parser of every user file and ``--set`` value (specs, configs, sweeps, registries)."""

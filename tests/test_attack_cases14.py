@@ -239,3 +239,21 @@ def test_an_input_path_longer_than_a_file_name_is_named_not_a_traceback(made, cm
     assert r.exit_code == 2, r.output
     assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
     assert "255 bytes" in r.output
+
+
+# ------------------------------------------------------------------------------------------------
+# YAML 1.1's octal and base-60 numbers are not what a person wrote
+# ------------------------------------------------------------------------------------------------
+
+def test_yaml_octal_and_base_60_scalars_stay_text(made):
+    from mosaic.errors import SpecError
+    from mosaic.overrides import safe_load
+    from mosaic.spec import load_spec
+
+    assert safe_load("a: [16:9, 010, 1:20:30.5, 12, 1_000, 0x10, 1.5, .5, 0]") == {
+        "a": ["16:9", "010", "1:20:30.5", 12, 1000, 16, 1.5, 0.5, 0]}
+    assert load_spec(made[0], ["splits.train=010"]).split_sizes()["train"] == 10  # ten, as written (YAML 1.1: 8)
+    with pytest.raises(SpecError, match="1:30"):
+        load_spec(made[0], ["seed=1:30"])  # YAML 1.1: 90
+    import yaml
+    assert yaml.safe_load("a: 010")["a"] == 8  # PyYAML's own loader is left as it is
