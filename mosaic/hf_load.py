@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 
 from mosaic.errors import DatasetError
-from mosaic.verify import check_before_read
+from mosaic.locks import reading
+from mosaic.verify import check_before_read, read_manifest_checked
 
 
 def load_dataset(path: str | Path, **kwargs):
@@ -54,13 +55,15 @@ def load_dataset(path: str | Path, **kwargs):
     import datasets
 
     root = Path(path)
-    check_before_read(root)
+    read_manifest_checked(root)  # a dataset at all before a lock file is made beside it
     where = os.path.realpath(root)
     refuse_glob_path(where, root)
     base = kwargs.pop("cache_dir", None) or datasets.config.HF_DATASETS_CACHE
     cache = Path(base) / "mosaic-by-location" / hashlib.sha256(where.encode("utf-8", "surrogateescape")).hexdigest()[:16]
     try:
-        return datasets.load_dataset(where, cache_dir=str(cache), **kwargs)
+        with reading(root, DatasetError):  # no `generate --overwrite` between the check and HF's last read
+            check_before_read(root)
+            return datasets.load_dataset(where, cache_dir=str(cache), **kwargs)
     except FileNotFoundError as e:  # HF found no file of a card pattern: named, never a raw traceback
         raise DatasetError(f"{root}: HuggingFace datasets found no data file ({str(e)[:200]}); check the folder with "
                            f"`mosaic verify {root}`, and rewrite its card with `mosaic verify {root} --repair`") from None

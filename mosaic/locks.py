@@ -80,9 +80,13 @@ class FolderLock:
         what: how the folder is named in the message (``dataset``, ``run folder``).
         wait: block until a live holder releases the lock instead of raising (two identical
             generations into one folder: the second waits, then finds the dataset complete).
-        reader: the caller only reads the folder (``mosaic export``'s source): where the lock file
-            cannot be made because its place is read-only, no writer can hold it, and the folder is
-            read without one (a live holder's lock file is still refused).
+        reader: the caller only reads the folder (``mosaic export``'s source, every dataset reader:
+            ``MosaicDataset``, ``mosaic.hf_load``, ``evaluate`` on a split): a *shared* lock, held
+            with other readers, never with a writer, so a ``generate --overwrite`` can neither
+            start nor finish between a reader's check and its last read (old labels were paired
+            with new images). The last reader out removes the lock file (:meth:`release`).
+            Where the lock file cannot be made because its place is read-only, no writer can hold
+            it, and the folder is read without one (a live holder's lock file is still refused).
 
     Use as a context manager, or :meth:`acquire` / :meth:`release`. Re-entrant within a process
     (a nested acquire of a folder this process already holds is a no-op).
@@ -125,13 +129,14 @@ class FolderLock:
                                  "give a writable location") from None
             if fcntl is not None:
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB))
+                    fcntl.flock(fd, (fcntl.LOCK_SH if self.reader else fcntl.LOCK_EX) | (0 if self.wait else fcntl.LOCK_NB))
                 except BlockingIOError:
                     os.close(fd)
                     owner = _read_owner(self.path)
                     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner["since"])) if "since" in owner else "?"
                     raise self.error(
-                        f"another process (pid {owner.get('pid', '?')} on {owner.get('host', '?')}, since {since}) is writing "
+                        f"another process (pid {owner.get('pid', '?')} on {owner.get('host', '?')}, since {since}) is "
+                        f"{'writing' if self.reader or not owner.get('reader') else 'reading'} "
                         f"{self.what} {self.folder}: wait for it to finish or stop it (a lock held by a process that died "
                         f"is taken over by itself; the lock file is {self.path})") from None
             # the file may have been unlinked by its previous owner between our open and flock
@@ -143,7 +148,8 @@ class FolderLock:
                 break
             os.close(fd)
         os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode())
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
+                                 **({"reader": True} if self.reader else {})}).encode())
         self.fd = fd
         FolderLock._held[key] = 1
         return self
@@ -156,10 +162,17 @@ class FolderLock:
             return
         FolderLock._held.pop(key, None)
         if self.fd is not None:
-            try:
-                self.path.unlink()
-            except OSError:
-                pass
+            alone = True
+            if self.reader and fcntl is not None:  # the file may be another reader's lock still: removed only when none holds it
+                try:
+                    fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    alone = False
+            if alone:
+                try:
+                    self.path.unlink()
+                except OSError:
+                    pass
             os.close(self.fd)  # closing releases the flock
             self.fd = None
 
@@ -168,6 +181,13 @@ class FolderLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def reading(folder: str | Path, error: type[MosaicError] = MosaicError) -> FolderLock:
+    """The shared lock a reader of the dataset ``folder`` holds from its check to its last read
+    (:class:`FolderLock` with ``reader=True``, waiting for a writer to finish, as a second
+    generation waits for the first)."""
+    return FolderLock(folder, error, "dataset", wait=True, reader=True)
 
 
 def check_unlocked(folder: str | Path, error: type[MosaicError] = MosaicError, what: str = "folder") -> None:

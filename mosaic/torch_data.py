@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from mosaic.dataset import iter_metadata, read_manifest, resolve_split, spec_of
 from mosaic.errors import DatasetError
+from mosaic.locks import reading
 from mosaic.png import decode_image
 from mosaic.records import unfinished_hint
 from mosaic.shard_checks import shard_bounds
@@ -46,9 +47,17 @@ class MosaicDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, root: str | Path, split: str = "train", load_masks: bool = False, verify: bool = True):
+        self.root = Path(root)
+        read_manifest_checked(self.root)  # a dataset at all (named otherwise) before a lock file is made beside it
+        # the dataset's shared lock from the check to the last image: a `generate --overwrite` can neither start nor
+        # finish in between (its new images were paired with the old labels, without a word)
+        with reading(self.root, DatasetError):
+            self._load(split, load_masks, verify)
+
+    def _load(self, split: str, load_masks: bool, verify: bool) -> None:
         from mosaic.parquet import iter_records, storage_of
 
-        self.root = Path(root)
+        root = self.root
         man = read_manifest_checked(self.root)  # bounded, UTF-8, depth-safe: a damaged manifest is named, never a traceback
         if man.get("status") != "complete":
             raise DatasetError(f"{root} is incomplete: {unfinished_hint(root, man)}")

@@ -8,6 +8,11 @@
 - **A folder named through a symbolic link took another lock**: the lock file was beside the path
   as given, so ``evaluate --out LINK`` wrote while another process held ``--out REAL``'s lock.
   :func:`mosaic.locks.lock_path` is beside the folder's real place (links resolved).
+- **A reader paired old labels with new images**: ``MosaicDataset`` checked the dataset, read its
+  records, then decoded the images; a ``generate --overwrite`` (another seed) finishing in between
+  gave the old labels with the new images, exit 0. Every dataset reader (``MosaicDataset``,
+  ``mosaic.hf_load``, ``evaluate`` on a split, ``--copies``) holds the dataset's shared lock
+  (:func:`mosaic.locks.reading`) from its check to its last read; writers hold it exclusively.
 """
 
 from __future__ import annotations
@@ -257,3 +262,55 @@ def test_yaml_octal_and_base_60_scalars_stay_text(made):
         load_spec(made[0], ["seed=1:30"])  # YAML 1.1: 90
     import yaml
     assert yaml.safe_load("a: 010")["a"] == 8  # PyYAML's own loader is left as it is
+
+
+# ------------------------------------------------------------------------------------------------
+# a reader holds the dataset from its check to its last image
+# ------------------------------------------------------------------------------------------------
+
+def test_a_regeneration_never_lands_between_a_readers_labels_and_its_images(made, tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    import mosaic.torch_data as td
+
+    ds = _copy(made, tmp_path)
+    other = tmp_path / "seed7.yaml"
+    other.write_text("seed: 7\n" + made[0].read_text())
+    orig, writer = td.decode_image, {}
+
+    def decode_after_a_regeneration(*a, **k):
+        if not writer:  # between the records and the first image: another process regenerates the folder
+            writer["run"] = subprocess.run([sys.executable, "-m", "mosaic.cli", "generate", str(other), "--out", str(ds),
+                                            "--overwrite"], capture_output=True, text=True)
+        return orig(*a, **k)
+
+    monkeypatch.setattr(td, "decode_image", decode_after_a_regeneration)
+    d = td.MosaicDataset(ds, "test_ood")
+    run = writer["run"]
+    assert run.returncode == 2 and "is reading dataset" in run.stdout + run.stderr, run.stdout + run.stderr
+    import numpy as np
+    from PIL import Image
+
+    for i, r in enumerate(d.records):  # labels and images of one generation: the files still on disk
+        assert (d.images[i].permute(1, 2, 0).numpy() == np.asarray(Image.open(ds / "test_ood" / r["file_name"]))).all()
+    assert not (tmp_path / ".ds.lock").exists()  # the last reader out removes the lock file
+
+
+def test_readers_share_the_lock_and_a_writer_waits_for_them(tmp_path):
+    from mosaic.errors import DatasetError
+    from mosaic.locks import reading
+
+    d = tmp_path / "ds"
+    d.mkdir()
+    with reading(d, DatasetError), reading(d, DatasetError):
+        pass
+    holder = hold_lock(d)  # a writer in another process
+    try:
+        with pytest.raises(DatasetError, match="is writing"):
+            FolderLock(d, DatasetError, "dataset", wait=False, reader=True).acquire()
+    finally:
+        holder.kill()
+        holder.wait()
+    with reading(d, DatasetError):  # a writer that died: taken over
+        pass

@@ -3,6 +3,7 @@ by an evaluator, with the evaluator's own accuracy attached and one row per imag
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -24,8 +25,9 @@ from mosaic.evaluation.quality import quality_summary, read_images
 from mosaic.holdout import is_held_out
 from mosaic.png import FOREIGN_FORMATS, decode_image, eval_pixel_bound
 from mosaic.io import atomic_text_writer, check_output_dir
+from mosaic.locks import reading
 from mosaic.records import spec_from_data
-from mosaic.verify import MANIFEST, check_before_read
+from mosaic.verify import MANIFEST, check_before_read, read_manifest_checked
 
 
 #: most bytes a metadata.jsonl to evaluate may hold (a record is about 1 KB: 1 GiB is a million images)
@@ -293,11 +295,13 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
     d = Path(images_dir)
     if out is not None:
         check_output_dir(out, "out")  # before any work: never into a dataset, a file or an unwritable place
-    records = read_folder(d)
-    side = _training_side(copies_of, None, "train") if copies_of is not None else None  # a wrong dataset fails before scoring
-    check_spec_reads(records, spec, d)  # a concept the spec cannot read, or another dataset's images: refuse
-    check_held_out(records, spec, d)  # held_out flags that contradict the spec are never scored as given
-    images = load_images(d, records, spec)
+    # a split of a dataset is read under the dataset's shared lock, from its check to its last image (mosaic.locks.reading)
+    with reading(d.parent, MosaicError) if d.is_dir() and (d.parent / MANIFEST).is_file() else contextlib.nullcontext():
+        records = read_folder(d)
+        side = _training_side(copies_of, None, "train") if copies_of is not None else None  # a wrong dataset fails before scoring
+        check_spec_reads(records, spec, d)  # a concept the spec cannot read, or another dataset's images: refuse
+        check_held_out(records, spec, d)  # held_out flags that contradict the spec are never scored as given
+        images = load_images(d, records, spec)
     check_image_size(images, records, spec, d)  # the evaluator is checked at the spec's size: the images must be that size
     copies = _copies(records, images, d, side) if side is not None else None  # the images read once
     t = time.perf_counter()
@@ -417,7 +421,17 @@ def _training_side(dataset_dir: str | Path, reference: str | None, train_split: 
     ``[R, H, W, 3]``) and what they are (``reference``, ``train_split``, ``dataset``)."""
     ds = Path(dataset_dir)
     # a reader like every other: the quick check first (not a dataset, damaged, stray files, a spec edited after
-    # generation: refused, named), then images decoded only up to the pixel bound of the dataset's own spec
+    # generation: refused, named), then images decoded only up to the pixel bound of the dataset's own spec, all under
+    # the dataset's shared lock (mosaic.locks.reading)
+    try:
+        read_manifest_checked(ds)
+    except MosaicError as e:
+        raise MosaicError([("--copies", f"{str(ds)!r}: the dataset the model trained on is checked before it is read")] + e.problems) from None
+    with reading(ds, MosaicError):
+        return _training_images(ds, reference, train_split)
+
+
+def _training_images(ds: Path, reference: str | None, train_split: str) -> tuple[np.ndarray, np.ndarray, dict]:
     try:
         man = check_before_read(ds)
     except MosaicError as e:
