@@ -236,6 +236,7 @@ def _write_audit(root: Path, out: Path, items: list[dict], aid: str, seed: int) 
     if out.is_symlink():
         raise MosaicError(f"{out} is a symbolic link: the audit is never written through a link; give a real folder (--out)")
     make_output_dir(out, "--out")
+    _refuse_foreign_outputs(out)
     marks = {}
     saved = out / "audit.json"
     if saved.is_file():
@@ -254,6 +255,26 @@ def _write_audit(root: Path, out: Path, items: list[dict], aid: str, seed: int) 
                                                 indent=1) + "\n")
     atomic_write(page, audit_page(items, meta, marks))
     return page
+
+
+def _refuse_foreign_outputs(out: Path) -> None:
+    """An audit folder that already holds ``items.json`` or ``audit.html`` must hold an audit's own
+    ``items.json`` (a new audit replaces its own files): a person's ``items.json`` or page in a folder
+    given as ``--out`` is never overwritten (as ``evaluate --out``). Other files are left alone.
+
+    Raises:
+        MosaicError: naming ``--out``, the files and the fix."""
+    present = [n for n in ("items.json", "audit.html") if os.path.lexists(out / n)]
+    if not present:
+        return
+    try:
+        own = read_json(out / "items.json")
+    except (OSError, ValueError):  # missing, not a regular file, not JSON
+        own = None
+    if isinstance(own, dict) and isinstance(own.get("meta"), dict) and "audit_id" in own["meta"] and isinstance(own.get("items"), list):
+        return
+    raise MosaicError([("--out", f"{str(out)!r} holds {', '.join(present)}, which mosaic audit did not write (no items.json of an "
+                                 "audit among them): give another --out (a new or empty folder), or move those files away")])
 
 
 def check_audit(data: dict, expected_id: str | None = None, where: str = "audit.json", items: list[dict] | None = None) -> list[dict]:

@@ -314,3 +314,26 @@ def test_readers_share_the_lock_and_a_writer_waits_for_them(tmp_path):
         holder.wait()
     with reading(d, DatasetError):  # a writer that died: taken over
         pass
+
+
+# ------------------------------------------------------------------------------------------------
+# audit --out never overwrites a person's items.json or page
+# ------------------------------------------------------------------------------------------------
+
+def test_audit_out_never_overwrites_files_it_did_not_write(made, tmp_path):
+    ev = tmp_path / "ev"
+    shutil.copytree(made[1] / "test_ood", ev)
+    r = runner.invoke(app, ["evaluate", str(ev), "--spec", str(made[0]), "--check-n", "0", "--out", str(ev)])
+    assert r.exit_code == 0, r.output
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "items.json").write_text('{"mine": 1}')
+    (mine / "audit.html").write_text("<p>my page</p>")
+    r = runner.invoke(app, ["audit", str(ev), "--out", str(mine)])
+    assert r.exit_code == 2, r.output
+    assert "did not write" in r.output and (mine / "items.json").read_text() == '{"mine": 1}'
+    assert (mine / "audit.html").read_text() == "<p>my page</p>"
+    own = tmp_path / "own"
+    for _ in range(2):  # a new audit into its own folder replaces its own files
+        r = runner.invoke(app, ["audit", str(ev), "--out", str(own)])
+        assert r.exit_code == 0, r.output
