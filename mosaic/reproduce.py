@@ -77,19 +77,23 @@ def sweeps_of(paper: str, scale: str, registry: dict | None = None, sweeps_dir: 
     return found, missing
 
 
-def _estimate(cfg, scale: str) -> dict:
-    """Seconds a trial takes: measured on this CPU (``cpu`` scale) or projected on the fastest
-    accelerator whose memory fits it (``gpu``); ``{"seconds", "where"}`` or ``{"error"}``."""
+def _estimate(cfg, scale: str, side: int = 1, shapes: dict | None = None) -> dict:
+    """Seconds a trial takes: measured on this CPU (``cpu`` scale; with ``side - 1`` other processes
+    training the same model, as ``side`` trials run at once) or projected on the fastest accelerator
+    whose memory fits it (``gpu``); ``{"seconds", "where"}`` or ``{"error"}``. ``shapes``: the
+    measurements shared between the trials of a sweep (``estimate_run``'s ``cache``)."""
     try:
         from mosaic.lab.cost import estimate_run
     except ImportError:
         return {"error": "no cost model (mosaic.lab.cost)"}
     try:
-        est = estimate_run(cfg, time_cpu=scale == "cpu", check_device_present=False)
+        est = estimate_run(cfg, time_cpu=scale == "cpu", check_device_present=False, side_by_side=side if scale == "cpu" else 1,
+                           cache=shapes)
     except Exception as e:  # an estimate must not stop a dry run
         return {"error": f"{type(e).__name__}: {e}"}
     if scale == "cpu":
-        return {"seconds": est.cpu_total_s, "where": f"this CPU ({est.cpu_threads} thread(s), load {est.cpu_load:.1f})",
+        where = f"this CPU ({est.cpu_threads} thread(s), {side} side by side, load {est.cpu_load:.1f})"
+        return {"seconds": est.cpu_total_s, "where": where,
                 "threads": est.cpu_threads}
     rows = [a for a in est.accelerators if a.fits]
     if not rows:
@@ -122,6 +126,7 @@ def plan_reproduction(paper: str, scale: str, out: str | Path, workers: int = 1,
         folder = out / s.name
         trials = plan(s, folder)
         cache: dict[str, dict] = {}
+        shapes: dict = {}
         rows, todo_s, threads = [], [], 1
         for t in trials:
             if t["cfg"].dataset.spec is not None:
@@ -131,7 +136,8 @@ def plan_reproduction(paper: str, scale: str, out: str | Path, workers: int = 1,
             if estimate and not done:
                 key = json.dumps({k: v for k, v in t["values"].items() if k != "seed"}, sort_keys=True, default=str)
                 if key not in cache:
-                    cache[key] = _estimate(t["cfg"], scale)
+                    side = cpu_slots(workers, t["cfg"].training.threads or 1) if scale == "cpu" else 1
+                    cache[key] = _estimate(t["cfg"], scale, side, shapes)
                 est = cache[key]
                 todo_s.append(est.get("seconds") or 0.0)
                 threads = max(threads, est.get("threads") or 1)

@@ -178,6 +178,36 @@ def test_estimate_does_not_depend_on_the_load_of_the_dry_run(tmp_path, monkeypat
     assert est.cpu_total_s == pytest.approx(est.cpu_total_loaded_s / 2, rel=1e-6)
 
 
+def _companions_alive() -> list[str]:
+    alive = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "-m mosaic.lab.timing" in cmd:
+            alive.append(cmd)
+    return alive
+
+
+def test_a_sweeps_estimate_times_its_steps_beside_the_trials_that_run_with_it(tmp_path):
+    # trials run `workers` at a time: the estimate's CPU timings are taken while the other slots' processes train
+    # the same model, and those processes are gone when the estimate returns
+    from mosaic.lab.timing import side_by_side
+
+    cfg = _cfg("experiments/train/quickstart_cpu.yaml", "training.steps=50", f"dataset.root={tmp_path}", "evaluation.check_n=0")
+    with side_by_side(cfg, 1, 8) as n:
+        assert n == 0 and not _companions_alive()
+    with side_by_side(cfg, 2, 8) as n:
+        assert n == 1  # it printed "ready" after real training steps
+        assert len(_companions_alive()) == 1
+    assert not _companions_alive()
+    est = estimate_run(cfg, side_by_side=2)
+    assert any("1 other process(es) training the same model side by side" in x for x in est.notes)
+    assert 0 < est.cpu_step_idle_s and not _companions_alive()
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_device_that_is_absent_is_a_config_error_naming_the_field(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")

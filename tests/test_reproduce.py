@@ -116,12 +116,19 @@ def test_reproduce_dry_run_sums_each_sweeps_pool_wall_time(tmp_path, monkeypatch
     reg, sweeps = tiny(tmp_path)
     monkeypatch.setattr(R, "load_registry", lambda path=None: reg)
     monkeypatch.setattr(R, "SWEEPS_DIR", sweeps)
-    monkeypatch.setattr(R, "_estimate", lambda cfg, scale: {"seconds": 100.0, "where": "this CPU", "threads": 1})
+    sides = []
+
+    def est(cfg, scale, side=1, shapes=None):
+        sides.append(side)
+        return {"seconds": 100.0, "where": "this CPU", "threads": 1}
+
+    monkeypatch.setattr(R, "_estimate", est)
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     one = R.plan_reproduction("toy", "cpu", tmp_path / "out", workers=1)
     two = R.plan_reproduction("toy", "cpu", tmp_path / "out", workers=2)
     many = R.plan_reproduction("toy", "cpu", tmp_path / "out", workers=8)  # 2 cores: no more than 2 side by side
     assert one["seconds"] == two["seconds"] == 400.0 and one["wall_seconds"] == 400.0
     assert two["wall_seconds"] == 200.0 and two["sweeps"][0]["wall_seconds"] == 200.0 and many["wall_seconds"] == 200.0
-    monkeypatch.setattr(R, "_estimate", lambda cfg, scale: {"seconds": 100.0, "where": "this CPU", "threads": 2})
+    assert set(sides) == {1, 2}  # timed beside as many trials as run at once: 1, 2, and 2 of 8 asked on 2 cores
+    monkeypatch.setattr(R, "_estimate", lambda cfg, scale, side=1, shapes=None: {"seconds": 100.0, "where": "this CPU", "threads": 2})
     assert R.plan_reproduction("toy", "cpu", tmp_path / "out", workers=2)["wall_seconds"] == 400.0  # 2 threads each fill the 2 cores

@@ -30,7 +30,8 @@ def _print_estimates(name: str, trials: list[dict], workers: int) -> None:
     for t in trials:
         cfg = t["cfg"]
         cpu = cfg.training.device == "cpu"
-        est = estimate_run(cfg, time_cpu=cpu, check_device_present=False, cache=cache)
+        est = estimate_run(cfg, time_cpu=cpu, check_device_present=False, cache=cache,
+                           side_by_side=cpu_slots(workers, cfg.training.threads or 1) if cpu else 1)
         rows.append((t["id"], est, cpu))
         for w in est.warnings:
             warnings.setdefault(w, t["id"])

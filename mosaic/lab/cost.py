@@ -56,7 +56,7 @@ from mosaic.holdout import HELD_OUT, SEEN
 from mosaic.lab.flops import PROBE_BATCH, measure_autoencoder, measure_step
 from mosaic.lab.loop import check_device, torch_threads_restored
 from mosaic.lab.probe import Probe, make_probe, spec_and_records
-from mosaic.lab.timing import time_forward, time_sampling, time_scoring, time_steps
+from mosaic.lab.timing import side_by_side, time_forward, time_sampling, time_scoring, time_steps
 
 GiB = 2**30
 
@@ -235,7 +235,8 @@ def _dtype(precision: str):
 
 
 def estimate_run(cfg, *, assumed_mfu: float = ASSUMED_MFU, accelerators: tuple[Accelerator, ...] = ACCELERATORS,
-                 time_cpu: bool = True, check_device_present: bool = True, cache: dict | None = None) -> Estimate:
+                 time_cpu: bool = True, check_device_present: bool = True, cache: dict | None = None,
+                 side_by_side: int = 1) -> Estimate:
     """Estimate the cost of a diffusion or transformer run (``mosaic train ... --dry-run``,
     ``mosaic sweep --dry-run``, ``mosaic reproduce --dry-run``). Writes nothing.
 
@@ -249,6 +250,9 @@ def estimate_run(cfg, *, assumed_mfu: float = ASSUMED_MFU, accelerators: tuple[A
         cache: a dict shared between calls (a sweep): the measurements (FLOPs, memory, step times,
             render and parse times) are taken once per distinct model shape, image size, batch and
             precision, and reused; steps, dataset sizes and sampling settings are each run's own.
+        side_by_side: how many such runs share this machine at once (a sweep's trials side by side,
+            :func:`mosaic.trials.cpu_slots`): the CPU timings are taken while ``side_by_side - 1``
+            other processes train the same model (:func:`mosaic.lab.timing.side_by_side`).
     Returns:
         :class:`Estimate` (FLOPs, bytes, seconds), with ``warnings`` for accelerators whose memory
         the batch does not fit.
@@ -261,7 +265,7 @@ def estimate_run(cfg, *, assumed_mfu: float = ASSUMED_MFU, accelerators: tuple[A
     with torch_threads_restored():
         if cfg.training.threads:
             torch.set_num_threads(cfg.training.threads)
-        return _estimate(cfg, assumed_mfu, accelerators, time_cpu, {} if cache is None else cache)
+        return _estimate(cfg, assumed_mfu, accelerators, time_cpu, {} if cache is None else cache, max(1, int(side_by_side)))
 
 
 def shape_key(cfg, spec) -> str:
@@ -285,7 +289,7 @@ def _scoring_key(spec, evaluator) -> str:
     return json.dumps([d, evaluator], sort_keys=True, default=str)
 
 
-def _measure(cfg, probe: Probe, time_cpu: bool) -> dict:
+def _measure(cfg, probe: Probe, time_cpu: bool, side: int = 1) -> dict:
     """The expensive, shape-dependent numbers of :func:`estimate_run` (see :func:`shape_key`)."""
     tr = cfg.training
     model = probe.model
@@ -308,31 +312,41 @@ def _measure(cfg, probe: Probe, time_cpu: bool) -> dict:
            "fwd_s": 0.0, "sample_s": 0.0, "step_cpu_s": 0.0, "threads": torch.get_num_threads()}
     if time_cpu:
         timed_b = max(1, min(B, int(CPU_TIMING_FLOPS // max(out["flops_img"], 1.0))))
-        fb, opt_s, saved_cpu, cpu_s = time_steps(probe, cfg, timed_b)
-        # forward and sampler timings within the same FLOP budget (a 90 M-parameter model: one image, one step)
-        fwd = max(out["fwd_img"], 1.0)
-        fb_b = max(1, min(timed_b * 2, 64, int(CPU_TIMING_FLOPS // fwd)))
-        reps = 3 if 4 * fb_b * fwd < CPU_TIMING_FLOPS else 1
-        out.update(timed_b=timed_b, fb=fb, opt_s=opt_s, step_cpu_s=cpu_s, a1_cpu=saved_cpu / timed_b, fwd_s=time_forward(probe, fb_b, reps) / fb_b)
-        if probe.sample is not None:  # at the batch sampling runs at (capped): per-image cost grows with the batch on a CPU
-            mult = 1 if cfg.sampling.guidance in (0.0, 1.0) else 2
-            n = max(1, min(cfg.sampling.batch_size, 48, int(CPU_TIMING_FLOPS // (3 * mult * fwd))))
-            steps = 3 if 3 * n * mult * fwd <= CPU_TIMING_FLOPS else 1
-            out["sample_s"] = time_sampling(probe, n, steps, warm=8 * mult * fwd < CPU_TIMING_FLOPS)
+        with side_by_side(cfg, side, timed_b) as companions:
+            _time_cpu(cfg, probe, out, timed_b)
+        if side > 1:
+            notes.append(f"CPU times measured with {companions} other process(es) training the same model side by side"
+                         + (f" ({side - 1} asked: the rest did not start)" if companions < side - 1 else "")
+                         + f", as {side} trials of a sweep run at once")
         if timed_b < B:
             notes.append(f"CPU time measured at batch {timed_b} and scaled linearly to {B}")
     return out
 
 
-def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool, cache: dict) -> Estimate:
+def _time_cpu(cfg, probe: Probe, out: dict, timed_b: int) -> None:
+    """The CPU timings of :func:`_measure`, into ``out``: training step, forward, sampler."""
+    fb, opt_s, saved_cpu, cpu_s = time_steps(probe, cfg, timed_b)
+    # forward and sampler timings within the same FLOP budget (a 90 M-parameter model: one image, one step)
+    fwd = max(out["fwd_img"], 1.0)
+    fb_b = max(1, min(timed_b * 2, 64, int(CPU_TIMING_FLOPS // fwd)))
+    reps = 3 if 4 * fb_b * fwd < CPU_TIMING_FLOPS else 1
+    out.update(timed_b=timed_b, fb=fb, opt_s=opt_s, step_cpu_s=cpu_s, a1_cpu=saved_cpu / timed_b, fwd_s=time_forward(probe, fb_b, reps) / fb_b)
+    if probe.sample is not None:  # at the batch sampling runs at (capped): per-image cost grows with the batch on a CPU
+        mult = 1 if cfg.sampling.guidance in (0.0, 1.0) else 2
+        n = max(1, min(cfg.sampling.batch_size, 48, int(CPU_TIMING_FLOPS // (3 * mult * fwd))))
+        steps = 3 if 3 * n * mult * fwd <= CPU_TIMING_FLOPS else 1
+        out["sample_s"] = time_sampling(probe, n, steps, warm=8 * mult * fwd < CPU_TIMING_FLOPS)
+
+
+def _estimate(cfg, assumed_mfu: float, accelerators, time_cpu: bool, cache: dict, side: int = 1) -> Estimate:
     tr = cfg.training
     torch.manual_seed(tr.seed)
     resolved = spec_and_records(cfg.dataset, 64)
     spec, _, n_train, exists = resolved
-    key = ("shape", shape_key(cfg, spec), time_cpu)
+    key = ("shape", shape_key(cfg, spec), time_cpu, side if time_cpu else 1)
     if key not in cache:
         probe, _ = make_probe(cfg, resolved=resolved)
-        cache[key] = _measure(cfg, probe, time_cpu)
+        cache[key] = _measure(cfg, probe, time_cpu, side)
     me = cache[key]
     P = me["params"]
     B, A = tr.batch_size, tr.grad_accum

@@ -75,6 +75,86 @@ def time_steps(probe: Probe, cfg, b: int, min_s: float = 3.0, max_steps: int = 3
     return fb[len(fb) // 2], op[len(op) // 2], float(sum(saved.values())), cpu[len(cpu) // 2]
 
 
+def _companion_main() -> None:
+    """``python -m mosaic.lab.timing``: a companion of :func:`side_by_side`. Reads one JSON line on
+    stdin (``{"cls": "module:Class", "config": {...}, "b": int, "threads": int}``), trains that
+    config's probe model at batch ``b`` and prints ``ready`` after its first steps, until stdin closes."""
+    import importlib
+    import json
+    import sys
+    import threading
+
+    from mosaic.lab.probe import make_probe
+
+    job = json.loads(sys.stdin.readline())
+    mod, name = job["cls"].split(":")
+    cfg = getattr(importlib.import_module(mod), name).model_validate(job["config"])
+    torch.set_num_threads(max(1, int(job["threads"])))
+    probe, _ = make_probe(cfg)
+    closed = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), closed.set()), daemon=True).start()
+    first = True
+    while not closed.is_set():
+        time_steps(probe, cfg, int(job["b"]), min_s=0.5, max_steps=4)
+        if first:
+            print("ready", flush=True)
+            first = False
+
+
+@contextlib.contextmanager
+def side_by_side(cfg, n: int, b: int, start_timeout_s: float = 180.0):
+    """While the block runs, ``n - 1`` other processes train the same config (its probe's steps at
+    batch ``b``), as a sweep runs ``n`` trials at once: on a CPU whose cores share caches, memory
+    bandwidth or a host's physical core, a step beside others takes longer than a step alone, and a
+    time measured alone underestimates the sweep. Yields the number of companions ready (0 when
+    ``n <= 1``, or when none was ready within ``start_timeout_s``: then the block times a step
+    alone). The companions are fresh interpreters (``python -m mosaic.lab.timing``: no fork of a
+    process with torch threads, no re-import of the caller's main module); they stop when the block
+    ends, whatever happens (killed after 30 s)."""
+    if n <= 1:
+        yield 0
+        return
+    import json
+    import selectors
+    import subprocess
+    import sys
+
+    job = json.dumps({"cls": f"{type(cfg).__module__}:{type(cfg).__qualname__}", "config": cfg.model_dump(mode="json"),
+                      "b": int(b), "threads": int(cfg.training.threads or 1)}) + "\n"
+    procs: list[subprocess.Popen] = []
+    try:
+        for _ in range(n - 1):
+            p = subprocess.Popen([sys.executable, "-m", "mosaic.lab.timing"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, text=True)
+            procs.append(p)
+            p.stdin.write(job)
+            p.stdin.flush()
+        ready = 0
+        with selectors.DefaultSelector() as sel:
+            for p in procs:
+                sel.register(p.stdout, selectors.EVENT_READ)
+            deadline = time.monotonic() + start_timeout_s
+            while ready < len(procs) and time.monotonic() < deadline:
+                for key, _ in sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                    line = key.fileobj.readline()
+                    if not line or line.strip() == "ready":  # ended, or ready (anything else it printed is skipped)
+                        sel.unregister(key.fileobj)
+                        ready += bool(line)
+                if not sel.get_map():
+                    break
+        yield ready
+    finally:
+        for p in procs:
+            with contextlib.suppress(OSError):
+                p.stdin.close()
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
 def time_sampling(probe: Probe, n: int, steps: int = 3, warm: bool = True) -> float:
     """Seconds per image per sampler step of the real sampler (``generate``: guidance, scheduler) on
     ``n`` images, after a one-step warm-up (``warm``)."""
@@ -121,3 +201,7 @@ def time_scoring(spec, evaluator: str | None, n: int = 6) -> tuple[float, float]
     t0 = time.perf_counter()
     ev.predict(images)
     return render, (time.perf_counter() - t0) / n
+
+
+if __name__ == "__main__":
+    _companion_main()
