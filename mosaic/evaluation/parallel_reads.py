@@ -3,7 +3,7 @@
 One image's read is a pure function of the image and the parser (its caches hold only what the
 same image gives again), so N processes give exactly the reads of one, in the images' order. The
 parser holds Python's GIL for most of a read (per-region k-means, connected components, shape
-fitting), so threads would add nothing: the images are cut into chunks of :data:`CHUNK` and read by
+fitting), so threads would add nothing: the images are cut into chunks (:func:`chunk_size`) and read by
 a pool of spawned processes, each holding its own copy of the parser (sent once, when the pool
 starts). The pool lives with the parser and is reused by its later reads; it ends with
 :func:`close_pool`, when the parser is garbage-collected, or with the process (the workers die
@@ -22,7 +22,9 @@ import numpy as np
 
 from mosaic.locks import die_with_parent
 
-#: images per task sent to a worker (a task is one pickle of uint8 pixels there and reads back)
+#: at most this many images per task sent to a worker (a task is one pickle of uint8 pixels there
+#: and reads back); a call is cut into at least 16 tasks per worker (at least 4 images each), so
+#: that the last tasks leave no worker idle for long
 CHUNK = 32
 #: fewer images than this in one call are read in this process
 MIN_PARALLEL = 64
@@ -61,9 +63,16 @@ def read_in_processes(parser, images: np.ndarray) -> list:
         return [parser.parse(im) for im in images]
     pool = _pool_of(parser)
     out: list = []
-    for reads in pool.map(_read_chunk, [images[i:i + CHUNK] for i in range(0, len(images), CHUNK)]):
+    step = chunk_size(len(images), parser.workers)
+    for reads in pool.map(_read_chunk, [images[i:i + step] for i in range(0, len(images), step)]):
         out += reads
     return out
+
+
+def chunk_size(n: int, workers: int) -> int:
+    """Images per task for ``n`` images over ``workers`` processes: ``n / (16 workers)`` rounded
+    up, within [4, :data:`CHUNK`]."""
+    return max(4, min(CHUNK, -(-n // (16 * max(1, workers)))))
 
 
 def close_pool(parser) -> None:
@@ -74,4 +83,4 @@ def close_pool(parser) -> None:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-__all__ = ["CHUNK", "MIN_PARALLEL", "close_pool", "read_in_processes"]
+__all__ = ["CHUNK", "MIN_PARALLEL", "chunk_size", "close_pool", "read_in_processes"]

@@ -49,6 +49,7 @@ from mosaic.vocab import plural, srgb_to_lab
 from mosaic.errors import MosaicError
 from mosaic.evaluation.parallel_reads import read_in_processes
 from mosaic.evaluation.raster import Canvas, clip, erode, gaussian, median, median_rgb
+from mosaic.evaluation.region_ops import grow as _grow, kmeans_split as _kmeans_split, main_share as _main_share, sqdist as _sqdist
 from mosaic.evaluation.shape_fit import SHAPE_MARGIN, ShapeFitter, ShapeHypothesis, merge_rotations, soft_iou, unit_area
 
 #: Coverage interior pixels keep under blur: the interior colour is matched to ``bg + a (c - bg)``.
@@ -238,8 +239,15 @@ class SceneParser:
             ids = np.zeros(px.shape[:2], np.int32)
             for k, (_, region) in enumerate(regions, start=1):
                 ids[region] = k
-            dist, (iy, ix) = ndimage.distance_transform_edt(ids == 0, return_indices=True)
-            owner = np.where(dist <= max(2.0, 3.0 * side / 64.0), ids[iy, ix], 0)
+            # (on the box of the regions grown by more than R: a pixel outside it is farther)
+            reach = max(2.0, 3.0 * side / 64.0)
+            g = int(math.ceil(reach)) + 1
+            rows, cols = np.flatnonzero(ids.any(1)), np.flatnonzero(ids.any(0))
+            box = (slice(max(0, rows[0] - g), rows[-1] + g + 1), slice(max(0, cols[0] - g), cols[-1] + g + 1))
+            sub = ids[box]
+            dist, (iy, ix) = ndimage.distance_transform_edt(sub == 0, return_indices=True)
+            owner = np.zeros_like(ids)
+            owner[box] = np.where(dist <= reach, sub[iy, ix], 0)
             alts = []
             for obj, iou, alt, share, alpha, dom in self._read_objects(px, bg, owner, regions, side, notes):
                 objects.append(obj)
@@ -310,20 +318,39 @@ class SceneParser:
             else:
                 w[4] = cov
         covs = canvas.render()
-        out = []
+        if not work:
+            return []
+        # every object's patch in one zero-padded stack: a Gaussian of mode "constant" gives each
+        # patch of the stack the bits it gives the patch alone (the padding reads as the zeros
+        # outside), so each smoothing step is one call for all objects
         sm = _MATCH_SMOOTH
-        for _, a, dom, _, g, level in work:
-            cov = g if level == 1.0 else covs[g][0]
-            a = clip(gaussian(a / level, sm), 0.0, 1.0)
-            best = 0.0
-            for b in self._fitter.blurs:  # sharp to blurred; the IoU rises to the image's blur, then falls: stop there
-                c = gaussian(cov, b * side / 64.0) if b else cov
-                iou = soft_iou(a, clip(gaussian(np.where(dom, c, 0.0), sm), 0.0, 1.0))
-                if iou < best:
-                    break
-                best = iou
-            out.append((best, level))
-        return out
+        hh = max(w[1].shape[0] for w in work)
+        ww = max(w[1].shape[1] for w in work)
+        n = len(work)
+        obs, cov, dom = np.zeros((n, hh, ww)), np.zeros((n, hh, ww)), np.zeros((n, hh, ww), bool)
+        for k, (_, a, d, _, g, level) in enumerate(work):
+            h, w = a.shape
+            obs[k, :h, :w] = a / level
+            cov[k, :h, :w] = g if level == 1.0 else covs[g][0]
+            dom[k, :h, :w] = d
+        obs = clip(gaussian(obs, sm), 0.0, 1.0)
+        best = [0.0] * n
+        live = list(range(n))
+        for b in self._fitter.blurs:  # sharp to blurred; the IoU rises to the image's blur, then falls: stop there
+            sub = cov[live] if len(live) < n else cov
+            c = gaussian(sub, b * side / 64.0) if b else sub
+            c = clip(gaussian(np.where(dom[live] if len(live) < n else dom, c, 0.0), sm), 0.0, 1.0)
+            nxt = []
+            for j, k in enumerate(live):
+                h, w = work[k][1].shape
+                iou = soft_iou(obs[k, :h, :w], c[j, :h, :w])
+                if iou >= best[k]:
+                    best[k] = iou
+                    nxt.append(k)
+            live = nxt
+            if not live:
+                break
+        return [(best[k], work[k][5]) for k in range(n)]
 
     def _quality(self, objects, matches, shares, specks, side, levels=None, extra: float = 0.0) -> dict[str, float]:
         """The match-quality measures of one read, each in [0, 1] (1 = a clean render):
@@ -372,7 +399,9 @@ class SceneParser:
         fixed = {t.name: int(t.repeat.value) for t in self.spec.templates if t.repeat.kind == "value"}
         if not fixed or len(objects) < 2:
             return
-        sets = {t.name: template_sets(self.spec, t) for t in self.spec.templates}
+        sets = self.__dict__.get("_sets")
+        if sets is None:  # the spec's template sets, made once
+            sets = self._sets = {t.name: template_sets(self.spec, t) for t in self.spec.templates}
         moved: set[int] = set()
         for _ in range(len(objects)):
             groups, _ = assign_templates(Scene(side, tuple(int(v) for v in self.bg), objects), self.spec)
@@ -421,13 +450,12 @@ class SceneParser:
         out: list[tuple[int, np.ndarray]] = []
         if n == 0:
             return out, bg
-        lab = lab_u[inv].reshape(H, W, 3)
+        inv2 = inv.reshape(H, W)  # per pixel: its distinct colour
         interior = erode(fg)
         side2 = float(H * W)
         # interior-colour distance of every foreground pixel: nearest model bg + a (c - bg), a in [0.7, 1]
         di_u = np.zeros((len(cols), len(self.colors)))
         di_u[fg_u] = _sqdist(lab_u[fg_u][:, None, :], self._interior_lab).min(-1)  # [U_fg, K]
-        di_all = di_u[inv].reshape(H, W, len(self.colors))
         for k, sl in enumerate(ndimage.find_objects(comp), start=1):
             if sl is None:
                 continue
@@ -436,20 +464,24 @@ class SceneParser:
             core = mask & interior[sl]
             if core.sum() < 3:
                 core = mask
-            lab_core = lab[sl][core]  # [P, 3]
-            di = di_all[sl][core]  # [P, K]
-            votes = np.bincount(di.argmin(-1), minlength=len(self.colors))
+            at = inv2[sl][core]  # the distinct colours of the core pixels, row-major
+            lab_core = lab_u[at]  # [P, 3]
+            di = di_u[at]  # [P, K]
+            near = di.argmin(-1)
+            votes = np.bincount(near, minlength=len(self.colors))
             # colours holding a real share of the interior; a colour that is a dimmed version of
             # another present one (gray next to white) is that colour's blurred edge, not an object
-            present = [int(c) for c in np.argsort(-votes) if votes[c] >= max(3, 0.2 * core.sum())]
-            present = [c for c in present if not any(self._dims[c, o] for o in present if o != c)]
+            thr, vl = max(3, 0.2 * int(np.count_nonzero(core))), votes.tolist()
+            present = [c for c in np.argsort(-votes).tolist() if vl[c] >= thr]
+            if len(present) > 1:
+                present = [c for c in present if not any(self._dims[c, o] for o in present if o != c)]
             if len(present) <= 1:
                 # the colour of the interior mean (less noisy than a vote)
-                mean_lab = lab_core.mean(0) if len(present) == 0 else lab_core[di.argmin(-1) == present[0]].mean(0)
+                mean_lab = lab_core.mean(0) if len(present) == 0 else lab_core[near == present[0]].mean(0)
                 c = int(_sqdist(mean_lab[None, None], self._interior_lab).min(-1).argmin())
                 parts = [(c, mask)]
             else:
-                sub = di_all[sl][:, :, present].argmin(-1)
+                sub = di_u[inv2[sl]][:, :, present].argmin(-1)
                 parts = []
                 for j, c in enumerate(present):
                     lab_j, m = ndimage.label(mask & (sub == j))
@@ -459,7 +491,8 @@ class SceneParser:
             for c, m in parts:
                 full = np.zeros((H, W), bool)
                 full[sl] = m
-                area = float(clip(self._coverage(px, bg, self.colors[c])[full], 0.0, 1.0).sum())  # cached per colour
+                # the same pixels in the same (row-major) order as indexing the whole image by ``full``
+                area = float(clip(self._coverage(px, bg, self.colors[c])[sl][m], 0.0, 1.0).sum())  # cached per colour
                 if area < _SPECK_FRACTION * self._min_area[self.colors[c]] * side2:
                     if area >= 2.0:
                         notes.append(f"dropped a {self.colors[c]} speck of {area:.1f} px (smaller than any object of that colour)")
@@ -477,8 +510,10 @@ class SceneParser:
         if self._cov_cache.get("key") != (id(px), tuple(bg)):
             self._cov_cache = {"key": (id(px), tuple(bg))}
         if key not in self._cov_cache:
-            c = np.asarray(self.spec.rgb(color), dtype=np.float64) - bg
-            self._cov_cache[key] = clip(((px - bg) @ c) / float(c @ c), -1.0, 1.0)
+            c = np.asarray(self._fitter._rgb.get(color) or self.spec.rgb(color), dtype=np.float64) - bg
+            if "diff" not in self._cov_cache:
+                self._cov_cache["diff"] = px - bg
+            self._cov_cache[key] = clip((self._cov_cache["diff"] @ c) / float(c @ c), -1.0, 1.0)
         return self._cov_cache[key]
 
     # -- objects ---------------------------------------------------------------------------------
@@ -527,58 +562,6 @@ class SceneParser:
             else:
                 out.append((*fit, _main_share(alpha), alpha, domain))
         return out
-
-
-def _main_share(alpha: np.ndarray) -> float:
-    """Share of a coverage map's mass (``alpha`` clipped to [0, 1]) in its main connected region:
-    the hard mask ``alpha >= 0.5`` is split into 8-connected regions, every covered pixel goes to
-    the nearest one, and the heaviest region's mass is divided by the total (1.0 = one piece)."""
-    a = clip(alpha, 0.0, 1.0)
-    hard = a >= 0.5
-    lab, n = ndimage.label(hard, structure=np.ones((3, 3), bool))
-    if n <= 1:
-        return 1.0
-    _, (iy, ix) = ndimage.distance_transform_edt(lab == 0, return_indices=True)
-    nearest = lab[iy, ix]
-    mass = np.bincount(nearest.ravel(), weights=a.ravel(), minlength=n + 1)[1:]
-    tot = float(mass.sum())
-    return float(mass.max() / tot) if tot > 0 else 1.0
-
-
-def _grow(sl: tuple[slice, slice], n: int, H: int, W: int) -> tuple[slice, slice]:
-    return (slice(max(0, sl[0].start - n), min(H, sl[0].stop + n)), slice(max(0, sl[1].start - n), min(W, sl[1].stop + n)))
-
-
-def _sqdist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Squared Euclidean distance over the last axis, broadcasting ``a[..., None, :]`` against ``b``."""
-    diff = a[..., None, :] - b
-    return np.einsum("...i,...i->...", diff, diff)
-
-
-def _kmeans_split(alpha: np.ndarray, k: int, iters: int = 20) -> list[np.ndarray]:
-    """Split a coverage map into ``k`` parts by alpha-weighted k-means on pixel coordinates."""
-    ys, xs = np.nonzero(alpha)
-    pts = np.stack([xs, ys], 1).astype(np.float64)
-    w = alpha[ys, xs]
-    # farthest-point start from the heaviest pixel
-    centres = [pts[w.argmax()]]
-    for _ in range(1, k):
-        d = np.min([np.linalg.norm(pts - c, axis=1) for c in centres], axis=0) * (w > 0.5)
-        centres.append(pts[d.argmax()])
-    C = np.array(centres)
-    for _ in range(iters):
-        assign = np.linalg.norm(pts[:, None] - C[None], axis=-1).argmin(1)
-        newC = np.array([np.average(pts[assign == j], axis=0, weights=w[assign == j]) if (assign == j).any() and w[assign == j].sum() > 0 else C[j] for j in range(k)])
-        if np.allclose(newC, C):
-            break
-        C = newC
-    out = []
-    for j in range(k):
-        m = np.zeros_like(alpha)
-        sel = assign == j
-        m[ys[sel], xs[sel]] = w[sel]
-        out.append(m)
-    return out
 
 
 def _check_images(images) -> np.ndarray:

@@ -24,6 +24,7 @@ from scipy import ndimage
 from mosaic.scene import SceneObject
 from mosaic.vocab import SHAPES
 
+
 _UNIT = {k: (None if v is None else (np.array([p[0] for p in v]), np.array([p[1] for p in v]))) for k, v in SHAPES.items()}
 
 
@@ -61,6 +62,7 @@ class Canvas:
         self.side = int(side)
         self.big = self.side * self.s
         self._groups: list[tuple] = []  # (h, w, shape, radius, cx, cy, rotations | None, ox, oy)
+        self.blocks: list[tuple[np.ndarray, int]] = []  # after render: per group, (its block, first index)
 
     def __len__(self) -> int:
         return len(self._groups)
@@ -81,7 +83,8 @@ class Canvas:
 
     def render(self) -> list[np.ndarray]:
         """Per queued group, in order: float64 coverage in [0, 1], C-contiguous ``[R, h, w]`` (R
-        rotations; 1 for a disk or :meth:`add`). The queue is emptied."""
+        rotations; 1 for a disk or :meth:`add`). The queue is emptied; :attr:`blocks` tells where
+        each group lies in the block it shares with its neighbours of the same patch size."""
         groups, self._groups = self._groups, []
         if not groups:
             return []
@@ -101,36 +104,63 @@ class Canvas:
             for g, k in zip(gs, n):
                 coords[g] = pts[at:at + k]
                 at += k
+        # each group's band holds only the output rows its shapes can reach (a polygon fills the
+        # rows and columns of its vertices, no more; a disk gets a pixel to spare), moved up by a
+        # whole number of output rows (a multiple of the supersampling: the same pixels); the
+        # image is as wide as the rightmost reachable column; the rest of each patch is zero
         layout, width, y = [], s, 0
         for (h, w, _, _, _, _, rots, _, _), c in zip(groups, coords):
             if rots is None:
-                n, lo, hi = 1, c[1], c[3]
+                n, lo, hi, right, spare = 1, c[1], c[3], c[2], s
             else:
                 n, ys = c.shape[0], c[:, :, 1]
-                lo, hi = int(ys.min()), int(ys.max())
-            pad = max(0, -lo, hi - (h * s - 1)) + 1
-            pad = -(-pad // s) * s  # a multiple of the supersampling
-            band = h * s + 2 * pad
-            layout.append((y, n, band, pad))
+                lo, hi, right, spare = int(ys.min()), int(ys.max()), int(c[:, :, 0].max()), 0
+            q0 = max(lo - spare, 0) // s
+            q1 = max(q0, min(hi + spare, h * s - 1) // s + 1)
+            cols = max(0, min(w, (right + spare) // s + 1))
+            lo, hi = lo - q0 * s, hi - q0 * s
+            rows = (q1 - q0) * s
+            pad = max(0, -lo, hi - (rows - 1))
+            if pad or spare:
+                pad = -(-(pad + 1) // s) * s  # a multiple of the supersampling
+            band = rows + 2 * pad
+            layout.append((y, n, band, pad, q0, q1, cols))
             y += n * band
-            width = max(width, w * s)
+            width = max(width, cols * s)
         img = Image.new("L", (width, y), 0)
         d = ImageDraw.Draw(img).draw
-        for g, (y0, n, band, pad) in enumerate(layout):
+        for g, (y0, n, band, pad, q0, _, _) in enumerate(layout):
             c = coords[g]
+            top = y0 + pad - q0 * s
             if groups[g][6] is None:
-                d.draw_ellipse([c[0], c[1] + y0 + pad, c[2], c[3] + y0 + pad], 255, 1)
+                d.draw_ellipse([c[0], c[1] + top, c[2], c[3] + top], 255, 1)
                 continue
-            c[:, :, 1] += (y0 + pad + band * np.arange(n))[:, None]
-            for p in c.tolist():
+            c[:, :, 1] += (top + band * np.arange(n))[:, None]
+            for p in c.reshape(n, -1).tolist():
                 d.draw_polygon(p, 255, 1)
         if s > 1:
             img = img.reduce(s)
         a = np.frombuffer(img.tobytes(), np.uint8).reshape(img.size[1], img.size[0])
-        out = []
-        for (h, w, *_), (y0, n, band, pad) in zip(groups, layout):
-            y0, band, pad = y0 // s, band // s, pad // s
-            out.append(a[y0:y0 + n * band].reshape(n, band, a.shape[1])[:, pad:pad + h, :w] / 255.0)
+        # consecutive groups of one patch size share one block: each group's renders are a
+        # C-contiguous slice of it (``blocks``), so a caller can score several groups at once
+        out, self.blocks = [], []
+        g = 0
+        while g < len(groups):
+            h, w = groups[g][0], groups[g][1]
+            end, total = g, 0
+            while end < len(groups) and groups[end][0] == h and groups[end][1] == w:
+                total += layout[end][1]
+                end += 1
+            block, at = np.zeros((total, h, w)), 0
+            for (y0, n, band, pad, q0, q1, cols) in layout[g:end]:
+                y0, band, pad = y0 // s, band // s, pad // s
+                cov = block[at:at + n]
+                np.divide(a[y0:y0 + n * band].reshape(n, band, a.shape[1])[:, pad:pad + q1 - q0, :cols], 255.0,
+                          out=cov[:, q0:q1, :cols])
+                out.append(cov)
+                self.blocks.append((block, at))
+                at += n
+            g = end
         return out
 
 

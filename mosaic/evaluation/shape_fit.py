@@ -74,6 +74,8 @@ class ShapeFitter:
         self.hypotheses = hypotheses
         self.supersample = supersample
         self.blurs = blurs
+        self._coarse: dict = {}  # (lo, span, step) -> the coarse rotation grid of a range
+        self._rgb = {c: spec.rgb(c) for c in hypotheses}  # colour -> sRGB (``spec.rgb`` builds the palette on every call)
 
     def fit(self, alpha: np.ndarray, color: str, side: int) -> tuple[SceneObject, float, dict] | None:
         """Best shape hypothesis for a coverage map ``alpha`` ``[H, W]``: (object, soft IoU,
@@ -111,17 +113,21 @@ class ShapeFitter:
             alpha = clip(alpha, 0.0, 1.0)
             ys, xs = np.nonzero(alpha)
             w = alpha[ys, xs]
-            if w.sum() <= 0:
+            wsum = w.sum()
+            if wsum <= 0:
                 continue
-            cx = float((w * (xs + 0.5)).sum() / w.sum())
-            cy = float((w * (ys + 0.5)).sum() / w.sum())
+            cx = float((w * (xs + 0.5)).sum() / wsum)
+            cy = float((w * (ys + 0.5)).sum() / wsum)
             y0, y1 = max(0, int(ys.min()) - m), min(alpha.shape[0], int(ys.max()) + m + 1)
             x0, x1 = max(0, int(xs.min()) - m), min(alpha.shape[1], int(xs.max()) + m + 1)
             patch = alpha[y0:y1, x0:x1]
             hyps = []
+            rgb = self._rgb.get(color)
+            if rgb is None:
+                rgb = self._rgb[color] = self.spec.rgb(color)
             for h in self.hypotheses[color].values():  # coarse pass: every shape, coarse rotations
                 r_px = math.sqrt(area / unit_area(h.shape))
-                obj = SceneObject(h.shape, color, self.spec.rgb(color), 2 * r_px / side, (cx / side, cy / side), 0.0)
+                obj = SceneObject(h.shape, color, rgb, 2 * r_px / side, (cx / side, cy / side), 0.0)
                 cands = self.rotation_candidates(h, 0.0, r_px, fine=False)
                 g = canvas.add(obj, patch.shape, (x0, y0)) if cands is None else \
                     canvas.add_rotations(obj, cands, patch.shape, (x0, y0))
@@ -129,8 +135,9 @@ class ShapeFitter:
             work.append((i, patch, (x0, y0), area, cx, cy, hyps))
         covs = canvas.render()
         for _, patch, _, _, _, _, hyps in work:
+            ious = _scores(canvas, covs, patch, [hy.group for hy in hyps])
             for hy in hyps:
-                hy.iou, hy.raw, hy.cov = _best(patch, hy.h, hy.obj, hy.cands, covs[hy.group])
+                hy.iou, hy.raw, hy.cov = _best(patch, hy.h, hy.obj, hy.cands, covs[hy.group], ious.pop(0))
         refined = []  # fine pass: shapes within the margin of the best
         for k, (_, patch, origin, _, _, _, hyps) in enumerate(work):
             top = max(hy.iou for hy in hyps)
@@ -144,10 +151,16 @@ class ShapeFitter:
                     hy.group = canvas.add_rotations(hy.obj, hy.cands, patch.shape, origin)
                 refined.append((k, hy))
         covs = canvas.render()
+        drawn: dict[int, list[_Hyp]] = {}  # per item, its refined shapes drawn anew (consecutive groups)
+        for k, hy in refined:
+            if hy.group is not None:
+                drawn.setdefault(k, []).append(hy)
+        scores = {id(hy): ious for k, hys in drawn.items()
+                  for hy, ious in zip(hys, _scores(canvas, covs, work[k][1], [hy.group for hy in hys]))}
         for k, hy in refined:
             patch = work[k][1]
             cs = hy.cov[None] if hy.group is None else covs[hy.group]
-            hy.iou, hy.raw, hy.cov = _best(patch, hy.h, hy.obj, hy.cands, cs)
+            hy.iou, hy.raw, hy.cov = _best(patch, hy.h, hy.obj, hy.cands, cs, scores.get(id(hy)))
         # calibrate size and centre so that the rendered coverage has the observed area and centroid
         live = list(refined)
         for _ in range(2):
@@ -207,14 +220,24 @@ class ShapeFitter:
             span = min(hi - lo, period)
             step_f = max(0.5, min(3.0, math.degrees(0.3 / max(r_px, 1e-6))))
             step_c = max(step_f, min(10.0, span / 6.0))
-            if not fine:
-                cands = list(np.arange(lo, lo + span + 1e-9, step_c)) if span > 0 else [lo]
+            if not fine:  # the same grid for every object of a size: made once (callers do not change it)
+                key = (lo, span, step_c)
+                cands = self._coarse.get(key)
+                if cands is None:
+                    cands = self._coarse[key] = [float(r) for r in (np.arange(lo, lo + span + 1e-9, step_c) if span > 0 else [lo])]
+                return cands
             elif step_c > step_f:
                 cands = list(np.arange(rotation - step_c, rotation + step_c + 1e-9, step_f))
             else:
                 cands = [rotation]
+        elif fine:
+            cands = [rotation]
         else:
-            cands = sorted({r % period for r in h.rotations}) if not fine else [rotation]
+            key = (period, tuple(h.rotations))
+            cands = self._coarse.get(key)
+            if cands is None:
+                cands = self._coarse[key] = [float(r) for r in sorted({r % period for r in h.rotations})]
+            return cands
         return [float(r) for r in cands]
 
     def render_patch(self, obj: SceneObject, shape: tuple[int, int], origin: tuple[int, int], side: int) -> np.ndarray:
@@ -252,15 +275,34 @@ class _Hyp:
     cov: np.ndarray | None = None  # float64 [h, w] coverage of the best candidate
 
 
+def _scores(canvas: Canvas, covs: list[np.ndarray], patch: np.ndarray, groups: list[int]) -> list[list[float] | None]:
+    """Per group of ``groups`` (rendered by ``canvas``, consecutive, all of ``patch``'s size), the
+    soft IoU of each of its renders against ``patch``: one :func:`soft_ious` over the slice of
+    their shared block (the same bits as scoring each group alone); None each when they do not
+    share one."""
+    block, start = canvas.blocks[groups[0]]
+    last, end = canvas.blocks[groups[-1]]
+    if last is not block:
+        return [None] * len(groups)
+    ious = soft_ious(patch, block[start:end + len(covs[groups[-1]])])
+    out, at = [], 0
+    for g in groups:
+        k = len(covs[g])
+        out.append(ious[at:at + k])
+        at += k
+    return out
+
+
 def _best(patch: np.ndarray, h: ShapeHypothesis, obj: SceneObject, cands: list[float] | None,
-          covs: np.ndarray) -> tuple[float, float, np.ndarray]:
+          covs: np.ndarray, ious: list[float] | None = None) -> tuple[float, float, np.ndarray]:
     """The best of the rendered candidates ``covs`` (float64 ``[R, h, w]``, one per rotation of
     ``cands``; one disk for a circle) against ``patch``: ``(IoU, rotation as tried, coverage)``, the first best on ties;
-    ``obj.rotation`` is set to that rotation modulo the shape's symmetry, rounded to 0.001 deg."""
+    ``obj.rotation`` is set to that rotation modulo the shape's symmetry, rounded to 0.001 deg.
+    ``ious``: their soft IoUs, when already computed (:func:`_scores`)."""
     if cands is None:
-        return soft_iou(patch, covs[0]), 0.0, covs[0]
+        return (soft_iou(patch, covs[0]) if ious is None else ious[0]), 0.0, covs[0]
     best = None
-    for r, cov, iou in zip(cands, covs, soft_ious(patch, covs)):
+    for r, cov, iou in zip(cands, covs, soft_ious(patch, covs) if ious is None else ious):
         if best is None or iou > best[0]:
             best = (iou, float(r), cov)
     obj.rotation = round(best[1] % SYMMETRY_DEG[h.shape], 3)
