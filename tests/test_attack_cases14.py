@@ -337,3 +337,30 @@ def test_audit_out_never_overwrites_files_it_did_not_write(made, tmp_path):
     for _ in range(2):  # a new audit into its own folder replaces its own files
         r = runner.invoke(app, ["audit", str(ev), "--out", str(own)])
         assert r.exit_code == 0, r.output
+
+
+# ------------------------------------------------------------------------------------------------
+# an evaluation killed while it rewrites its folder never leaves two evaluations' files as one
+# ------------------------------------------------------------------------------------------------
+
+def test_an_interrupted_evaluation_leaves_metrics_saying_so_and_a_rerun_finishes(made, tmp_path, monkeypatch):
+    import json
+
+    import mosaic.evaluation.folder as F
+
+    ev, out = tmp_path / "ev", tmp_path / "out"
+    shutil.copytree(made[1] / "test_ood", ev)
+    args = ["evaluate", str(ev), "--spec", str(made[0]), "--check-n", "0", "--out", str(out)]
+    assert runner.invoke(app, args).exit_code == 0
+    first = json.loads((out / "metrics.json").read_text())
+    assert {"overall", "seen", "held_out"} <= set(first)
+
+    def killed(*a, **k):
+        raise KeyboardInterrupt  # a kill after predictions.jsonl, before the metrics
+    monkeypatch.setattr(F, "write_metrics", killed)
+    runner.invoke(app, args)
+    assert json.loads((out / "metrics.json").read_text())["status"] == "incomplete"  # never the first run's metrics
+    monkeypatch.undo()
+    r = runner.invoke(app, args)  # the rerun is not refused as someone else's files
+    assert r.exit_code == 0, r.output
+    assert {"overall", "seen", "held_out"} <= set(json.loads((out / "metrics.json").read_text()))

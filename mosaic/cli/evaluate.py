@@ -188,8 +188,9 @@ def _refuse_foreign_outputs(out: Path | None) -> None:
         m = read_json(out / "metrics.json")
     except (OSError, ValueError):  # missing, not a regular file, not JSON
         m = None
-    if isinstance(m, dict) and {"overall", "seen", "held_out", "evaluator"} <= set(m):
-        return
+    if isinstance(m, dict) and ({"overall", "seen", "held_out", "evaluator"} <= set(m)
+                                or (m.get("status") == "incomplete" and m.get("written_by") == "mosaic evaluate")):
+        return  # an evaluation's, or one that was stopped while it wrote them: a rerun replaces them
     raise MosaicError([("--out", f"{str(out)!r} holds {', '.join(present)}, which mosaic evaluate did not write (no metrics.json of an "
                                  "evaluation among them): give another --out (a new or empty folder), or move those files away")])
 

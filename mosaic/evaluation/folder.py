@@ -24,7 +24,7 @@ from mosaic.evaluation.provenance import check_spec_reads
 from mosaic.evaluation.quality import quality_summary, read_images
 from mosaic.holdout import is_held_out
 from mosaic.png import FOREIGN_FORMATS, decode_image, eval_pixel_bound
-from mosaic.io import atomic_text_writer, check_output_dir
+from mosaic.io import atomic_text_writer, atomic_write, check_output_dir, make_output_dir
 from mosaic.locks import reading
 from mosaic.records import spec_from_data
 from mosaic.verify import MANIFEST, check_before_read, read_manifest_checked
@@ -337,10 +337,18 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
     results = prediction_rows(records, preds, spec, evaluator, images, reads=reads)
     if out is not None:
         title = f"{spec.name}: joint accuracy per combination ({evaluator.name})" + (" — FLAGGED evaluator" if metrics["flagged"] else "")
-        write_metrics(metrics, out, spec, title=title)
+        # an evaluation killed while it rewrites the folder leaves metrics.json saying so, never an earlier evaluation's
+        # metrics beside this one's predictions (or the reverse): the metrics are written last
+        atomic_write(make_output_dir(out, "out") / "metrics.json", json.dumps(INCOMPLETE) + "\n")
         write_prediction_rows(results, Path(out) / "predictions.jsonl")
+        write_metrics(metrics, out, spec, title=title)
     metrics["results"] = results
     return metrics
+
+
+#: what ``metrics.json`` of an ``evaluate --out`` folder holds while its files are rewritten
+INCOMPLETE = {"status": "incomplete", "written_by": "mosaic evaluate",
+              "note": "an evaluation was writing this folder and did not finish: its files are of two evaluations; rerun it"}
 
 
 def prediction_rows(records: list[dict], preds: list[dict], spec: Spec, evaluator=None, images=None, reads=None) -> list[dict]:

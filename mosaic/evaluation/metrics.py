@@ -176,11 +176,10 @@ def write_metrics(metrics: dict, out_dir: str | Path, spec: Spec, title: str | N
 
     The CSV is long format: ``group, combination, concept, metric, value, n`` with group
     ``overall`` / ``seen`` / ``held_out`` / ``cell`` (combination ``v1|v2`` for cells) and concept
-    ``*`` for joint metrics. Returns the paths written.
+    ``*`` for joint metrics. ``metrics.json`` is written last (each file atomically). Returns the paths written.
     """
     out = make_output_dir(out_dir, "out")  # never into a dataset, a file or an unwritable place
     paths = {"json": out / "metrics.json", "csv": out / "metrics.csv", "heatmap": out / "heatmap.png"}
-    atomic_write(paths["json"], json.dumps(metrics, indent=2, default=_json_default) + "\n")
     with atomic_text_writer(paths["csv"], newline="") as f:
         w = csv.writer(f)
         w.writerow(["group", "combination", "concept", "metric", "value", "n"])
@@ -197,6 +196,8 @@ def write_metrics(metrics: dict, out_dir: str | Path, spec: Spec, title: str | N
             for c, v in cell["accuracy"].items():
                 w.writerow(["cell", combo, c, "accuracy", _fmt(v), cell["n"]])
     plot_cell_heatmap(metrics, paths["heatmap"], spec, title=title)
+    # last: a whole metrics.json stands beside the CSV and heatmap of its own evaluation, never an earlier one's
+    atomic_write(paths["json"], json.dumps(metrics, indent=2, default=_json_default) + "\n")
     return paths
 
 
