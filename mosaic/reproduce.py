@@ -4,8 +4,9 @@ report of its claims next to the paper's statements.
 The registry (:data:`REGISTRY_FILE`, ``experiments/reproduce.yaml``) names, per paper, its title,
 the statements it makes (quoted; keys that claims refer to with ``paper: <key>``) and, per scale
 (``cpu``, ``gpu``), the sweep files (``experiments/sweeps/<name>.yaml``) that test them. Each sweep
-runs into ``OUT/<sweep name>/`` with :func:`mosaic.trials.run_sweep` (resumable: finished trials
-are skipped), gets its own report (:func:`mosaic.report.make_report`), and its claims
+runs into ``OUT/<sweep name>/`` as :func:`mosaic.trials.run_sweep` would (resumable: finished trials
+are skipped), the trials of all the sweeps through one pool of workers, in the sweeps' order; each
+sweep gets its own report as soon as its last trial has run (:func:`mosaic.report.make_report`), and its claims
 (:mod:`mosaic.claims`) are gathered into ``OUT/index.html``, ``OUT/claims.json`` and
 ``OUT/claims.png``. ``dry_run`` plans every trial (configs and specs validated, nothing written)
 and estimates the time with :func:`mosaic.lab.cost.estimate_run` (once per distinct config; seeds
@@ -14,6 +15,7 @@ cost the same).
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import time
@@ -21,12 +23,14 @@ from pathlib import Path
 from urllib.parse import quote
 from typing import Callable
 
-from mosaic.errors import MosaicError
+from mosaic.errors import MosaicError, SweepError
 from mosaic.verdicts import check_sweep_claims, claims_html, fmt_effect, write_claims
 from mosaic.overrides import read_yaml_file
 from mosaic.report import make_report, read_sweep_yaml
 from mosaic.sweep import load_sweep
-from mosaic.trials import cpu_slots, plan, pool_wall_seconds, read_status, run_sweep
+from mosaic.locks import FolderLock
+from mosaic.trials import (check_sweep_options, collect, cpu_slots, plan, pool_wall_seconds, prepare_todo, read_status,
+                            run_local, run_ray)
 from mosaic.io import atomic_write
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,8 +115,9 @@ def plan_reproduction(paper: str, scale: str, out: str | Path, workers: int = 1,
         "estimate"}], "seconds", "wall_seconds"}], "missing", "trials", "todo", "seconds" (sum of the
         trials still to run), "wall_seconds"}``. A sweep's wall time is its trials run through a pool of
         ``workers`` (at CPU scale no more side by side than there are cores for their threads;
-        :func:`mosaic.trials.pool_wall_seconds`); the sweeps run one after another, so the total
-        is their sum.
+        :func:`mosaic.trials.pool_wall_seconds`), as if it ran alone; the reproduction runs every
+        sweep's trials through one pool, in the sweeps' order, so its ``wall_seconds`` is that pool's
+        makespan (at most the sum of the sweeps').
     Raises:
         SweepError / SpecError / ConfigError: an invalid sweep, config or spec (before anything runs).
     """
@@ -121,6 +126,7 @@ def plan_reproduction(paper: str, scale: str, out: str | Path, workers: int = 1,
     paths, missing = sweeps_of(paper, scale, registry, sweeps_dir)
     out = Path(out)
     res = {"paper": paper, "scale": scale, "sweeps": [], "missing": missing, "trials": 0, "todo": 0, "seconds": 0.0, "wall_seconds": 0.0}
+    all_s, all_threads = [], 1
     for p in paths:
         s = load_sweep(p)
         folder = out / s.name
@@ -144,12 +150,14 @@ def plan_reproduction(paper: str, scale: str, out: str | Path, workers: int = 1,
             rows.append({"id": t["id"], "values": t["values"], "done": done, "estimate": est})
         slots = cpu_slots(workers, threads) if scale == "cpu" else max(1, workers)
         wall, total = pool_wall_seconds(todo_s, slots), sum(todo_s)
-        res["wall_seconds"] += wall
+        all_s += todo_s
+        all_threads = max(all_threads, threads)
         res["sweeps"].append({"name": s.name, "path": str(p), "folder": str(folder), "trials": rows, "seconds": total, "wall_seconds": wall,
                               "claims": len(s.report.claims) if hasattr(s.report, "claims") else 0})
         res["trials"] += len(rows)
         res["todo"] += sum(not r["done"] for r in rows)
         res["seconds"] += total
+    res["wall_seconds"] = pool_wall_seconds(all_s, cpu_slots(workers, all_threads) if scale == "cpu" else max(1, workers))
     return res
 
 
@@ -176,22 +184,63 @@ def reproduce(paper: str, scale: str, out: str | Path, workers: int = 1, backend
     sweeps = [load_sweep(p) for p in paths]
     for s in sweeps:  # validate every trial of every sweep before running any
         plan(s, out / s.name)
+    if len({s.name for s in sweeps}) < len(sweeps):
+        raise MosaicError(f"two of {paper}'s {scale} sweeps have one name ({', '.join(s.name for s in sweeps)}): each writes "
+                          f"OUT/<name>; give each sweep file its own name")
+    check_sweep_options(backend, workers, address)
     statements = (reg[paper].get("statements") or {})
     t0 = time.perf_counter()
-    results, claims = [], []
-    for s in sweeps:
+    finished: dict[str, tuple[dict, list]] = {}
+
+    def finish(s) -> None:  # a sweep whose trials have all run: its results, report and claims
         folder = out / s.name
-        if on_progress:
-            on_progress(f"sweep {s.name} -> {folder}")
-        t1 = time.perf_counter()
-        _, df = run_sweep(s, folder, backend=backend, workers=workers, address=address, on_progress=on_progress, on_done=on_done)
+        df = collect(folder)
         page = make_report(folder)
-        sweep_dict = read_sweep_yaml(folder)  # bounded, safe, named when damaged
-        claims += check_sweep_claims(sweep_dict, df, statements)
+        sweep_claims = check_sweep_claims(read_sweep_yaml(folder), df, statements)  # sweep.yaml read bounded, named when damaged
         st = df["status"] if "status" in df.columns else None
-        results.append({"name": s.name, "folder": str(folder), "report": str(page), "trials": len(df),
-                        "done": int((st == "done").sum()) if st is not None else len(df),
-                        "failed": int((st == "failed").sum()) if st is not None else 0, "seconds": time.perf_counter() - t1})
+        finished[s.name] = ({"name": s.name, "folder": str(folder), "report": str(page), "trials": len(df),
+                             "done": int((st == "done").sum()) if st is not None else len(df),
+                             "failed": int((st == "failed").sum()) if st is not None else 0,
+                             "seconds": time.perf_counter() - t0}, sweep_claims)
+        if on_progress:
+            on_progress(f"sweep {s.name}: all trials run, report {page}")
+
+    with contextlib.ExitStack() as locks:  # every sweep folder's lock, as mosaic sweep holds its own
+        for s in sweeps:
+            locks.enter_context(FolderLock(out / s.name, SweepError, "sweep folder", wait=False))
+        left, todo = {}, []
+        for s in sweeps:
+            if on_progress:
+                on_progress(f"sweep {s.name} -> {out / s.name}")
+            _, mine = prepare_todo(s, out / s.name, on_progress)
+            left[s.name] = len(mine)
+            todo += mine
+        by_name = {s.name: s for s in sweeps}
+
+        def done(st: dict) -> None:
+            if on_done:
+                on_done(st)
+            name = st.get("sweep")
+            if name in left:
+                left[name] -= 1
+                if left[name] == 0:
+                    finish(by_name[name])
+
+        for s in sweeps:
+            if not left[s.name]:
+                finish(s)
+        # one pool for the trials of every sweep, in the sweeps' order: a slot freed at the end of one sweep takes the
+        # next sweep's first trial (9 trials on 2 workers no longer leave a core idle for a round at every sweep's end)
+        if todo:
+            if backend == "local":
+                run_local(sweeps[0].kind, todo, workers, None, done)
+            else:
+                run_ray(sweeps[0].kind, todo, address, None, done, num_cpus=workers)
+        for s in sweeps:
+            if s.name not in finished:  # a trial whose status lost its sweep's name: reported all the same
+                finish(s)
+    results = [finished[s.name][0] for s in sweeps]
+    claims = [c for s in sweeps for c in finished[s.name][1]]
     res = {"paper": paper, "scale": scale, "title": reg[paper].get("title", paper), "source": reg[paper].get("source"),
            "statements": statements, "out": str(out), "sweeps": results, "missing": missing, "claims": claims,
            "seconds": time.perf_counter() - t0}

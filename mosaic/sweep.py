@@ -144,6 +144,10 @@ class SweepSpec(_Base):
                     raise ValueError(f"{key}: values {seen[k]!r} and {v!r} are the same value where results are compared "
                                      f"(both read as {json.loads(k)!r}): use distinct values")
                 seen[k] = v
+        twice = sorted({s for s in self.seeds if self.seeds.count(s) > 1})
+        if twice:  # one trial id, one folder: the copy would be counted as another seed's result (n and intervals wrong)
+            raise ValueError(f"seeds: {', '.join(map(str, twice))} listed more than once: a seed names one trial (its folder and "
+                             "its results row); list each seed once")
         n = n_trials(self)
         if n > MAX_TRIALS:  # bounded before expand() builds one dict per trial
             sizes = [f"{k} {len(v)}" for k, v in self.grid.items()] + ([f"zip {len(next(iter(self.zip.values())))}"] if self.zip else [])
@@ -344,3 +348,24 @@ def _merged(base: dict, over: dict) -> dict:
             out[k] = v
     return out
 
+
+MAX_SWEEP_WORKERS = 1024  # trials at a time (threads or Ray tasks in flight)
+
+
+def check_sweep_options(backend: str, workers: int = 1, address: str | None = None) -> None:
+    """Validate the run options before anything is written. Raises SweepError naming the option."""
+    problems = []
+    if backend not in ("local", "ray"):
+        close = closest(backend, ["local", "ray"], cutoff=0.6)
+        problems.append(("--backend", f"{backend!r} is not one of local, ray" + (f": did you mean {close!r}?" if close else "")))
+    if not isinstance(workers, int) or not 1 <= workers <= MAX_SWEEP_WORKERS:
+        problems.append(("--workers", f"{workers!r}: give 1 to {MAX_SWEEP_WORKERS} trials at a time"))
+    if address and backend != "ray":
+        problems.append(("--address", f"{address!r} applies to --backend ray only: drop it or add --backend ray"))
+    if backend == "ray" and not problems:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            problems.append(("--backend", "ray needs Ray: pip install 'mosaic[ray]' (or use --backend local)"))
+    if problems:
+        raise SweepError(problems)

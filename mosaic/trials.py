@@ -30,8 +30,7 @@ from mosaic.io import atomic_write, atomic_writer, make_output_dir, open_append,
 from mosaic.lab.config import config_diff, read_config_yaml, validate_config
 from mosaic.locks import FolderLock
 from mosaic.overrides import read_yaml_file
-from mosaic.sweep import LABEL, SweepSpec, expand, trial_config, trial_id
-from mosaic.vocab import closest
+from mosaic.sweep import LABEL, MAX_SWEEP_WORKERS, SweepSpec, check_sweep_options, expand, trial_config, trial_id  # noqa: F401
 
 
 def _trainer(kind: str):
@@ -301,7 +300,7 @@ def run_local(kind: str, trials: list[dict], workers: int, timeout_s: float | No
         slot = free.pop()
         try:
             env = {"CUDA_VISIBLE_DEVICES": str(slot % gpus)} if gpus else {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": str(threads)}
-            return run_trial(kind, str(t["dir"]), env, timeout_s)
+            return run_trial(kind, str(t["dir"]), env, t.get("timeout_s", timeout_s))  # a reproduction pools sweeps
         finally:
             free.append(slot)
 
@@ -332,7 +331,8 @@ def run_ray(kind: str, trials: list[dict], address: str | None, timeout_s: float
     try:
         gpus = ray.cluster_resources().get("GPU", 0)
         remote = ray.remote(num_gpus=1 if gpus else 0, num_cpus=1)(run_trial)
-        refs = {remote.remote(kind, str(t["dir"].resolve()), {"OMP_NUM_THREADS": "1"} if not gpus else None, timeout_s): t for t in trials}
+        refs = {remote.remote(kind, str(t["dir"].resolve()), {"OMP_NUM_THREADS": "1"} if not gpus else None, t.get("timeout_s", timeout_s)): t
+                for t in trials}
         results = []
         pending = list(refs)
         while pending:
@@ -546,28 +546,6 @@ def collect(out: Path) -> "pd.DataFrame":  # noqa: F821
     return df
 
 
-MAX_SWEEP_WORKERS = 1024  # trials at a time (threads or Ray tasks in flight)
-
-
-def check_sweep_options(backend: str, workers: int = 1, address: str | None = None) -> None:
-    """Validate the run options before anything is written. Raises SweepError naming the option."""
-    problems = []
-    if backend not in ("local", "ray"):
-        close = closest(backend, ["local", "ray"], cutoff=0.6)
-        problems.append(("--backend", f"{backend!r} is not one of local, ray" + (f": did you mean {close!r}?" if close else "")))
-    if not isinstance(workers, int) or not 1 <= workers <= MAX_SWEEP_WORKERS:
-        problems.append(("--workers", f"{workers!r}: give 1 to {MAX_SWEEP_WORKERS} trials at a time"))
-    if address and backend != "ray":
-        problems.append(("--address", f"{address!r} applies to --backend ray only: drop it or add --backend ray"))
-    if backend == "ray" and not problems:
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            problems.append(("--backend", "ray needs Ray: pip install 'mosaic[ray]' (or use --backend local)"))
-    if problems:
-        raise SweepError(problems)
-
-
 def run_sweep(sweep: SweepSpec, out: Path, backend: str = "local", workers: int = 1, address: str | None = None,
               on_progress: Callable[[str], None] | None = None, on_done: Callable[[dict], None] | None = None):
     """Prepare, run (skipping finished trials) and collect a sweep. Returns ``(trials, results DataFrame)``.
@@ -583,13 +561,18 @@ def run_sweep(sweep: SweepSpec, out: Path, backend: str = "local", workers: int 
         return _run_sweep(sweep, out, backend, workers, address, on_progress, on_done)
 
 
-def _run_sweep(sweep: SweepSpec, out: Path, backend: str, workers: int, address: str | None, on_progress, on_done):
+def prepare_todo(sweep: SweepSpec, out: Path, on_progress=None) -> tuple[list[dict], list[dict]]:
+    """:func:`prepare`, then the trials still to run, each marked with its sweep's kind and timeout."""
     trials = prepare(sweep, out, on_progress)
     todo = [t for t in trials if read_status(t["dir"]).get("status") != "done"]
     for t in todo:
-        st = read_status(t["dir"])
-        st["kind"] = sweep.kind
-        write_status(t["dir"], st)
+        write_status(t["dir"], {**read_status(t["dir"]), "kind": sweep.kind})
+        t.update(kind=sweep.kind, timeout_s=sweep.timeout_s)
+    return trials, todo
+
+
+def _run_sweep(sweep: SweepSpec, out: Path, backend: str, workers: int, address: str | None, on_progress, on_done):
+    trials, todo = prepare_todo(sweep, out, on_progress)
     if backend == "local":
         run_local(sweep.kind, todo, workers, sweep.timeout_s, on_done)
     elif backend == "ray":

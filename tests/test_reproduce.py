@@ -132,3 +132,46 @@ def test_reproduce_dry_run_sums_each_sweeps_pool_wall_time(tmp_path, monkeypatch
     assert set(sides) == {1, 2}  # timed beside as many trials as run at once: 1, 2, and 2 of 8 asked on 2 cores
     monkeypatch.setattr(R, "_estimate", lambda cfg, scale, side=1, shapes=None: {"seconds": 100.0, "where": "this CPU", "threads": 2})
     assert R.plan_reproduction("toy", "cpu", tmp_path / "out", workers=2)["wall_seconds"] == 400.0  # 2 threads each fill the 2 cores
+
+
+def test_a_reproduction_runs_every_sweeps_trials_through_one_pool(tmp_path, monkeypatch):
+    # 3 trials in each of 2 sweeps on 2 workers: one after another they take 4 rounds (each sweep's third trial runs
+    # alone); through one pool, 3. Each sweep still gets its own results, report and claims
+    import mosaic.reproduce as R
+
+    reg, sweeps = tiny(tmp_path)
+    sw = yaml.safe_load((sweeps / "tiny_cov.yaml").read_text())
+    sw["seeds"] = [0]
+    sw["grid"] = {"spec.holdout.rule.k": [2, 4, 6]}
+    (sweeps / "tiny_cov.yaml").write_text(yaml.safe_dump(sw))
+    (sweeps / "tiny_cov_b.yaml").write_text(yaml.safe_dump({**sw, "name": "tiny_cov_b"}))
+    reg["toy"]["scales"]["cpu"] = ["tiny_cov", "tiny_cov_b"]
+    monkeypatch.setattr(R, "load_registry", lambda path=None: reg)
+    monkeypatch.setattr(R, "SWEEPS_DIR", sweeps)
+    monkeypatch.setattr(R, "_estimate", lambda cfg, scale, side=1, shapes=None: {"seconds": 100.0, "where": "this CPU", "threads": 1})
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    plan = R.plan_reproduction("toy", "cpu", tmp_path / "out", workers=2)
+    assert [s["wall_seconds"] for s in plan["sweeps"]] == [200.0, 200.0] and plan["wall_seconds"] == 300.0
+    pools, real = [], R.run_local
+
+    def spy(kind, trials, workers, timeout_s, on_done=None):
+        pools.append(sorted(t["dir"].parent.parent.name for t in trials))
+        return real(kind, trials, workers, timeout_s, on_done)
+
+    monkeypatch.setattr(R, "run_local", spy)
+    progress = []
+    res = R.reproduce("toy", "cpu", tmp_path / "out", workers=2, on_progress=progress.append)
+    assert pools == [["tiny_cov"] * 3 + ["tiny_cov_b"] * 3]  # one pool, both sweeps' trials
+    assert [(s["name"], s["done"], s["failed"]) for s in res["sweeps"]] == [("tiny_cov", 3, 0), ("tiny_cov_b", 3, 0)]
+    assert [c["sweep"] for c in res["claims"]] == ["tiny_cov"] * 2 + ["tiny_cov_b"] * 2  # in the sweeps' order
+    assert sum("all trials run, report" in m for m in progress) == 2
+    for name in ("tiny_cov", "tiny_cov_b"):
+        assert (tmp_path / "out" / name / "report" / "claims.json").is_file()
+        assert len(pd.read_csv(tmp_path / "out" / name / "results.csv")) == 3
+    pools.clear()
+    R.reproduce("toy", "cpu", tmp_path / "out", workers=2)  # resumed: nothing left to run, no pool started
+    assert pools == []
+    (sweeps / "tiny_cov_b.yaml").write_text(yaml.safe_dump({**sw, "name": "tiny_cov"}))  # two sweeps, one folder
+    with pytest.raises(MosaicError, match="have one name"):
+        R.reproduce("toy", "cpu", tmp_path / "out2", workers=2)
+    assert not (tmp_path / "out2").exists()

@@ -12,7 +12,7 @@ import torch
 from mosaic.dataset import png_bytes
 from mosaic.evaluation import ground_truth
 from mosaic.lab.diffusion import load_evaluator
-from mosaic.lab.probe import Probe
+from mosaic.lab.probe import Probe, make_probe
 
 
 def time_steps(probe: Probe, cfg, b: int, min_s: float = 3.0, max_steps: int = 30) -> tuple[float, float, float, float]:
@@ -83,8 +83,6 @@ def _companion_main() -> None:
     import json
     import sys
     import threading
-
-    from mosaic.lab.probe import make_probe
 
     job = json.loads(sys.stdin.readline())
     mod, name = job["cls"].split(":")
