@@ -364,3 +364,14 @@ def test_an_interrupted_evaluation_leaves_metrics_saying_so_and_a_rerun_finishes
     r = runner.invoke(app, args)  # the rerun is not refused as someone else's files
     assert r.exit_code == 0, r.output
     assert {"overall", "seen", "held_out"} <= set(json.loads((out / "metrics.json").read_text()))
+
+
+def test_a_seed_listed_twice_in_a_sweep_is_refused(tmp_path):
+    from mosaic.sweep import SweepSpec
+
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text("name: t\n")
+    base = {"name": "s", "kind": "diffusion", "config": str(cfg), "grid": {"training.lr": [0.001, 0.002]}}
+    with pytest.raises(Exception, match="0 listed more than once"):
+        SweepSpec.model_validate({**base, "seeds": [0, 1, 0]})
+    assert len(SweepSpec.model_validate({**base, "seeds": [0, 1]}).seeds) == 2
