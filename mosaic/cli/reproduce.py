@@ -42,7 +42,7 @@ def reproduce_command(
             plan = plan_reproduction(paper, scale, folder, workers=workers)
             for s in plan["sweeps"]:
                 t = Table(title=f"{s['name']} ({s['path']}): {len(s['trials'])} trials, {s['claims']} claim(s) -> {s['folder']}; "
-                                f"about {_fmt_s(s['wall_seconds'])} with {workers} worker(s)")
+                                f"about {_fmt_s(s['wall_seconds'])} with {workers} worker(s) if run alone")
                 for col in ("trial", "status", "estimate"):  # a trial name folds, never cut: its seed must stay readable
                     t.add_column(col, overflow="fold", min_width=len("trial") if col != "trial" else 24, ratio=None)
                 for r in s["trials"]:
@@ -53,7 +53,7 @@ def reproduce_command(
             for m in plan["missing"]:
                 console.print(f"[yellow]missing[/] sweep {m} (registered in experiments/reproduce.yaml, no file): skipped")
             console.print(f"{plan['todo']} of {plan['trials']} trials to run; estimated {_fmt_s(plan['seconds'])} of trial time, "
-                          f"about {_fmt_s(plan['wall_seconds'])} with {workers} worker(s)" + (" (this machine, a core per trial thread: measured now, scaled to an idle machine)" if scale == "cpu" else " (projected on an accelerator)"),
+                          f"about {_fmt_s(plan['wall_seconds'])} with {workers} worker(s)" + (" (this machine, every sweep's trials through one pool, a core per trial thread: measured now beside as many trials as run at once, scaled to an idle machine)" if scale == "cpu" else " (projected on an accelerator)"),
                           highlight=False)
             return
 
