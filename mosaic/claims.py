@@ -336,8 +336,14 @@ def claim_problems(claims: list[Claim], axes: list[str], columns: list[str] | No
 
 
 # -- axis values -------------------------------------------------------------------------------
+#: a number in exponent form that YAML 1.1 reads as text (no dot, or no sign): ``1e-3``, ``1.5e3``
+_EXPONENT = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+")
+
+
 def _canon(v) -> str:
     """A comparable key of an axis value, equal for ``[0, 2]`` from YAML and ``"[0, 2]"`` from a CSV."""
+    if isinstance(v, str) and _EXPONENT.fullmatch(v.strip()):  # "1e-3": YAML 1.1 text, the number 0.001 to every config reader
+        v = float(v)
     if isinstance(v, str):
         try:  # bounded as every user YAML text is: a value that is a "billion laughs" or 100,000-deep YAML text hung or
             # crashed `mosaic sweep` (and `report` on a results table holding one); such a value stays the text it is

@@ -95,9 +95,9 @@ def _numbers_as_written(loader: type) -> None:
     reads ``010`` as octal 8, ``12:30`` as 750 and ``16:9`` as 969 (base 60): ``--set splits.train=010``
     generated 8 samples and a concept value ``16:9`` became the label 969, without a word. Such
     scalars stay the text they are (a number field then reads ``010`` as ten, and refuses ``1:30``
-    by name); decimal (``0``, ``12``, ``1_000``), ``0x``/``0b`` integers and decimal floats are as before, and
-    ``1e-3`` is the number 0.001, as YAML 1.2 and every config reader take it (YAML 1.1 kept it text, so a sweep axis
-    ``lr: [0.001, 1e-3]`` was two conditions of one learning rate)."""
+    by name); decimal (``0``, ``12``, ``1_000``), ``0x``/``0b`` integers and decimal floats are as before
+    (``1e-3`` stays text, as in YAML 1.1: a sweep's trial ids hash the values read, and a folder made before
+    keeps its ids; the sweep compares it as the number it configures, :func:`mosaic.claims._canon`)."""
     import re
 
     int_tag, float_tag = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
@@ -107,7 +107,7 @@ def _numbers_as_written(loader: type) -> None:
     loader.add_implicit_resolver(int_tag, re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0x[0-9a-fA-F_]+|[-+]?(?:0|[1-9][0-9_]*))$"),
                                  list("-+0123456789"))
     loader.add_implicit_resolver(float_tag, re.compile(
-        r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
+        r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
         r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+0123456789."))
 
 
