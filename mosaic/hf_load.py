@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from mosaic.errors import DatasetError
+from mosaic.io import output_dir_problem
 from mosaic.locks import reading
 from mosaic.verify import check_before_read, read_manifest_checked
 
@@ -60,6 +61,9 @@ def load_dataset(path: str | Path, **kwargs):
     refuse_glob_path(where, root)
     base = kwargs.pop("cache_dir", None) or datasets.config.HF_DATASETS_CACHE
     cache = Path(base) / "mosaic-by-location" / hashlib.sha256(where.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    problem = output_dir_problem(cache)  # HF writes its cache there: never into a dataset (this one or another), a run, a file
+    if problem:
+        raise DatasetError([("cache_dir", f"{str(base)!r}: the cache folder {cache} {problem}")])
     try:
         with reading(root, DatasetError):  # no `generate --overwrite` between the check and HF's last read
             check_before_read(root)

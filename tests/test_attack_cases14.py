@@ -386,3 +386,15 @@ def test_a_sweep_axis_value_in_exponent_form_is_compared_as_the_number_it_config
     sw = safe_load(f"{{name: s, kind: diffusion, config: {cfg}, grid: {{training.lr: [0.001, 1e-3]}}}}")
     with pytest.raises(Exception, match="same value"):
         SweepSpec.model_validate(sw)
+
+
+def test_hf_load_never_writes_its_cache_into_a_dataset(made, tmp_path):
+    pytest.importorskip("datasets")
+    from mosaic.errors import DatasetError
+    from mosaic.hf_load import load_dataset
+
+    ds = _copy(made, tmp_path)
+    with pytest.raises(DatasetError, match="cache_dir"):
+        load_dataset(ds, cache_dir=str(ds / "train" / "cache"))
+    assert not (ds / "train" / "cache").exists()
+    assert foreign_names(ds) == []
