@@ -204,7 +204,7 @@ def _weights(sigma: float) -> np.ndarray:
 
 def _gauss_fast(a: np.ndarray, sigma: float, axes: tuple[int, ...]) -> np.ndarray:
     w = _weights(float(sigma))
-    out = np.zeros(a.shape, np.float64)
+    out = np.empty(a.shape, np.float64)  # every element is written by the first pass
     src = a
     for ax in axes:
         _nd_image.correlate1d(src, w, ax, out, _CONSTANT, 0.0, 0)
