@@ -45,7 +45,8 @@ from mosaic.errors import DatasetError, MosaicError
 from mosaic.executors import LocalExecutor, check_backend, make_executor
 from mosaic.hf import mosaic_split, write_card
 from mosaic.holdout import is_held_out
-from mosaic.io import JSONReadError, atomic_write, atomic_write_json, atomic_writer, clear_temps, loads_json, open_own, own_folders
+from mosaic.io import (JSONReadError, atomic_write, atomic_write_json, atomic_writer, clear_temps, loads_json, open_own,
+                       output_dir_problem, own_folders)
 from mosaic.locks import FolderLock
 from mosaic.png import encode_png
 from mosaic.records import (  # noqa: F401 - re-exported: the dataset API of mosaic.dataset
@@ -295,6 +296,7 @@ def generate(
 
     check_format(format)
     check_backend(backend)
+    dataset_out_check(out)
     if address and backend != "ray":
         raise DatasetError([("--address", f"--address {address!r} applies to --backend ray only: drop it or add --backend ray")])
     if splits is not None:
@@ -317,6 +319,19 @@ def generate(
     with FolderLock(out, DatasetError, "dataset", wait=not overwrite):
         return _generate_locked(spec, out, workers, overwrite, masks, shard_size, renderer, on_progress, verify, sizes,
                                 backend, address)
+
+
+def dataset_out_check(out: str | Path, field: str = "out") -> None:
+    """The output check of a dataset writer's API (``generate``, ``export``, a training config's
+    ``dataset.root``), as the CLI's ``--out`` (:func:`mosaic.io.output_dir_problem` with ``dataset=True``):
+    ``out`` may be a dataset, never a folder inside another (a run's ``dataset.root: data/count`` generated
+    its dataset inside ``data/count``, which every reader then refused), a file or an unwritable place.
+
+    Raises:
+        DatasetError: naming ``out`` and why."""
+    problem = output_dir_problem(out, dataset=True)
+    if problem:
+        raise DatasetError([(field, f"{str(out)!r} {problem}: give a folder (created if missing) in a writable place")])
 
 
 def _generate_locked(spec, out, workers, overwrite, masks, shard_size, renderer, on_progress, verify, sizes, backend, address) -> dict:

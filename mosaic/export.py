@@ -27,6 +27,7 @@ from mosaic.parquet import (
     DEFAULT_SHARD_BYTES, ESTIMATE_SAMPLES, check_format, finalize_parquet, iter_records, own_parquet_folders, parquet_manifest,
     plan_rows_per_shard, row_of, row_schema, storage_of, write_shards,
 )
+from mosaic.dataset import dataset_out_check
 from mosaic.records import MANIFEST, base_manifest, read_manifest, replaceable_or_raise, spec_from_data, spec_of, unfinished_hint
 from mosaic.spec import Spec
 from mosaic.tally import Tally
@@ -55,6 +56,7 @@ def export(src: str | Path, format: str, dst: str | Path | None = None, shard_by
     stops, naming the process that holds it."""
     check_format(format)
     out = Path(dst) if dst is not None else Path(src).with_name(f"{Path(src).name}-{format}")
+    dataset_out_check(out, "--out")  # never a folder inside another dataset (the CLI's --out check, for the Python API too)
     # the source is locked too (never waiting): a `generate --overwrite` of it stops while it is read, and an export
     # never starts while one runs (it would copy a half-replaced source)
     with FolderLock(src, DatasetError, "dataset (the export's source)", wait=False, reader=True), \

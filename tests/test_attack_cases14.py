@@ -398,3 +398,26 @@ def test_hf_load_never_writes_its_cache_into_a_dataset(made, tmp_path):
         load_dataset(ds, cache_dir=str(ds / "train" / "cache"))
     assert not (ds / "train" / "cache").exists()
     assert foreign_names(ds) == []
+
+
+# ------------------------------------------------------------------------------------------------
+# a dataset writer's API and a training config's dataset.root never write inside another dataset
+# ------------------------------------------------------------------------------------------------
+
+def test_no_dataset_is_generated_or_exported_inside_another(made, tmp_path):
+    from mosaic.dataset import generate
+    from mosaic.errors import DatasetError
+    from mosaic.export import export
+    from mosaic.lab.config import DatasetSection
+    from mosaic.lab.data import resolve_dataset
+    from mosaic.spec import load_spec
+
+    ds = _copy(made, tmp_path)
+    with pytest.raises(DatasetError, match="inside the mosaic dataset"):
+        generate(load_spec(made[0]), ds / "inner")
+    with pytest.raises(DatasetError, match="inside the mosaic dataset"):
+        export(made[1], "parquet", ds / "train" / "p")
+    section = DatasetSection.model_validate({"spec": str(made[0]), "root": str(ds)})
+    with pytest.raises(DatasetError, match="dataset.root"):
+        resolve_dataset(section, generate=False)  # a dry run names it too
+    assert foreign_names(ds) == []

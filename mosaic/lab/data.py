@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mosaic.dataset import generate as gen, read_manifest
+from mosaic.dataset import dataset_out_check, generate as gen, read_manifest
 from mosaic.errors import DatasetError
 from mosaic.lab.config import DatasetSection
 from mosaic.overrides import ParsedOverride
@@ -89,10 +89,12 @@ def resolve_dataset(section: DatasetSection, generate: bool = True, on_progress=
     spec = load_dataset_spec(section)
     if section.stream:  # the train split is streamed (mosaic.stream): write the others only
         root = Path(section.root) / (dataset_dir_for(spec) + "-stream")
+        dataset_out_check(root, "dataset.root")  # a dry run names a dataset.root inside a dataset too, before anything is written
         if generate:
             gen(spec, root, workers=section.workers, on_progress=on_progress, splits=[s for s in spec.split_sizes() if s != "train"])
         return root
     root = Path(section.root) / dataset_dir_for(spec)
+    dataset_out_check(root, "dataset.root")
     if generate:
         gen(spec, root, workers=section.workers, on_progress=on_progress)
     return root

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from mosaic.dataset import read_manifest, read_metadata, sample_record, spec_of
+from mosaic.dataset import dataset_out_check, read_manifest, read_metadata, sample_record, spec_of
 from mosaic.errors import ConfigError, MosaicError
 from mosaic.lab.autoencoder import LatentSpace, build_autoencoder
 from mosaic.layout_check import check_layouts
@@ -57,6 +57,7 @@ def spec_and_records(section, k: int):
     sizes = spec.split_sizes()
     split = "train" if sizes.get("train") else next((s for s, n in sizes.items() if n), "train")
     root = Path(section.root) / dataset_dir_for(spec)
+    dataset_out_check(root, "dataset.root")  # a dry run names a dataset.root inside a dataset, as the run would (before writing)
     exists = False
     if (root / "manifest.json").is_file():
         try:
