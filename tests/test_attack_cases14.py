@@ -421,3 +421,21 @@ def test_no_dataset_is_generated_or_exported_inside_another(made, tmp_path):
     with pytest.raises(DatasetError, match="dataset.root"):
         resolve_dataset(section, generate=False)  # a dry run names it too
     assert foreign_names(ds) == []
+
+
+def test_a_samples_folder_made_again_never_deletes_an_audit_or_notes_put_into_it(tmp_path):
+    import json
+
+    from mosaic.errors import DatasetError
+    from mosaic.lab.diffusion.scoring import refuse_other_samples
+
+    out = tmp_path / "samples"
+    (out / "images").mkdir(parents=True)
+    key = {"splits": ["test_ood"], "n_per_combination": 1, "seed": 0}
+    (out / "sampling.json").write_text(json.dumps(key))
+    (out / "metrics.json").write_text("{}")
+    refuse_other_samples(out, key)  # its own files only: made again
+    (out / "audit").mkdir()
+    (out / "audit" / "audit.json").write_text('{"marks": []}')  # `mosaic audit SAMPLES` writes its page and marks here
+    with pytest.raises(DatasetError, match="audit"):
+        refuse_other_samples(out, key)

@@ -4,6 +4,7 @@ the evaluator, written to a samples folder whose name holds every setting that c
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -50,6 +51,17 @@ def refuse_other_samples(out: Path, key: dict) -> None:
     if diff:
         raise DatasetError(f"{out} holds samples made with other settings ({'; '.join(diff)}): they are kept; give another --out, "
                            "or delete that folder to replace them")
+    # the folder is replaced whole: what a person put there (an audit with its marks, notes) is never deleted with it
+    foreign = sorted(n for n in os.listdir(out) if n not in SAMPLES_NAMES)
+    if foreign:
+        raise DatasetError(f"{out} holds {', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}, which mosaic sample did not "
+                           "write there and would delete with the old samples (an audit's marks among them): move it out of the "
+                           "folder, or give another --out")
+
+
+#: every name ``mosaic sample`` writes in a samples folder (:func:`_sample_into`)
+SAMPLES_NAMES = frozenset({"images", "metadata.jsonl", "sampling.json", "metrics.json", "metrics.csv", "heatmap.png",
+                           "predictions.jsonl", "evaluator_check.json", "samples.png"})
 
 
 def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, n_per_combination: int | None, guidance: float,
