@@ -263,7 +263,11 @@ class Rule(StrictModel):
     def _shorthand(cls, v):
         if isinstance(v, (str, int, float)) and not isinstance(v, bool):
             return {"value": v}
-        return v
+        if isinstance(v, (dict, Rule)):
+            return v
+        hint = " (a list: did you mean {choice: [A, B]} or {range: [LO, HI]}?)" if isinstance(v, (list, tuple)) else ""
+        raise ValueError(f"not a rule{hint}: give a value (e.g. red or 0.4), or one of {{concept: NAME}}, "
+                         "{choice: [A, B]}, {range: [LO, HI]}")
 
     @model_validator(mode="after")
     def _one(self):

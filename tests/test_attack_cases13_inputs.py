@@ -86,6 +86,21 @@ def test_a_boolean_concept_value_says_to_quote_a_name():
         load_spec(COUNT, ["concepts.count.values=[yes, no]"])
 
 
+@pytest.mark.parametrize("value, hint", [("yes", "(got True)"), ("[0.2, 0.3]", "did you mean {choice: [A, B]} or {range: [LO, HI]}?"),
+                                         ("null", "(got None)")])
+def test_an_object_rule_that_is_no_rule_says_what_a_rule_is(value, hint):
+    # round 13's leftover: objects.0.size=yes got pydantic's "a valid dictionary or instance of Rule"
+    from mosaic.errors import SpecError
+    from mosaic.spec import load_spec
+
+    with pytest.raises(SpecError) as e:
+        load_spec(COUNT, [f"objects.0.size={value}"])
+    text = str(e.value)
+    assert "objects[0].size: not a rule" in text and "{range: [LO, HI]}" in text and hint in text
+    assert "instance of Rule" not in text
+    assert load_spec(COUNT, ["objects.0.size={range: [0.1, 0.12]}"]).objects[0].size.kind == "range"
+
+
 @pytest.mark.parametrize("item, field", [("training.steps=yes", "training.steps"), ("model.depth=on", "model.depth"),
                                          ("training.seed=true", "training.seed")])
 def test_a_yaml_boolean_is_not_a_number_in_a_training_config(item, field):
