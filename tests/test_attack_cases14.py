@@ -439,3 +439,25 @@ def test_a_samples_folder_made_again_never_deletes_an_audit_or_notes_put_into_it
     (out / "audit" / "audit.json").write_text('{"marks": []}')  # `mosaic audit SAMPLES` writes its page and marks here
     with pytest.raises(DatasetError, match="audit"):
         refuse_other_samples(out, key)
+
+
+# ------------------------------------------------------------------------------------------------
+# 36: a check of a billion renders ran until killed; every check size is bounded (10**6, as `evaluator check --n`)
+# ------------------------------------------------------------------------------------------------
+
+def test_every_evaluator_check_size_is_bounded(tmp_path):
+    from mosaic.errors import ConfigError
+    from mosaic.evaluation.learned import LearnedConfig
+    from mosaic.lab.config import load_config
+    from mosaic.lab.diffusion import DiffusionConfig
+
+    root = Path(__file__).resolve().parents[1]
+    spec = str(root / "experiments" / "specs" / "count.yaml")
+    res = runner.invoke(app, ["evaluate", str(tmp_path), "--spec", spec, "--check-n", "1000000000"])
+    assert res.exit_code == 2 and "Traceback" not in res.output and "--check-n" in res.output
+    res = runner.invoke(app, ["evaluator", "train", spec, "--out", str(tmp_path / "ev"), "--check-n", "1000000000"])
+    assert res.exit_code == 2 and "--check-n" in res.output and not (tmp_path / "ev").exists()
+    with pytest.raises(ConfigError, match=r"evaluation\.check_n"):
+        load_config(DiffusionConfig, root / "experiments/train/quickstart_cpu.yaml", ["evaluation.check_n=1000000000"])
+    with pytest.raises(Exception, match="check_n"):
+        LearnedConfig(check_n=10**9)

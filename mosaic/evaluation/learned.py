@@ -85,7 +85,7 @@ class LearnedConfig(StrictModel):
     noise_max: float = Field(14.0, ge=0)
     color_shift_max: float = Field(0.06, ge=0, le=0.3)
     seed: int = 0
-    check_n: int = Field(1000, ge=0)
+    check_n: int = Field(1000, ge=0, le=10**6)
     log_every: int = Field(100, ge=1)
     threads: int | None = Field(None, ge=1, description="torch CPU threads; None = auto (1 when the machine is busy)")
 

@@ -207,7 +207,7 @@ class EvaluationSection(_Base):
         "how the parser reads a position concept: strict = an angle between two bins is unreadable (counted wrong); "
         "nearest = the nearer bin, the forced choice of MOSAIC's 10-way position classifier"))
     splits: list[str] | None = Field(None, description="test splits sampled after training; default test_id + test_ood, or test")
-    check_n: int = Field(200, ge=0, description="fresh ground-truth renders to measure the evaluator on (0: skip)")
+    check_n: int = Field(200, ge=0, le=10**6, description="fresh ground-truth renders to measure the evaluator on (0: skip)")
     val_samples: int = Field(64, ge=0, description="images generated for each validation (conditions of the first val records)")
     val_steps: int = Field(25, ge=1, description="sampler steps during validation")
     val_evaluator: str | None = Field(None, description=(
