@@ -461,3 +461,20 @@ def test_every_evaluator_check_size_is_bounded(tmp_path):
         load_config(DiffusionConfig, root / "experiments/train/quickstart_cpu.yaml", ["evaluation.check_n=1000000000"])
     with pytest.raises(Exception, match="check_n"):
         LearnedConfig(check_n=10**9)
+
+
+def test_a_folder_or_pipe_at_metadata_jsonl_is_named_as_such_not_as_missing(tmp_path):
+    import os
+
+    from mosaic.errors import MosaicError
+    from mosaic.evaluation.folder import read_folder
+
+    for i, make in enumerate((lambda p: p.mkdir(), lambda p: os.mkfifo(p))):
+        d = tmp_path / f"f{i}"
+        d.mkdir()
+        make(d / "metadata.jsonl")
+        with pytest.raises(MosaicError, match="is not a regular file"):
+            read_folder(d)
+    (tmp_path / "f2").mkdir()
+    with pytest.raises(MosaicError, match="metadata.jsonl is missing"):
+        read_folder(tmp_path / "f2")

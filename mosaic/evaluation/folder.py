@@ -57,7 +57,8 @@ def read_folder(images_dir: str | Path) -> list[dict]:
         raise MosaicError(f"{d} is {'not a folder' if d.exists() else 'missing'}: give a folder of images with a metadata.jsonl "
                           "(a dataset split such as DATASET/test_ood, or a run's samples folder)")
     if not meta.is_file():
-        raise MosaicError(f"{meta} is missing: a folder to evaluate needs a metadata.jsonl with one JSON object per image "
+        what = "missing" if not os.path.lexists(meta) else "not a regular file (a folder, link or pipe stands there)"
+        raise MosaicError(f"{meta} is {what}: a folder to evaluate needs a metadata.jsonl with one JSON object per image "
                           '({"file_name": "images/000000.png", "concepts": {...}, "held_out": false})')
     if meta.stat().st_size > MAX_METADATA_BYTES:
         raise MosaicError(f"{meta} holds {meta.stat().st_size:,} bytes, more than {MAX_METADATA_BYTES:,}: evaluate a smaller folder")
