@@ -413,3 +413,19 @@ def test_train_diffusion_refuses_a_repeated_evaluation_split_before_training(tmp
                               "--set", "evaluation.splits=[test_id, test_ood, test_id]"])
     _clean_exit_2(res, "evaluation.splits: 'test_id' is listed more than once")
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("sets, field", [(["model.schedule.num_train_timesteps=10", "sampling.steps=25"], "sampling.steps"),
+                                         (["evaluation.splits=[test_id, test_id]"], "evaluation.splits")])
+def test_run_diffusion_itself_refuses_bad_sampling_before_training(sets, field, tmp_path, monkeypatch):
+    # round 13's leftover: a direct run_diffusion call met these only at sampling time, after training
+    from mosaic.errors import ConfigError
+    from mosaic.lab.config import load_config
+    from mosaic.lab.diffusion import DiffusionConfig, run_diffusion
+
+    monkeypatch.chdir(ROOT)
+    cfg = load_config(DiffusionConfig, "experiments/train/quickstart_cpu.yaml",
+                      [*sets, f"out={tmp_path / 'r'}", f"dataset.root={tmp_path / 'data'}"])
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        run_diffusion(cfg, say=lambda m: None)
+    assert not (tmp_path / "r" / "checkpoints").exists() and not (tmp_path / "r" / "DONE").exists()

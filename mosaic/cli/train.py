@@ -82,24 +82,14 @@ def _train(config_cls, run, config: Path, set_, out, unit: str, inside: str = ""
     return metrics
 
 
+def _check_sampling(cfg) -> None:
+    from mosaic.lab.diffusion.sampling import check_sampling
+
+    check_sampling(cfg)
+
+
 DiffusionConfigArg = Annotated[Path, typer.Argument(help="Diffusion config YAML, e.g. experiments/train/quickstart_cpu.yaml")]
 TransformerConfigArg = Annotated[Path, typer.Argument(help="Transformer config YAML, e.g. experiments/train/classifier_coverage_tokens.yaml")]
-
-
-def _check_diffusion(cfg) -> None:
-    """``sampling.steps`` within the run's training timesteps (DDIM / DPM), and no split twice in
-    ``evaluation.splits``: found before training, not when the finished run samples its test splits."""
-    from mosaic.lab.diffusion.sampling import check_sampler_steps, repeated_splits
-
-    twice = repeated_splits(list(cfg.evaluation.splits or []))
-    if twice:
-        raise ConfigError([("evaluation.splits", f"{', '.join(map(repr, twice))} is listed more than once: a split sampled twice "
-                            "gives the same images twice, scored as independent samples; list each split once")])
-    try:
-        check_sampler_steps(cfg.sampling.steps, cfg.sampling.sampler,
-                            {"num_train_timesteps": cfg.model.schedule.num_train_timesteps}, name="sampling.steps")
-    except MosaicError as e:
-        raise ConfigError(e.problems) from None
 
 
 @train_app.command("diffusion")
@@ -110,7 +100,7 @@ def diffusion(config: DiffusionConfigArg, set_: SetOpt = None, out: OutOpt = Non
     from mosaic.lab.diffusion import DiffusionConfig, run_diffusion
 
     metrics = _train(DiffusionConfig, run_diffusion, config, set_, out, "images", inside=", mixed_precision: {mixed_precision}", dry_run=dry_run,
-                     check=_check_diffusion)
+                     check=_check_sampling)
     if metrics is not None:
         if metrics.get("table"):
             from mosaic.evaluation.table import print_table

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from mosaic.lab.diffusion.config import DiffusionConfig
 from mosaic.lab.diffusion.model import check_model_fits, count_params
+from mosaic.lab.diffusion.sampling import check_sampling
 from mosaic.lab.diffusion.scoring import sample_and_score
 from mosaic.lab.diffusion.task import DiffusionTask
 from mosaic.lab.loop import resolve_precision
@@ -66,6 +67,7 @@ class DiffusionFamily(Family):
                                 "val_evaluator to validate with evaluation.evaluator")])
 
         check_analysis(cfg, "diffusion", spec)  # analysis.what names only diagnostics that apply
+        check_sampling(cfg)  # sampler steps and evaluation splits, before training rather than after it
 
     def opened(self, cfg: DiffusionConfig, task: DiffusionTask, ctx: RunContext) -> None:
         if ctx.accelerator.is_main_process:

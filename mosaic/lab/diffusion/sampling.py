@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mosaic.errors import MosaicError, TrainingError
+from mosaic.errors import ConfigError, MosaicError, TrainingError
 from mosaic.evaluation import load_evaluator as _load_evaluator
 from mosaic.lab.data import step_seed, to_uint8
 from mosaic.lab.diffusion.config import DiffusionConfig
@@ -55,6 +55,25 @@ def check_sampler_steps(steps: int, sampler: str, train_config, name: str = "--s
     if total and steps > total:
         raise MosaicError([(name, f"{steps} sampler steps: at most the run's {total} training timesteps "
                                   f"(model.schedule.num_train_timesteps) with the {sampler} sampler: give {name} {total} or fewer")])
+
+
+def check_sampling(cfg: DiffusionConfig) -> None:
+    """``sampling.steps`` within the run's training timesteps (DDIM / DPM), and no split twice in
+    ``evaluation.splits``: found before training (``mosaic train diffusion``, its ``--dry-run``, and
+    :func:`mosaic.lab.diffusion.run_diffusion` itself), not when the finished run samples.
+
+    Raises:
+        ConfigError: naming ``evaluation.splits`` or ``sampling.steps``.
+    """
+    twice = repeated_splits(list(cfg.evaluation.splits or []))
+    if twice:
+        raise ConfigError([("evaluation.splits", f"{', '.join(map(repr, twice))} is listed more than once: a split sampled twice "
+                            "gives the same images twice, scored as independent samples; list each split once")])
+    try:
+        check_sampler_steps(cfg.sampling.steps, cfg.sampling.sampler,
+                            {"num_train_timesteps": cfg.model.schedule.num_train_timesteps}, name="sampling.steps")
+    except MosaicError as e:
+        raise ConfigError(e.problems) from None
 
 
 def repeated_splits(splits: list[str]) -> list[str]:
