@@ -41,6 +41,12 @@ def card_problem(root: str | Path, man: dict) -> tuple[str, str] | None:
     if not p.exists():
         return ("card", "missing: datasets.load_dataset(DIR) would guess the splits (merging test_id and test_ood) "
                         "and read any file as data; --repair writes it")
+    if p.is_dir():  # repair removes an empty folder there and refuses one with content (mosaic.repair.make_room)
+        if any(p.iterdir()):
+            return ("card", f"a folder that holds files stands where the dataset's card belongs: move {p} away (--repair never "
+                            "deletes a folder with content), then --repair (or a rerun of generate) writes the card")
+        return ("card", "an empty folder stands where the dataset's card belongs; --repair (or a rerun of generate) replaces "
+                        "it with the card")
     why = None
     try:
         text = read_bounded(p, CARD_LIMIT).decode("utf-8")  # a regular file of at most CARD_LIMIT bytes

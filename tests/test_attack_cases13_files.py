@@ -136,6 +136,10 @@ def test_30_verify_repair_refuses_a_card_folder_holding_files_by_name(tmp_path, 
     (root / "README.md").unlink()
     (root / "README.md").mkdir()
     (root / "README.md" / "notes.txt").write_text("mine")
+    res = runner.invoke(app, ["verify", str(root)])  # what verify says is what repair will do: move it first
+    text = " ".join(res.output.split())
+    assert res.exit_code == 1 and "a folder that holds files stands where the dataset's card belongs" in text
+    assert "never deletes a folder with content" in text and "--repair writes it again" not in text
     res = runner.invoke(app, ["verify", "--repair", str(root)])
     _clean_exit_2(res, "README.md", "move")
     assert (root / "README.md" / "notes.txt").read_text() == "mine"
