@@ -8,6 +8,8 @@ file system; a link standing at the target is replaced, not written through).
 
 from __future__ import annotations
 
+import errno
+
 import json
 import os
 from contextlib import contextmanager
@@ -553,6 +555,14 @@ def make_output_dir(path: str | Path, field: str = "out", *, dataset: bool = Fal
     out = check_output_dir(path, field, dataset=dataset, run=run)
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def unreadable_path(p, e: OSError) -> str:
+    """A path that pathlib cannot even look at (``is_dir`` raised ``e``), named: its first 120
+    characters and the system's reason, a name over 255 bytes said so."""
+    s = str(p)
+    return (f"{s[:120]}{'...' if len(s) > 120 else ''} cannot be read: {e.strerror}"
+            + (" (a name in it is longer than a file name can be: 255 bytes)" if e.errno == errno.ENAMETOOLONG else ""))
 
 
 def _long_name(p: Path) -> str | None:

@@ -16,13 +16,15 @@ every index once and no index twice.
 
 from __future__ import annotations
 
+
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from mosaic.errors import DatasetError
+from mosaic.errors import DatasetError, SpecError
 from mosaic.hf import labels_of, mosaic_split
+from mosaic.io import unreadable_path
 from mosaic.records import sample_record, spec_from_data, spec_of
 from mosaic.spec import Spec, load_spec, parse_spec
 from mosaic.verify import check_before_read
@@ -35,8 +37,12 @@ def _spec_of(spec) -> Spec:
     if isinstance(spec, dict):
         return parse_spec(spec)
     p = Path(spec)
-    if p.is_dir() or p.name == "manifest.json":
-        root = p if p.is_dir() else p.parent
+    try:
+        is_dir = p.is_dir()
+    except OSError as e:  # a name over 255 bytes: pathlib raises where the CLI names it
+        raise SpecError(f"{unreadable_path(p, e)}; give a spec YAML or a dataset folder") from None
+    if is_dir or p.name == "manifest.json":
+        root = p if is_dir else p.parent
         check_before_read(root)  # a manifest whose spec no longer matches its fingerprint (or a damaged dataset) is refused
         return spec_of(root)
     return load_spec(p)

@@ -24,6 +24,7 @@ originals, which the recorded digests confirm.
 
 from __future__ import annotations
 
+
 import hashlib
 import json
 import os
@@ -36,7 +37,7 @@ from mosaic.checksums import (  # noqa: F401 - write_checksums re-exported: the 
     write_checksums,
 )
 from mosaic.errors import DatasetError, MosaicError
-from mosaic.io import loads_json, read_bounded
+from mosaic.io import loads_json, read_bounded, unreadable_path
 from mosaic.png import HEADER_BYTES, SIGNATURE, max_png_bytes, png_header_problem, png_structure_problem
 from mosaic.shard_checks import check_shards, spec_image_size  # noqa: F401 - check_shards re-exported
 from mosaic.card_check import card_problem
@@ -114,7 +115,11 @@ def read_manifest_checked(root: str | Path) -> dict:
     :data:`MANIFEST_LIMIT`, not UTF-8, not JSON, nested too deep, not a mapping, no spec)."""
     root = Path(root)
     path = root / MANIFEST
-    if not root.is_dir():
+    try:
+        is_dir = root.is_dir()
+    except OSError as e:  # a name over 255 bytes: pathlib raises it (the CLI names it; the API readers here)
+        raise DatasetError(f"{unreadable_path(root, e)}; give a dataset folder (made by `mosaic generate SPEC --out DIR`)") from None
+    if not is_dir:
         raise DatasetError(f"{root} is not a directory: give a dataset folder (made by `mosaic generate SPEC --out DIR`)")
     if path.exists() and not path.is_file():
         raise DatasetError(f"{path} is damaged: {file_kind_problem(path)[1]}; restore the file from a copy, or regenerate the "

@@ -478,3 +478,16 @@ def test_a_folder_or_pipe_at_metadata_jsonl_is_named_as_such_not_as_missing(tmp_
     (tmp_path / "f2").mkdir()
     with pytest.raises(MosaicError, match="metadata.jsonl is missing"):
         read_folder(tmp_path / "f2")
+
+
+def test_a_path_name_over_255_bytes_is_named_by_every_reader_of_the_python_api(tmp_path):
+    # round 14's leftover: the CLI named it, MosaicDataset / StreamingDataset / hf_load raised a bare OSError
+    from mosaic import hf_load
+    from mosaic.errors import MosaicError
+    from mosaic.stream import StreamingDataset
+    from mosaic.torch_data import MosaicDataset
+
+    long = str(tmp_path / ("x" * 300))
+    for read in (MosaicDataset, StreamingDataset, hf_load.load_dataset):
+        with pytest.raises(MosaicError, match="File name too long.*255 bytes"):
+            read(long)
