@@ -28,6 +28,7 @@ import numpy as np
 from mosaic.errors import MosaicError
 from mosaic.evaluation.agreement import wilson_interval
 from mosaic.evaluation.folder import MAX_METADATA_BYTES, file_name_problem, loads_record
+from mosaic.foreign_names import refuse_foreign_outputs
 from mosaic.io import FileReadError, atomic_write, make_output_dir, read_bounded, read_json, read_own_file
 from mosaic.png import FOREIGN_FORMATS, SIGNATURE, decode_image, encode_png
 from mosaic.locks import FolderLock
@@ -236,7 +237,8 @@ def _write_audit(root: Path, out: Path, items: list[dict], aid: str, seed: int) 
     if out.is_symlink():
         raise MosaicError(f"{out} is a symbolic link: the audit is never written through a link; give a real folder (--out)")
     make_output_dir(out, "--out")
-    _refuse_foreign_outputs(out)
+    # a person's items.json or page in the folder is never overwritten (a new audit replaces its own files)
+    refuse_foreign_outputs(out, ("items.json", "audit.html"), "items.json", _is_audit_items, "mosaic audit", "an audit")
     marks = {}
     saved = out / "audit.json"
     if saved.is_file():
@@ -257,24 +259,9 @@ def _write_audit(root: Path, out: Path, items: list[dict], aid: str, seed: int) 
     return page
 
 
-def _refuse_foreign_outputs(out: Path) -> None:
-    """An audit folder that already holds ``items.json`` or ``audit.html`` must hold an audit's own
-    ``items.json`` (a new audit replaces its own files): a person's ``items.json`` or page in a folder
-    given as ``--out`` is never overwritten (as ``evaluate --out``). Other files are left alone.
-
-    Raises:
-        MosaicError: naming ``--out``, the files and the fix."""
-    present = [n for n in ("items.json", "audit.html") if os.path.lexists(out / n)]
-    if not present:
-        return
-    try:
-        own = read_json(out / "items.json")
-    except (OSError, ValueError):  # missing, not a regular file, not JSON
-        own = None
-    if isinstance(own, dict) and isinstance(own.get("meta"), dict) and "audit_id" in own["meta"] and isinstance(own.get("items"), list):
-        return
-    raise MosaicError([("--out", f"{str(out)!r} holds {', '.join(present)}, which mosaic audit did not write (no items.json of an "
-                                 "audit among them): give another --out (a new or empty folder), or move those files away")])
+def _is_audit_items(data) -> bool:
+    """``items.json`` as mosaic audit writes it (``meta.audit_id`` and an ``items`` list)."""
+    return isinstance(data, dict) and isinstance(data.get("meta"), dict) and "audit_id" in data["meta"] and isinstance(data.get("items"), list)
 
 
 def check_audit(data: dict, expected_id: str | None = None, where: str = "audit.json", items: list[dict] | None = None) -> list[dict]:

@@ -11,6 +11,9 @@ checksums, split folders, ``data/`` and ``.mosaic/``; a split folder's ``metadat
 (:func:`mosaic.io.new_temp_file`'s ``.<name>.tmp<pid>.<random>`` and the older fixed names
 ``<name>.tmp``, ``.<name>.tmp``, for those names only).
 ``.mosaic/`` is mosaic's work folder and is not looked into.
+
+:func:`refuse_foreign_outputs` is the same rule for an ``--out`` folder (``evaluate``, ``audit``): files of the
+names a command writes there are replaced only when its own marker file says they are its own.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+
+from mosaic.errors import MosaicError
+from mosaic.io import read_json
 
 SPLIT_NAMES = frozenset({"train", "val", "test", "test_id", "test_ood"})
 ROOT_NAMES = frozenset({"manifest.json", "README.md", "checksums.sha256", "data", ".mosaic"}) | SPLIT_NAMES
@@ -65,3 +71,24 @@ def foreign_names(root: str | Path, limit: int = 20) -> list[str]:
                 if s.name in ("images", "masks") and not s.is_symlink() and s.is_dir(follow_symlinks=False):
                     walk(f"{e.name}/{s.name}", _IMAGE.fullmatch)
     return out
+
+
+def refuse_foreign_outputs(out: Path, names, marker: str, ours, command: str, what: str) -> None:
+    """An ``--out`` folder that already holds files of ``names`` (what ``command`` writes there and
+    replaces on a rerun) must hold ``command``'s own ``marker`` file (``ours(json)`` is true): a
+    person's files of those names are never overwritten. Other files are left alone.
+    (``mosaic evaluate --out``: ``metrics.json``; ``mosaic audit --out``: ``items.json``.)
+
+    Raises:
+        MosaicError: naming ``--out``, the files and the fix."""
+    present = [n for n in names if os.path.lexists(out / n)]
+    if not present:
+        return
+    try:
+        data = read_json(out / marker)
+    except (OSError, ValueError):  # missing, not a regular file, not JSON
+        data = None
+    if ours(data):
+        return
+    raise MosaicError([("--out", f"{str(out)!r} holds {', '.join(present)}, which {command} did not write (no {marker} of "
+                                 f"{what} among them): give another --out (a new or empty folder), or move those files away")])

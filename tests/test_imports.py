@@ -195,7 +195,7 @@ LAZY: dict[tuple[str, str], str] = {
     ("mosaic.cli.data", "mosaic.preview"): HELP,
     ("mosaic.cli.data", "mosaic.verify"): HELP,
     ("mosaic.cli.data", "renderers"): HELP,
-    ("mosaic.cli.evaluate", "mosaic.io"): HELP,
+    ("mosaic.cli.evaluate", "mosaic.foreign_names"): HELP,
     ("mosaic.cli.evaluate", "mosaic.evaluation"): HELP,
     ("mosaic.cli.evaluate", "mosaic.evaluation.learned"): HELP,
     ("mosaic.cli.evaluate", "mosaic.evaluation.table"): HELP,

@@ -170,29 +170,11 @@ def train_command(
 EVALUATE_OUTPUTS = ("metrics.json", "metrics.csv", "heatmap.png", "predictions.jsonl")
 
 
-def _refuse_foreign_outputs(out: Path | None) -> None:
-    """An ``--out`` that already holds files of the names evaluate writes must hold an evaluation's
-    ``metrics.json`` (a rerun replaces its own files): a user's ``metrics.json`` or ``heatmap.png``
-    in a folder given as ``--out`` is never overwritten. Other files in the folder are left alone.
-
-    Raises:
-        MosaicError: naming ``--out``, the files and the fix."""
-    if out is None or not out.is_dir():
-        return
-    present = [n for n in EVALUATE_OUTPUTS if os.path.lexists(out / n)]
-    if not present:
-        return
-    from mosaic.io import read_json
-
-    try:
-        m = read_json(out / "metrics.json")
-    except (OSError, ValueError):  # missing, not a regular file, not JSON
-        m = None
-    if isinstance(m, dict) and ({"overall", "seen", "held_out", "evaluator"} <= set(m)
-                                or (m.get("status") == "incomplete" and m.get("written_by") == "mosaic evaluate")):
-        return  # an evaluation's, or one that was stopped while it wrote them: a rerun replaces them
-    raise MosaicError([("--out", f"{str(out)!r} holds {', '.join(present)}, which mosaic evaluate did not write (no metrics.json of an "
-                                 "evaluation among them): give another --out (a new or empty folder), or move those files away")])
+def _is_evaluation(m) -> bool:
+    """``metrics.json`` of an evaluation, or the placeholder of one stopped while it wrote its files
+    (a rerun replaces them)."""
+    return isinstance(m, dict) and ({"overall", "seen", "held_out", "evaluator"} <= set(m)
+                                    or (m.get("status") == "incomplete" and m.get("written_by") == "mosaic evaluate"))
 
 
 def evaluate(
@@ -214,7 +196,10 @@ def evaluate(
         from mosaic.spec import load_spec
 
         check_out(out)
-        _refuse_foreign_outputs(out)
+        if out is not None and out.is_dir():  # a user's metrics.json or heatmap.png there is never overwritten
+            from mosaic.foreign_names import refuse_foreign_outputs
+
+            refuse_foreign_outputs(out, EVALUATE_OUTPUTS, "metrics.json", _is_evaluation, "mosaic evaluate", "an evaluation")
         if (spec / "manifest.json").is_file() or spec.name == "manifest.json":  # a dataset standing for its spec: checked first
             from mosaic.verify import check_before_read
 
