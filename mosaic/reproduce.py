@@ -30,7 +30,7 @@ from mosaic.report import make_report, read_sweep_yaml
 from mosaic.sweep import load_sweep
 from mosaic.locks import FolderLock
 from mosaic.trials import (check_sweep_options, collect, cpu_slots, plan, pool_wall_seconds, prepare_todo, read_status,
-                            run_local, run_ray)
+                            run_pool)
 from mosaic.io import atomic_write
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -232,10 +232,7 @@ def reproduce(paper: str, scale: str, out: str | Path, workers: int = 1, backend
         # one pool for the trials of every sweep, in the sweeps' order: a slot freed at the end of one sweep takes the
         # next sweep's first trial (9 trials on 2 workers no longer leave a core idle for a round at every sweep's end)
         if todo:
-            if backend == "local":
-                run_local(sweeps[0].kind, todo, workers, None, done)
-            else:
-                run_ray(sweeps[0].kind, todo, address, None, done, num_cpus=workers)
+            run_pool(backend, sweeps[0].kind, todo, workers, address, None, done)
         for s in sweeps:
             if s.name not in finished:  # a trial whose status lost its sweep's name: reported all the same
                 finish(s)

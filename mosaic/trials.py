@@ -573,10 +573,15 @@ def prepare_todo(sweep: SweepSpec, out: Path, on_progress=None) -> tuple[list[di
 
 def _run_sweep(sweep: SweepSpec, out: Path, backend: str, workers: int, address: str | None, on_progress, on_done):
     trials, todo = prepare_todo(sweep, out, on_progress)
-    if backend == "local":
-        run_local(sweep.kind, todo, workers, sweep.timeout_s, on_done)
-    elif backend == "ray":
-        run_ray(sweep.kind, todo, address, sweep.timeout_s, on_done, num_cpus=workers)
-    else:
-        raise SweepError(f"--backend {backend!r}: use local or ray")
+    run_pool(backend, sweep.kind, todo, workers, address, sweep.timeout_s, on_done)
     return trials, collect(out)
+
+
+def run_pool(backend: str, kind: str, todo: list[dict], workers: int, address: str | None, timeout_s: float | None, on_done) -> list[dict]:
+    """``todo`` through the local pool (:func:`run_local`) or Ray (:func:`run_ray`); a trial's own
+    ``timeout_s`` (set by :func:`prepare_todo`) wins over ``timeout_s``."""
+    if backend == "local":
+        return run_local(kind, todo, workers, timeout_s, on_done)
+    if backend == "ray":
+        return run_ray(kind, todo, address, timeout_s, on_done, num_cpus=workers)
+    raise SweepError(f"--backend {backend!r}: use local or ray")

@@ -152,13 +152,15 @@ def test_a_reproduction_runs_every_sweeps_trials_through_one_pool(tmp_path, monk
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     plan = R.plan_reproduction("toy", "cpu", tmp_path / "out", workers=2)
     assert [s["wall_seconds"] for s in plan["sweeps"]] == [200.0, 200.0] and plan["wall_seconds"] == 300.0
-    pools, real = [], R.run_local
+    import mosaic.trials as T
+
+    pools, real = [], T.run_local
 
     def spy(kind, trials, workers, timeout_s, on_done=None):
         pools.append(sorted(t["dir"].parent.parent.name for t in trials))
         return real(kind, trials, workers, timeout_s, on_done)
 
-    monkeypatch.setattr(R, "run_local", spy)
+    monkeypatch.setattr(T, "run_local", spy)
     progress = []
     res = R.reproduce("toy", "cpu", tmp_path / "out", workers=2, on_progress=progress.append)
     assert pools == [["tiny_cov"] * 3 + ["tiny_cov_b"] * 3]  # one pool, both sweeps' trials
