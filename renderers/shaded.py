@@ -13,9 +13,12 @@ its bounding box), so a frame costs the ground plane plus the objects' own pixel
   shadow on the ground) covers the point; each supersample takes its own point on a disk of the
   key lamp's ``radius``, so shadow edges are soft like an area lamp's.
 - **Materials**: ``rubber`` is Lambert plus a weak broad highlight; ``metal`` is a tinted mirror of
-  the environment (the ground, lit and unshadowed, below the horizon; a sky gradient above, so a
-  metal sphere shows CLEVR's sharp horizon line), a little diffuse, and sharp Blinn-Phong
-  highlights of the three lamps. Object-to-object reflections are not traced.
+  the environment, a little diffuse, and sharp Blinn-Phong highlights of the three lamps. The mirror
+  traces one bounce (:mod:`renderers.shaded_mirror`): the other objects, Lambert-lit; else the
+  ground, lit and with the key lamp's shadow, below the horizon; else a studio sky that darkens
+  towards the zenith (CLEVR's dark world), so a metal sphere shows CLEVR's sharp horizon line and a
+  metal cube's top is darker than a rubber one's. The bounce is traced once per pixel and object
+  and shared by that object's supersamples in the pixel.
 - **Colour**: sRGB colours are decoded to linear light, shaded, averaged over the supersamples and
   encoded back with a 16,384-entry lookup table.
 
@@ -39,6 +42,7 @@ from mosaic.scene3d import Scene3D
 from renderers.base import Renderer
 from renderers.shaded_cam import Cams
 from renderers.shaded_geom import _INF, EPS, F, Plan, Solid, cast, nearest, normals_at  # noqa: F401  (EPS: re-exported)
+from renderers.shaded_mirror import in_key_shadow, mirror_hits, pixel_reps
 
 AMBIENT = 0.16  # sky light, times (0.5 + 0.5 n_z)
 SKY = np.array([0.62, 0.64, 0.68], F)  # linear sky radiance at the horizon (metal reflections, rays that miss)
@@ -402,14 +406,28 @@ def _shade(scenes: list[Scene3D], s: int) -> list[np.ndarray]:
             with np.errstate(divide="ignore", invalid="ignore"):
                 tg = np.where(down, -pz[m] / rz, F(0))
             gx_, gy_ = px[m] + tg * rx, py[m] + tg * ry
+            # the mirror's one bounce and the shadow it sees, traced once per pixel and object (the first
+            # supersample of each) and shared by that object's supersamples in the pixel
+            rep, inv = pixel_reps(q_o[m], ids_o[m], nn, side * side)
+            rr = None if rm is None else rm[rep]
+            hit, hcol, hk = mirror_hits(plan, B, rr, ids_o[m][rep], (px[m][rep], py[m][rep], pz[m][rep]),
+                                        (mnx[rep], mny[rep], mnz[rep]), (rx[rep], ry[rep], rz[rep]), alb_tab, LPf, INT, AMBIENT)
+            hit, hk, hcol = hit[inv], hk[inv], [h[inv] for h in hcol]
+            hit &= ~down | (hk < tg)  # an object nearer than the ground the ray would reach
+            gnd = down & ~hit
+            in_sh = in_key_shadow(plan, B, rr, gnd[rep], gx_[rep], gy_[rep], LPf)[inv]
             gl = np.full(len(m), F(AMBIENT))
             for li in range(3):
                 lx, ly, lz = _per_scene(LPf[:, li, 0], rm) - gx_, _per_scene(LPf[:, li, 1], rm) - gy_, _per_scene(LPf[:, li, 2], rm)
-                gl += _per_scene(INT[:, li], rm) * lz / np.sqrt(lx * lx + ly * ly + lz * lz)
-            sky_k = F(0.7) + F(1.3) * np.maximum(rz, F(0))
+                e = _per_scene(INT[:, li], rm) * lz / np.sqrt(lx * lx + ly * ly + lz * lz)
+                if li == 0:  # the key lamp's shadow on the mirrored ground
+                    e = np.where(in_sh & gnd, F(0), e)
+                gl += e
+            sky_k = F(1) / (F(1) + F(6) * np.maximum(rz, F(0)))  # a studio sky: darker towards the zenith, as CLEVR's
             am = alb[m]
             for c in range(3):
                 env = np.where(down, F(0.7) * _per_scene(ground[:, c], rm) * gl, SKY[c] * sky_k)
+                env = np.where(hit, hcol[c], env)
                 oc[c][m] = (am[:, c] * (F(0.9) * env + F(0.03) * irr[m]) + F(0.05) * env
                             + (F(0.5) + F(0.5) * am[:, c]) * (F(1.5) * spec_met[m] + F(0.25) * spec_rub[m]))
         for c in range(3):

@@ -27,6 +27,66 @@ def _one(shape="sphere", size=0.24, center=(0.5, 0.5), preset="mosaic", side=96,
     return Scene3D(side, ground, [o], preset_view(preset))
 
 
+def _pair(material, neighbour=None, shape="cube", size=0.3):
+    objs = [SolidObject(shape, "gray", (87, 87, 87), size, (0.5, 0.5), 20.0, "t", material=material)]
+    if neighbour is not None:
+        objs.append(SolidObject("sphere", "green", (29, 200, 20), 0.24, neighbour, 0.0, "b", material="rubber"))
+    return Scene3D(96, (150, 150, 150), objs, preset_view("clevr"))
+
+
+def test_a_metal_solid_mirrors_its_neighbours_and_a_rubber_one_does_not():
+    """Metal traces one bounce against the other objects: a green sphere beside a gray cube (where it
+    casts no shadow on it) shows in a metal cube's pixels, tinting them green, and leaves a rubber
+    cube's pixels as they were."""
+    rend = ShadedRenderer(2)
+    for material in ("rubber", "metal"):
+        alone = rend.render_image(_pair(material)).astype(int)
+        beside = rend.render_image(_pair(material, (0.25, 0.5))).astype(int)
+        cube = instance_mask(_pair(material, (0.25, 0.5)))[0] == 1
+        changed = cube & (np.abs(beside - alone).sum(-1) > 0)
+        if material == "rubber":
+            assert not changed.any()
+        else:
+            assert changed.sum() >= 10, changed.sum()
+            d = (beside - alone)[changed]
+            assert (d[:, 1] - d[:, 0]).mean() > 5  # the reflection is of the green sphere
+
+
+def test_a_metal_top_mirrors_the_darker_studio_sky():
+    """Above the horizon a metal surface mirrors a sky that darkens towards the zenith (CLEVR's dark
+    world): a metal cube's top is darker than a rubber cube's lamp-lit top, and a metal sphere's upper
+    half is no brighter than its lower half, which mirrors the lit ground."""
+    rend = ShadedRenderer(2)
+    top = {}
+    for material in ("rubber", "metal"):
+        sc = _pair(material, size=0.4)
+        img, m = rend.render_image(sc).astype(float).mean(-1), instance_mask(sc)[0] == 1
+        rows = np.flatnonzero(m.any(1))
+        top[material] = img[rows[0]:rows[0] + 5][m[rows[0]:rows[0] + 5]].mean()
+    assert top["metal"] < top["rubber"] - 10, top
+    sc = _pair("metal", shape="sphere", size=0.4)
+    img, m = rend.render_image(sc).astype(float).mean(-1), instance_mask(sc)[0] == 1
+    rows = np.flatnonzero(m.any(1))
+    mid = (rows[0] + rows[-1]) // 2
+    assert img[:mid][m[:mid]].mean() <= img[mid:][m[mid:]].mean() + 2
+
+
+def test_the_mirrored_ground_shows_the_key_lamps_shadow():
+    """A ground point seen in a mirror is shadowed when an object stands between it and the key lamp
+    (renderers.shaded_mirror.in_key_shadow), lit otherwise."""
+    from renderers.shaded import F, _plan
+    from renderers.shaded_mirror import in_key_shadow
+
+    sc = _one("sphere", 0.3, preset="clevr")
+    key = np.array(sc.view.lights[0][1], float)
+    base = np.array(world_xy((0.5, 0.5)))
+    away = (base - key[:2]) / np.linalg.norm(base - key[:2])
+    pts = np.array([base + 0.4 * away, base - 3.0 * away, base + 3.0 * np.array([-away[1], away[0]])], F)
+    LP = np.array([[p for _, p, _, _ in sc.view.lights]], F)
+    got = in_key_shadow(_plan(sc), 1, None, np.ones(3, bool), pts[:, 0], pts[:, 1], LP)
+    assert got.tolist() == [True, False, False]
+
+
 def test_sphere_silhouette_matches_its_analytic_disk():
     # overhead camera straight above the sphere: its silhouette is a disk of angular radius asin(R / d)
     side = 128
