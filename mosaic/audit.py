@@ -220,10 +220,12 @@ def make_audit(root: str | Path, n: int = 100, seed: int = 0, out: str | Path | 
     its audit id matches. Returns the page's path.
 
     Raises:
-        MosaicError: no scored samples under ``root``; ``n`` < 1.
+        MosaicError: no scored samples under ``root``; ``n`` < 1; ``seed`` not an integer >= 0.
     """
     if n < 1:
         raise MosaicError(f"--n {n}: an audit needs at least 1 image (100 is the default)")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise MosaicError(f"--seed {seed!r}: the seed of an audit's sample is an integer >= 0 (0 is the default)")
     root = Path(root)
     items = collect_items(root, n=n, seed=seed)
     aid = audit_id(items, seed)

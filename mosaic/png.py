@@ -268,6 +268,12 @@ def decode_image(src, *, where: str, error: type[Exception], mode: str | None = 
         if max_pixels is not None and w * h > max_pixels:
             raise error([(where, f"{w}x{h} px = {w * h:,} pixels, more than the {max_pixels:,} an image of this spec may have "
                                  f"({EVAL_SCALE} x image.size per side): refused before decoding")])
+        if getattr(im, "is_animated", False):  # GIF, APNG, WebP, TIFF pages: Pillow gives the first, a browser shows them all
+            raise error([(where, f"holds several frames ({im.format} animation or pages): which one is the image is not defined, and "
+                                 "it was scored on the first alone; save the image as one frame (a PNG)")])
+        if mode is not None and (im.mode in ("I", "F") or im.mode.startswith("I;")):  # converted to 8 bits, Pillow clips at 255
+            raise error([(where, f"a {im.mode} image (16- or 32-bit samples): read as 8-bit RGB, every value above 255 would be "
+                                 "white; save the image as 8-bit RGB")])
         try:
             im.load()
             out = im.convert(mode) if mode is not None and im.mode != mode else im

@@ -62,6 +62,16 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+def no_manifest(root: str | Path) -> DatasetError:
+    """The error of a folder without ``manifest.json``; a folder inside a dataset (``DS/train``) is named as such: making
+    a dataset there, which the message said, is refused, and the fix is to give the dataset's own folder."""
+    up = Path(root).absolute().parent
+    if (up / MANIFEST).is_file():
+        return DatasetError(f"{root} is not a mosaic dataset but a folder inside one ({up} holds its {MANIFEST}): give the "
+                            f"dataset's own folder {up}; a split is chosen on its own (`--split`, MosaicDataset(DIR, 'train'))")
+    return DatasetError(f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with `mosaic generate SPEC --out {root}`)")
+
+
 def read_manifest(root: str | Path) -> dict:
     """The manifest of a dataset directory. Raises DatasetError when missing or unreadable."""
     path = Path(root) / MANIFEST
@@ -76,7 +86,7 @@ def read_manifest(root: str | Path) -> dict:
         raise DatasetError(f"{path} is damaged (not a regular file: a device, FIFO or socket stands where the manifest belongs): "
                            f"restore the file from a copy, or regenerate the dataset with `mosaic generate SPEC --out {root} --overwrite`")
     if not path.is_file():
-        raise DatasetError(f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with `mosaic generate SPEC --out {root}`)")
+        raise no_manifest(root)
     try:
         man = loads_json(read_bounded(path, MAX_JSON_BYTES))
     except (OSError, ValueError) as e:  # larger than a manifest, not UTF-8, not JSON, nested too deep (mosaic.io)

@@ -14,7 +14,10 @@ from mosaic.audit import audit_summary, find_audit_files
 from mosaic.verdicts import check_sweep_claims, write_claims
 from mosaic.evaluation.agreement import wilson_interval
 from mosaic.io import atomic_copy, atomic_write, discard, own_folders, read_bounded
-from mosaic.overrides import read_yaml_file
+from pydantic import ValidationError
+
+from mosaic.overrides import read_yaml_file, validation_problems
+from mosaic.sweep import ReportSection
 from mosaic.locks import FolderLock
 from mosaic.preview import sample_sheet
 from mosaic.vocab import closest
@@ -84,6 +87,14 @@ def read_sweep_yaml(sweep_dir: str | Path) -> dict:
     sweep = read_yaml_file(p, damaged, kind="sweep file")
     if not isinstance(sweep, dict):
         raise MosaicError(f"{p} is damaged (not a mapping): {fix}")
+    for key in ("grid", "zip"):  # what the report reads, of the types `mosaic sweep` writes (`report: [1]` was a traceback)
+        if sweep.get(key) is not None and not isinstance(sweep[key], dict):
+            raise MosaicError(f"{p} is damaged ({key}: a {type(sweep[key]).__name__}, not a mapping of axes to values): {fix}")
+    try:
+        ReportSection.model_validate(sweep.get("report") or {})
+    except ValidationError as e:
+        what = "; ".join(f"report.{loc}: {msg}" if loc else f"report: {msg}" for loc, msg in validation_problems(e, model=ReportSection)[:3])
+        raise MosaicError(f"{p} is damaged ({what[:400]}): {fix}") from None
     return sweep
 
 

@@ -31,7 +31,7 @@ from mosaic.sweep import load_sweep
 from mosaic.locks import FolderLock
 from mosaic.trials import (check_sweep_options, collect, cpu_slots, plan, pool_wall_seconds, prepare_todo, read_status,
                             run_pool)
-from mosaic.io import atomic_write
+from mosaic.io import atomic_write, make_output_dir, own_folders
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY_FILE = ROOT / "experiments" / "reproduce.yaml"
@@ -205,6 +205,8 @@ def reproduce(paper: str, scale: str, out: str | Path, workers: int = 1, backend
         if on_progress:
             on_progress(f"sweep {s.name}: all trials run, report {page}")
 
+    make_output_dir(out, "--out")
+    own_folders(out, [s.name for s in sweeps])  # a link planted at OUT/<sweep> is removed: a sweep is never run into another folder
     with contextlib.ExitStack() as locks:  # every sweep folder's lock, as mosaic sweep holds its own
         for s in sweeps:
             locks.enter_context(FolderLock(out / s.name, SweepError, "sweep folder", wait=False))

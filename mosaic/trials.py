@@ -26,7 +26,7 @@ from mosaic.diagnostics.columns import analysis_columns
 from mosaic.errors import MosaicError, SweepError
 from mosaic.evaluation.cell_sets import cell_set_columns
 from mosaic.evaluation.table import check_row, table_columns
-from mosaic.io import atomic_write, atomic_writer, make_output_dir, open_append, read_json
+from mosaic.io import atomic_write, atomic_writer, make_output_dir, open_append, own_folders, read_json
 from mosaic.lab.config import config_diff, read_config_yaml, validate_config
 from mosaic.locks import FolderLock
 from mosaic.overrides import read_yaml_file
@@ -93,17 +93,29 @@ def prepare(sweep: SweepSpec, out: Path, on_progress: Callable[[str], None] | No
             on_progress(f"dataset {root}")
         resolve_dataset(t["cfg"].dataset, generate=True)
         done_roots.add(root)
+    _own_trial_folders(out, [t["id"] for t in trials])
     for t in trials:
         raw = _trial_raw(t)
         t.pop("raw")
         t.pop("cfg")
-        t["dir"].mkdir(parents=True, exist_ok=True)
         atomic_write(t["dir"] / "config.yaml", yaml.safe_dump(raw, sort_keys=False))
         status = read_status(t["dir"])
         if status.get("status") != "done":  # the sweep's name: collect() names a trial folder copied in from another sweep
             write_status(t["dir"], {"id": t["id"], "values": t["values"], "status": "pending", "dataset": str(t["dataset"]),
                                     "sweep": sweep.name})
     return trials
+
+
+def _own_trial_folders(out: Path, ids: list[str]) -> None:
+    """``out/trials`` and each ``trials/<id>`` made real folders, a link at one or at its ``run`` removed, never followed (a link at
+    ``trials/`` had every trial's config, status and run written into the folder it points to); a file there is refused."""
+    rels = ["trials"] + [f"trials/{i}" for i in ids]
+    for p in [out / r for r in rels] + [out / r / "run" for r in rels[1:]]:
+        if not p.is_symlink() and p.exists() and not p.is_dir():
+            raise SweepError(f"{p} is not a folder: a sweep writes its trials there; move it out of {out}, or give another --out")
+    own_folders(out, rels)
+    for run in [out / r / "run" for r in rels[1:] if (out / r / "run").is_symlink()]:
+        run.unlink()
 
 
 def _trial_raw(t: dict) -> dict:

@@ -42,7 +42,7 @@ from mosaic.png import HEADER_BYTES, SIGNATURE, max_png_bytes, png_header_proble
 from mosaic.shard_checks import check_shards, spec_image_size  # noqa: F401 - check_shards re-exported
 from mosaic.card_check import card_problem
 from mosaic.hf import CARD
-from mosaic.records import count_problem, record_claims, sample_record, shards_problem, spec_from_data, spec_key, unfinished_hint
+from mosaic.records import count_problem, no_manifest, record_claims, sample_record, shards_problem, spec_from_data, spec_key, unfinished_hint
 
 MANIFEST = "manifest.json"
 CLAIMS = "contradicts its spec"  # a record whose held_out, split or labels its own concepts and spec do not give
@@ -125,7 +125,7 @@ def read_manifest_checked(root: str | Path) -> dict:
         raise DatasetError(f"{path} is damaged: {file_kind_problem(path)[1]}; restore the file from a copy, or regenerate the "
                            f"dataset with `mosaic generate SPEC --out {root} --overwrite`")
     if not path.is_file():
-        raise DatasetError(f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with `mosaic generate SPEC --out {root}`)")
+        raise no_manifest(root)
     try:
         man = loads_json(read_bounded(path, MANIFEST_LIMIT))  # a regular file, never more than the bound
     except (OSError, ValueError) as e:  # not UTF-8, not JSON, nested 100k deep (mosaic.io.loads_json)
