@@ -103,6 +103,10 @@ def read_rows(path: Path, what: str = "predictions file") -> list[tuple[int, dic
                                  ("held_out", bool, "a boolean"), ("correct", bool, "a boolean")):
             if r.get(key) is not None and not isinstance(r[key], kinds):
                 raise MosaicError([(where, f"{key} = {str(r[key])[:40]!r} ({type(r[key]).__name__}) must be {what}; {fix}")])
+        if isinstance(r.get("correct"), bool) and isinstance(r.get("intended"), dict) and isinstance(r.get("read"), dict) and \
+                r["correct"] != all(r["read"].get(c) == v for c, v in r["intended"].items()):  # the verdict is a function of the row
+            raise MosaicError([(where, f"correct = {str(r['correct']).lower()} contradicts the row's own read and intended values "
+                                       f"(the evaluator's verdict is whether every concept was read as intended); {fix}")])
         rows.append((ln, r))
     return rows
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from mosaic.errors import DatasetError, LayoutError, MosaicError
+from mosaic.folder_kinds import kind_hint
 from mosaic.hf import hf_record
 from mosaic.holdout import HELD_OUT, SEEN, combination_of, is_held_out
 from mosaic.labels import _caption, _read_labels, assign_templates
@@ -69,7 +70,8 @@ def no_manifest(root: str | Path) -> DatasetError:
     if (up / MANIFEST).is_file():
         return DatasetError(f"{root} is not a mosaic dataset but a folder inside one ({up} holds its {MANIFEST}): give the "
                             f"dataset's own folder {up}; a split is chosen on its own (`--split`, MosaicDataset(DIR, 'train'))")
-    return DatasetError(f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with `mosaic generate SPEC --out {root}`)")
+    hint = kind_hint(root, "dataset")  # a run or sweep folder: making a dataset there is no fix
+    return DatasetError(hint or f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with `mosaic generate SPEC --out {root}`)")
 
 
 def read_manifest(root: str | Path) -> dict:

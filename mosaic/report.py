@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from mosaic.errors import MosaicError
+from mosaic.folder_kinds import kind_hint
 from mosaic.plots import plot_curves
 from mosaic.audit import audit_summary, find_audit_files
 from mosaic.verdicts import check_sweep_claims, write_claims
@@ -133,7 +134,7 @@ def write_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = Non
         if os.path.lexists(res):  # a folder (or a dangling link, a FIFO) where the results belong: not "no results"
             raise MosaicError(f"{res} is damaged (not a regular file: a folder or something else stands there): move it away, then "
                               f"rebuild it with `mosaic report {sweep_dir}` (it collects the trials again)")
-        raise MosaicError(f"{sweep_dir} has no results.csv: run `mosaic sweep SWEEP.yaml --out {sweep_dir}` first")
+        raise MosaicError(kind_hint(sweep_dir, "sweep") or f"{sweep_dir} has no results.csv: run `mosaic sweep SWEEP.yaml --out {sweep_dir}` first")
     sweep = read_sweep_yaml(sweep_dir) if os.path.lexists(sweep_dir / "sweep.yaml") else {}
     try:
         df = pd.read_csv(io.BytesIO(read_bounded(res, MAX_RESULTS_BYTES)))  # a regular file, never more than the bound

@@ -6,12 +6,23 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperGroup
 
 from mosaic.cli.common import finite_float, check_out, console, err_console, fail, set_option
 from mosaic.errors import ConfigError, MosaicError
 from mosaic.cli.evaluate import print_quality
 
-train_app = typer.Typer(no_args_is_help=True, add_completion=False,
+class _TrainGroup(TyperGroup):
+    """``mosaic train CONFIG`` (the family left out) names the two commands, not "No such command 'CONFIG'"."""
+
+    def resolve_command(self, ctx, args):
+        if args and args[0] not in self.commands and (args[0].endswith((".yaml", ".yml")) or Path(args[0]).is_file()):
+            ctx.fail(f"{args[0]!r} is a config, not a trainer: give the model family first, "
+                     f"`mosaic train diffusion {args[0]}` or `mosaic train transformer {args[0]}`")
+        return super().resolve_command(ctx, args)
+
+
+train_app = typer.Typer(cls=_TrainGroup, no_args_is_help=True, add_completion=False,
                         help="Train a model on a mosaic dataset (Accelerate; resumable run folders).")
 
 SetOpt = set_option("config", "training.steps=200")

@@ -15,6 +15,7 @@ import numpy as np
 from mosaic.checksums import MAX_LINE_BYTES, TOO_LONG, bounded_lines
 from mosaic.dataset import iter_metadata
 from mosaic.errors import MosaicError
+from mosaic.folder_kinds import kind_hint
 from mosaic.grammar import domain_index
 from mosaic.evaluation.check import Evaluator, evaluator_accuracy, explanations, threshold_of
 from mosaic.spec import Spec
@@ -59,6 +60,8 @@ def read_folder(images_dir: str | Path) -> list[dict]:
                           "(a dataset split such as DATASET/test_ood, or a run's samples folder)")
     if not meta.is_file():
         what = "missing" if not os.path.lexists(meta) else "not a regular file (a folder, link or pipe stands there)"
+        if (hint := kind_hint(d, "images")) and not os.path.lexists(meta):  # a dataset or run given for its samples
+            raise MosaicError(f"{meta} is missing: {hint}")
         raise MosaicError(f"{meta} is {what}: a folder to evaluate needs a metadata.jsonl with one JSON object per image "
                           '({"file_name": "images/000000.png", "concepts": {...}, "held_out": false})')
     if meta.stat().st_size > MAX_METADATA_BYTES:

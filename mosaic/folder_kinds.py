@@ -1,0 +1,42 @@
+"""What a folder mosaic wrote is, from the files it holds: the hint of an error given the wrong kind.
+
+A new user gives a run folder to ``verify``, a dataset to ``evaluate`` or a run to ``report``; the
+error said what was missing and suggested making the expected kind *there* (``mosaic generate SPEC
+--out RUN``, ``mosaic sweep ... --out RUN``), which would write into the other folder.
+:func:`kind_hint` names what the folder is and where the expected input lies instead. Only file
+names are looked at (nothing is read).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: (marker files, what the folder is, the fix per expected kind: "dataset", "images", "sweep")
+_KINDS = (
+    (("manifest.json",), "a mosaic dataset",
+     {"images": "give one of its splits, e.g. {p}/test_ood (and --spec {p})", "sweep": "`mosaic verify {p}` checks a dataset; "
+      "`mosaic report` takes the folder `mosaic sweep` wrote"}),
+    (("run.json",), "a training run folder (`mosaic train` wrote it)",
+     {"dataset": "a run's dataset is the folder its dataset.json names", "images": "evaluate a samples folder of it "
+      "({p}/samples/NAME; `mosaic sample {p}` makes one)", "sweep": "a run's results are its metrics.json; `mosaic report` takes "
+      "the folder `mosaic sweep` wrote"}),
+    (("sweep.yaml",), "a sweep folder (`mosaic sweep` wrote it)",
+     {"dataset": "its trials' datasets are named in trials/*/trial.json", "images": "evaluate a samples folder of one of its "
+      "trials ({p}/trials/ID/run/samples/NAME)"}),
+    (("sampling.json",), "a samples folder (`mosaic sample` wrote it)",
+     {"dataset": "the dataset it was sampled for is named in its run's dataset.json", "sweep": "`mosaic report` takes the folder `mosaic "
+      "sweep` wrote"}),
+)
+
+
+def kind_hint(folder: str | Path, expected: str) -> str | None:
+    """``"<folder> is <what it is>: <the fix>"`` when ``folder`` holds the marker of another kind of
+    mosaic folder than ``expected`` (``"dataset"``, ``"images"`` or ``"sweep"``), else None."""
+    p = Path(folder)
+    for markers, what, fixes in _KINDS:
+        if expected in fixes and all((p / m).is_file() for m in markers):
+            return f"{p} is {what}, not {_EXPECTED[expected]}: {fixes[expected].format(p=p)}"
+    return None
+
+
+_EXPECTED = {"dataset": "a dataset", "images": "a folder of images to evaluate", "sweep": "a sweep folder"}

@@ -1,0 +1,251 @@
+"""Hostile cases of a fifteenth attack (issue 23), second part: claims in rows, new-user stumbles, runs.
+
+What broke, and the mechanism that closes it:
+
+- **A prediction row whose verdict contradicts itself** (``correct: true`` with a concept read
+  otherwise) was shown on the audit page as the evaluator's verdict "right", and the person's marks
+  counted against it: :func:`mosaic.audit.read_rows` refuses it, naming the line.
+- **The wrong kind of folder** (a run given to ``verify`` / ``export`` / ``evaluate`` / ``report``, a
+  dataset to ``evaluate`` or ``report``) was answered with a fix that writes into it (``mosaic
+  generate SPEC --out RUN``, ``mosaic sweep ... --out DS``): :func:`mosaic.folder_kinds.kind_hint`
+  names what the folder is and where the expected input lies.
+- **``mosaic train CONFIG``** without the family said "No such command": the train group names the
+  two commands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.cli import app
+
+runner = CliRunner()
+
+
+def _clean_exit_2(res, *needles):
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output, res.output
+    flat = " ".join(res.output.split())
+    for n in needles:
+        assert n in flat, res.output
+
+
+@pytest.fixture(scope="module")
+def scored_run(tmp_path_factory):
+    from tests.test_audit import scored_folder
+
+    root = tmp_path_factory.mktemp("a15b")
+    scored_folder(root / "samples" / "test_ood_best")
+    return root
+
+
+def _edit_rows(folder: Path, edit) -> int:
+    p = folder / "samples" / "test_ood_best" / "predictions.jsonl"
+    rows = [json.loads(x) for x in p.read_text().splitlines()]
+    k = edit(rows)
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return k
+
+
+# ------------------------------------------------------------------------------------------------
+# (d) a prediction row's verdict is a function of the row
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flip", [True, False])
+def test_a_prediction_row_whose_verdict_contradicts_its_reads_is_refused(scored_run, tmp_path, flip):
+    """(d) `correct` flipped against the row's own read and intended values: audit refuses it, naming the line; no page."""
+    run = tmp_path / "run"
+    shutil.copytree(scored_run, run)
+
+    def edit(rows):
+        k = next(i for i, r in enumerate(rows) if r["correct"] is not flip)
+        rows[k]["correct"] = flip
+        return k
+
+    k = edit_line = _edit_rows(run, edit)
+    r = runner.invoke(app, ["audit", str(run), "--out", str(tmp_path / "aud")])
+    _clean_exit_2(r, f"predictions.jsonl line {edit_line + 1}", f"correct = {str(flip).lower()} contradicts")
+    assert not (tmp_path / "aud" / "audit.html").exists() and k >= 0
+
+
+def test_every_row_the_scorer_writes_passes_the_verdict_check(scored_run, tmp_path):
+    """(d) No false alarm: right, wrong and abstained rows as `prediction_rows` writes them make the page."""
+    rows = [json.loads(x) for x in (scored_run / "samples" / "test_ood_best" / "predictions.jsonl").read_text().splitlines()]
+    assert {r["correct"] for r in rows} == {True, False}
+    r = runner.invoke(app, ["audit", str(scored_run), "--out", str(tmp_path / "aud")])
+    assert r.exit_code == 0, r.output
+
+
+# ------------------------------------------------------------------------------------------------
+# (h) the wrong kind of folder is named for what it is
+# ------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def kinds(tmp_path):
+    """A run folder, a dataset and a samples folder, as far as their marker files go."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text('{"id": "x"}')
+    (run / "config.yaml").write_text("name: t\n")
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    (ds / "manifest.json").write_text("{}")
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    (samples / "sampling.json").write_text("{}")
+    return run, ds, samples
+
+
+def test_a_run_folder_given_as_a_dataset_is_named_a_run(kinds):
+    """(h) verify / export / MosaicDataset of a run folder: "a training run folder", never "mosaic generate SPEC --out RUN"."""
+    from mosaic.errors import DatasetError
+    from mosaic.torch_data import MosaicDataset
+
+    run, _, samples = kinds
+    for args in (["verify", str(run)], ["export", str(run), "-f", "parquet", "--out", str(run.parent / "pq")]):
+        r = runner.invoke(app, args)
+        _clean_exit_2(r, "is a training run folder", "dataset.json")
+        assert "mosaic generate" not in r.output
+    _clean_exit_2(runner.invoke(app, ["verify", str(samples)]), "is a samples folder")
+    with pytest.raises(DatasetError, match="training run folder"):
+        MosaicDataset(run, "train")
+
+
+def test_a_run_or_dataset_given_to_evaluate_names_where_its_images_lie(kinds):
+    """(h) evaluate RUN points at RUN/samples/NAME, evaluate DS at DS/test_ood (it said only that metadata.jsonl is missing)."""
+    from tests.test_attack_cases15 import SPEC
+
+    run, ds, _ = kinds
+    spec = run.parent / "spec.yaml"
+    spec.write_text(SPEC)
+    _clean_exit_2(runner.invoke(app, ["evaluate", str(run), "--spec", str(spec)]), "training run folder", "samples/NAME",
+                  f"mosaic sample {run}")
+    _clean_exit_2(runner.invoke(app, ["evaluate", str(ds), "--spec", str(spec)]), "is a mosaic dataset", f"{ds}/test_ood")
+
+
+def test_a_run_samples_or_dataset_given_to_report_is_never_told_to_sweep_into_it(kinds):
+    """(h) report of a run, a samples folder or a dataset: named for what it is; no `mosaic sweep --out` into it is suggested."""
+    for folder, said in zip(kinds, ("training run folder", "mosaic dataset", "samples folder")):
+        r = runner.invoke(app, ["report", str(folder)])
+        _clean_exit_2(r, said, "not a sweep folder")
+        assert "--out" not in r.output and not (folder / "report").exists()
+
+
+def test_a_folder_of_no_kind_keeps_its_first_message(tmp_path):
+    """(h) No false hint: an empty folder is still "not a mosaic dataset" / "has no results.csv"."""
+    (tmp_path / "e").mkdir()
+    _clean_exit_2(runner.invoke(app, ["verify", str(tmp_path / "e")]), "is not a mosaic dataset")
+    _clean_exit_2(runner.invoke(app, ["report", str(tmp_path / "e")]), "has no results.csv")
+
+
+def test_train_given_a_config_without_the_family_names_the_commands(tmp_path, monkeypatch):
+    """(h) `mosaic train CONFIG` said "No such command 'CONFIG'": it names `train diffusion` and `train transformer`."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my.yaml").write_text("name: t\n")
+    _clean_exit_2(runner.invoke(app, ["train", "my.yaml"]), "is a config, not a trainer", "train transformer my.yaml")
+    r = runner.invoke(app, ["train", "nothing"])
+    assert r.exit_code == 2 and "No such command" in r.output
+
+
+# ------------------------------------------------------------------------------------------------
+# (b) / (d) a run's exported weights and record
+# ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def drun(tmp_path_factory):
+    """A finished 2-step diffusion run and its dataset (16 px, tiny UNet)."""
+    from mosaic.dataset import generate
+    from mosaic.lab.diffusion import run_diffusion
+    from mosaic.spec import parse_spec
+    from tests.test_diffusion import SPEC as D_SPEC, config
+
+    base = tmp_path_factory.mktemp("a15drun")
+    generate(parse_spec(D_SPEC), base / "data")
+    run_diffusion(config(base / "run", base / "data", steps=2, checkpoint_every=1), say=lambda s: None)
+    return base / "run", base / "data"
+
+
+def _run_copy(drun, tmp_path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(drun[0], run, symlinks=True)
+    return run
+
+
+class _Planted:
+    def __reduce__(self):
+        return (os.system, (f"touch {os.environ.get('A15_MARK', '/nonexistent/x')}",))
+
+
+def _sample(run: Path, out: Path):
+    return runner.invoke(app, ["sample", str(run), "--out", str(out), "--steps", "1", "-k", "1", "--device", "cpu", "--no-score"])
+
+
+def test_a_pickle_planted_beside_a_runs_weights_is_never_loaded(drun, tmp_path, monkeypatch):
+    """(b) `.bin` pickles planted in best/ beside the safetensors, then in place of them: never unpickled (no mark file)."""
+    mark = tmp_path / "PWNED"
+    monkeypatch.setenv("A15_MARK", str(mark))
+    run = _run_copy(drun, tmp_path)
+    for name in ("best/backbone/diffusion_pytorch_model.bin", "best/conditioner.bin", "best/pytorch_model.bin"):
+        (run / name).write_bytes(pickle.dumps(_Planted()))
+    r = _sample(run, tmp_path / "s1")
+    assert r.exit_code == 0, r.output
+    (run / "best" / "backbone" / "diffusion_pytorch_model.safetensors").unlink()
+    _clean_exit_2(_sample(run, tmp_path / "s2"), "best")
+    assert not mark.exists()
+
+
+@pytest.mark.parametrize("text, said", [('{"id": ["x"]}', "no run id"), ('{"id": 5}', "no run id"), ("[]", "not a mapping")])
+def test_a_run_record_of_another_shape_is_damage_for_sample(drun, tmp_path, text, said):
+    """(d) run.json whose id is a list, a number, or which is a list: named, exit 2, no samples."""
+    run = _run_copy(drun, tmp_path)
+    (run / "run.json").write_text(text)
+    _clean_exit_2(_sample(run, tmp_path / "s"), "run.json is damaged", said)
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_weights_record_claiming_another_size_or_no_files_is_refused(drun, tmp_path):
+    """(d) weights.json whose conditioner size is 10^30, or whose files are a string: refused by name, exit 2."""
+    run = _run_copy(drun, tmp_path)
+    p = run / "best" / "weights.json"
+    rec = json.loads(p.read_text())
+    rec["files"]["conditioner.safetensors"]["bytes"] = 10**30
+    p.write_text(json.dumps(rec))
+    _clean_exit_2(_sample(run, tmp_path / "s1"), "conditioner.safetensors is damaged or replaced")
+    rec["files"] = "x"
+    p.write_text(json.dumps(rec))
+    _clean_exit_2(_sample(run, tmp_path / "s2"), "weights.json is damaged")
+
+
+def test_sample_never_writes_inside_the_dataset_or_the_runs_weights(drun, tmp_path):
+    """(c) sample --out inside the run's dataset or its best/: refused before anything is written."""
+    run, data = drun
+    _clean_exit_2(_sample(run, data / "train" / "x"), "lies inside the mosaic dataset")
+    _clean_exit_2(_sample(run, run / "best" / "x"), "the weights of the training run")
+    assert not (data / "train" / "x").exists() and not (run / "best" / "x").exists()
+
+
+def test_sample_into_a_folder_holding_a_persons_files_keeps_them(drun, tmp_path):
+    """(c) sample --out a person's folder (or a link to one): refused, the files kept."""
+    run, _ = drun
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("x")
+    os.symlink(mine, tmp_path / "lnk")
+    for out in (mine, tmp_path / "lnk"):
+        _clean_exit_2(_sample(run, out), "sampling.json")
+    assert os.listdir(mine) == ["notes.txt"]
+
+
+def test_sample_into_a_folder_whose_name_holds_a_newline_finishes(drun, tmp_path):
+    """(g) An output name with a newline and non-ASCII letters: written, exit 0 (no traceback in the printed path)."""
+    out = tmp_path / "nl\nname-é"
+    r = _sample(drun[0], out)
+    assert r.exit_code == 0, r.output
+    assert (out / "metadata.jsonl").is_file()
