@@ -50,6 +50,7 @@ from mosaic.errors import MosaicError
 from mosaic.evaluation.parallel_reads import read_in_processes
 from mosaic.evaluation.raster import Canvas, clip, erode, gaussian, median, median_rgb
 from mosaic.evaluation.region_ops import grow as _grow, kmeans_split as _kmeans_split, main_share as _main_share, sqdist as _sqdist
+from mosaic.evaluation.region_ops import unique_inverse as _unique_inverse
 from mosaic.evaluation.shape_fit import SHAPE_MARGIN, ShapeFitter, ShapeHypothesis, merge_rotations, soft_iou, unit_area
 
 #: Coverage interior pixels keep under blur: the interior colour is matched to ``bg + a (c - bg)``.
@@ -249,12 +250,12 @@ class SceneParser:
             owner = np.zeros_like(ids)
             owner[box] = np.where(dist <= reach, sub[iy, ix], 0)
             alts = []
-            for obj, iou, alt, share, alpha, dom in self._read_objects(px, bg, owner, regions, side, notes):
+            for obj, iou, alt, share, alpha, dom, box in self._read_objects(px, bg, owner, regions, side, notes):
                 objects.append(obj)
                 ious.append(iou)
                 alts.append(alt)
                 shares.append(share)
-                maps.append((alpha, dom))
+                maps.append((alpha, dom, box))
             self._settle_shapes(objects, ious, alts, side, notes)
         self._cov_cache = {}
         scene = Scene(side, tuple(int(v) for v in self.bg), objects)
@@ -282,10 +283,10 @@ class SceneParser:
         return Parse(scene, values, problems, ious, quality=q, measures=quality,
                      raw_values=dict(reading.values), abstained=abstained, matches=[m[0] for m in matches])
 
-    def _match(self, objects: list[SceneObject], maps: list[tuple[np.ndarray, np.ndarray]], side: int) -> list[tuple[float, float]]:
+    def _match(self, objects: list[SceneObject], maps: list[tuple], side: int) -> list[tuple[float, float]]:
         """How well each read object explains its coverage, robust to blur, noise and colour gain:
         the soft IoU between the observed coverage ``alpha`` (float64 ``[H, W]``, signed, zero
-        outside ``domain``, bool ``[H, W]``; ``maps`` holds one pair per object) divided by its
+        outside ``domain``, bool ``[H, W]``; ``maps`` holds ``(alpha, domain, box of the domain or None)`` per object) divided by its
         interior level (a colour shift scales it), and the renderer's coverage of the object
         (restricted to ``domain``, blurred by the best of the parser's blurs), both smoothed by a
         Gaussian of ``_MATCH_SMOOTH`` px (pixel noise averages out) and clipped to [0, 1]. Returns
@@ -294,15 +295,19 @@ class SceneParser:
         m = 2 + int(math.ceil(3 * _MATCH_SMOOTH + 2 * self._fitter.blurs[-1] * side / 64.0))
         canvas = Canvas(self.supersample, side)
         work = []
-        for obj, (alpha, domain) in zip(objects, maps):
+        for obj, (alpha, domain, box) in zip(objects, maps):
             # work on a patch: the domain and the object's box, with room for smoothing and blur
             H, W = alpha.shape
-            ys, xs = np.nonzero(domain)
+            if box is None:
+                ys, xs = np.nonzero(domain)
+                dy0, dy1, dx0, dx1 = (int(ys.min()), int(ys.max()) + 1, int(xs.min()), int(xs.max()) + 1) if len(ys) else (None,) * 4
+            else:  # the domain's box
+                dy0, dy1, dx0, dx1 = box[0].start, box[0].stop, box[1].start, box[1].stop
             bx0, by0, bx1, by1 = obj.bbox(side)
-            y0 = max(0, min(int(ys.min()) if len(ys) else by0, by0) - m)
-            y1 = min(H, max(int(ys.max()) + 1 if len(ys) else by1, by1) + m)
-            x0 = max(0, min(int(xs.min()) if len(xs) else bx0, bx0) - m)
-            x1 = min(W, max(int(xs.max()) + 1 if len(xs) else bx1, bx1) + m)
+            y0 = max(0, min(by0 if dy0 is None else dy0, by0) - m)
+            y1 = min(H, max(by1 if dy1 is None else dy1, by1) + m)
+            x0 = max(0, min(bx0 if dx0 is None else dx0, bx0) - m)
+            x1 = min(W, max(bx1 if dx1 is None else dx1, bx1) + m)
             a, dom = alpha[y0:y1, x0:x1], domain[y0:y1, x0:x1]
             work.append([obj, a, dom, (x0, y0), canvas.add(obj, a.shape, (x0, y0)), 1.0])
         covs = canvas.render()
@@ -439,7 +444,7 @@ class SceneParser:
         # every colour is classified once, however many pixels show it (the same bits as per
         # pixel: the colour science is element-wise and row-wise)
         code = (image[..., 0].astype(np.int32) << 16) | (image[..., 1].astype(np.int32) << 8) | image[..., 2]
-        u, inv = np.unique(code.ravel(), return_inverse=True)
+        u, inv = _unique_inverse(code.ravel())  # np.unique's arrays
         cols = np.stack([u >> 16, (u >> 8) & 255, u & 255], 1).astype(np.uint8)  # [U, 3], the distinct colours
         lab_u = srgb_to_lab(cols.astype(np.float64))  # [U, 3]
         fg_u = _sqdist(lab_u, self._lab).argmin(-1) != 0  # [U]: nearer an object colour than the background
@@ -519,17 +524,18 @@ class SceneParser:
     # -- objects ---------------------------------------------------------------------------------
     def _read_objects(self, px, bg, owner, regions, side, notes):
         """The objects of every region: ``(object, IoU, alternatives, main share, coverage,
-        domain)`` each, in region order. Region ``k`` (1-based) reads the coverage of its colour
+        domain, box of the domain or None)`` each, in region order. Region ``k`` (1-based) reads the coverage of its colour
         over ``owner == k`` (int ``[H, W]``); a region whose best shape matches poorly
         (IoU < ``_SPLIT_IOU``) and that holds at least 1.6 of the colour's smallest object is also
         split by k-means into k = 2.. parts, and the k with the best mean IoU (by at least 0.05)
         is kept. Every region's fit, then every split's, is one :meth:`ShapeFitter.fit_many`."""
         items = []
+        boxes = ndimage.find_objects(owner, max_label=len(regions))  # per region, the box of its domain
         for k, (color_idx, _) in enumerate(regions, start=1):
             color = self.colors[color_idx]
             domain = owner == k
             items.append((np.where(domain, self._coverage(px, bg, color), 0.0), color, domain))
-        fits = self._fitter.fit_many([(a, c) for a, c, _ in items], side)
+        fits = self._fitter.fit_many([(a, c) for a, c, _ in items], side, boxes)
         splits = []  # (region, [parts of k = 2..kmax])
         for r, ((alpha, color, _), fit) in enumerate(zip(items, fits)):
             smallest = self._min_area[color] * side * side
@@ -557,10 +563,10 @@ class SceneParser:
                 continue
             if r in chosen and chosen[r][1][1] is not None:
                 iou, (mean_iou, (pf, parts)) = chosen[r]
-                out += [(*f, _main_share(p), np.where(p > 0, alpha, 0.0), p > 0) for f, p in zip(pf, parts)]
+                out += [(*f, _main_share(p), np.where(p > 0, alpha, 0.0), p > 0, None) for f, p in zip(pf, parts)]
                 notes.append(f"split a {color} region into {len(pf)} touching objects (IoU {iou:.2f} -> {mean_iou:.2f})")
             else:
-                out.append((*fit, _main_share(alpha), alpha, domain))
+                out.append((*fit, _main_share(alpha, boxes[r]), alpha, domain, boxes[r]))
         return out
 
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import functools
 import math
+from itertools import accumulate
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image
 from scipy import ndimage
 
 from mosaic.scene import SceneObject
@@ -36,15 +37,27 @@ def polygon_coords(shape: str, r: np.ndarray, cx: np.ndarray, cy: np.ndarray, ro
     (supersampled px), rotation (degrees, a list of N) and offset ``(ox, oy)`` (int64, supersampled
     px). The arithmetic is that of :meth:`SceneObject.vertices` element for element (``math``
     cosines, the same products and sums, no fused multiply-add), so the values are the same to the bit."""
-    ux, uy = _UNIT[shape]
-    ang = [math.radians(-rot) for rot in rotations]
-    ca = np.array([math.cos(a) for a in ang])[:, None]
-    sa = np.array([math.sin(a) for a in ang])[:, None]
+    turned = _TURNED.get(shape)
+    if turned is None or len(turned) > 50_000:  # (a bound on the memory of fine rotations)
+        turned = _TURNED[shape] = {}
+    unit = []
+    for rot in rotations:
+        t = turned.get(rot)
+        if t is None:
+            ux, uy = _UNIT[shape]
+            a = math.radians(-rot)
+            ca, sa = math.cos(a), math.sin(a)
+            t = turned[rot] = np.stack([ux * ca - uy * sa, ux * sa + uy * ca])
+        unit.append(t)
+    unit = np.array(unit)  # [N, 2, V]: the unit polygon turned by each rotation, as ``vertices`` turns it
     r, cx, cy = r[:, None], cx[:, None], cy[:, None]
-    out = np.empty((len(ang), len(ux), 2), np.int64)
-    out[..., 0] = np.rint(cx + r * (ux * ca - uy * sa)).astype(np.int64) - ox[:, None]  # half to even, as round()
-    out[..., 1] = np.rint(cy + r * (ux * sa + uy * ca)).astype(np.int64) - oy[:, None]
+    out = np.empty((len(unit), unit.shape[2], 2), np.int64)
+    out[..., 0] = np.rint(cx + r * unit[:, 0]).astype(np.int64) - ox[:, None]  # half to even, as round()
+    out[..., 1] = np.rint(cy + r * unit[:, 1]).astype(np.int64) - oy[:, None]
     return out
+
+
+_TURNED: dict[str, dict[float, np.ndarray]] = {}  # shape -> rotation -> float64 [2, V] turned unit vertices
 
 
 class Canvas:
@@ -89,21 +102,29 @@ class Canvas:
         if not groups:
             return []
         s = self.s
-        coords: list = [None] * len(groups)
+        coords: list = [None] * len(groups)  # a disk's box; a polygon group's (lo, hi, right) rows and column
         by_shape: dict[str, list[int]] = {}
         for g, (h, w, shape, r, cx, cy, rots, ox, oy) in enumerate(groups):
             if rots is None:  # a disk: the renderer's box
                 coords[g] = [round(cx - r) - ox, round(cy - r) - oy, round(cx + r) - 1 - ox, round(cy + r) - 1 - oy]
             else:
                 by_shape.setdefault(shape, []).append(g)
+        shapes = []
         for shape, gs in by_shape.items():  # every polygon of a shape in one pass
             n = [len(groups[g][6]) for g in gs]
-            col = [np.repeat(np.array([groups[g][k] for g in gs]), n) for k in (3, 4, 5, 7, 8)]
-            pts = polygon_coords(shape, col[0], col[1], col[2], [x for g in gs for x in groups[g][6]], col[3], col[4])
-            at = 0
-            for g, k in zip(gs, n):
-                coords[g] = pts[at:at + k]
-                at += k
+            col = np.array([groups[g][3:6] + groups[g][7:9] for g in gs]).T  # radius, centre, offset
+            if max(n) > 1:
+                col = np.repeat(col, n, axis=1)
+            pts = polygon_coords(shape, col[0], col[1], col[2], [x for g in gs for x in groups[g][6]],
+                                 col[3].astype(np.int64), col[4].astype(np.int64))
+            starts = list(accumulate(n[:-1], initial=0))
+            # per group: its polygons' lowest and highest vertex rows and rightmost vertex column
+            ys = pts[:, :, 1]
+            ext = zip(np.minimum.reduceat(ys.min(1), starts).tolist(), np.maximum.reduceat(ys.max(1), starts).tolist(),
+                      np.maximum.reduceat(pts[:, :, 0].max(1), starts).tolist())
+            for g, e in zip(gs, ext):
+                coords[g] = e
+            shapes.append((gs, n, pts))
         # each group's band holds only the output rows its shapes can reach (a polygon fills the
         # rows and columns of its vertices, no more; a disk gets a pixel to spare), moved up by a
         # whole number of output rows (a multiple of the supersampling: the same pixels); the
@@ -113,8 +134,7 @@ class Canvas:
             if rots is None:
                 n, lo, hi, right, spare = 1, c[1], c[3], c[2], s
             else:
-                n, ys = c.shape[0], c[:, :, 1]
-                lo, hi, right, spare = int(ys.min()), int(ys.max()), int(c[:, :, 0].max()), 0
+                n, (lo, hi, right), spare = len(rots), c, 0
             q0 = max(lo - spare, 0) // s
             q1 = max(q0, min(hi + spare, h * s - 1) // s + 1)
             cols = max(0, min(w, (right + spare) // s + 1))
@@ -128,15 +148,20 @@ class Canvas:
             y += n * band
             width = max(width, cols * s)
         img = Image.new("L", (width, y), 0)
-        d = ImageDraw.Draw(img).draw
-        for g, (y0, n, band, pad, q0, _, _) in enumerate(layout):
-            c = coords[g]
-            top = y0 + pad - q0 * s
+        d = Image.core.draw(img.im, 0)  # what ``ImageDraw.Draw(img).draw`` makes
+        for g, c in enumerate(coords):
             if groups[g][6] is None:
+                y0, _, _, pad, q0, _, _ = layout[g]
+                top = y0 + pad - q0 * s
                 d.draw_ellipse([c[0], c[1] + top, c[2], c[3] + top], 255, 1)
-                continue
-            c[:, :, 1] += (top + band * np.arange(n))[:, None]
-            for p in c.reshape(n, -1).tolist():
+        for gs, n, pts in shapes:  # each polygon moved down to its band, all of a shape at once
+            shift = []
+            for g, k in zip(gs, n):
+                y0, _, band, pad, q0, _, _ = layout[g]
+                top = y0 + pad - q0 * s
+                shift += range(top, top + k * band, band) if band else [top] * k
+            pts[:, :, 1] += np.array(shift)[:, None]
+            for p in pts.reshape(len(pts), -1).tolist():
                 d.draw_polygon(p, 255, 1)
         if s > 1:
             img = img.reduce(s)

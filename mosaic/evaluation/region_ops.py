@@ -12,11 +12,12 @@ from mosaic.evaluation.raster import clip
 _EIGHT = np.ones((3, 3), bool)
 
 
-def main_share(alpha: np.ndarray) -> float:
+def main_share(alpha: np.ndarray, box: tuple[slice, slice] | None = None) -> float:
     """Share of a coverage map's mass (``alpha`` clipped to [0, 1]) in its main connected region:
     the hard mask ``alpha >= 0.5`` is split into 8-connected regions, every covered pixel goes to
-    the nearest one, and the heaviest region's mass is divided by the total (1.0 = one piece)."""
-    a = clip(alpha, 0.0, 1.0)
+    the nearest one, and the heaviest region's mass is divided by the total (1.0 = one piece).
+    ``box``: slices outside which ``alpha`` is zero (the same share, read on the box)."""
+    a = clip(alpha if box is None else alpha[box], 0.0, 1.0)
     # on the box of the covered pixels (every region lies in it, and pixels outside it weigh
     # nothing): the same regions in the same scan order, the same nearest region of every
     # covered pixel, and the same masses summed in the same order, on a tenth of the pixels
@@ -33,6 +34,32 @@ def main_share(alpha: np.ndarray) -> float:
     mass = np.bincount(nearest.ravel(), weights=a.ravel(), minlength=n + 1)[1:]
     tot = float(mass.sum())
     return float(mass.max() / tot) if tot > 0 else 1.0
+
+
+#: moduli tried by :func:`unique_inverse` (primes): one on which the distinct codes do not collide
+_MODULI = (65521, 65537, 131071)
+
+
+def unique_inverse(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(code, return_inverse=True)`` of a 1-D int array, the same arrays: the distinct
+    values sorted and, per element, the index of its value among them. The sort is numpy's, and
+    the inverse is read from a table indexed by the value modulo a prime on which the distinct
+    values are all different (an argsort of every element costs ten times more). Where no
+    modulus tried separates them (many distinct values), ``np.unique`` itself."""
+    s = np.sort(code)
+    new = np.empty(len(s), bool)
+    new[:1] = True
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    u = s[new]
+    if len(u) <= 1024:
+        for p in _MODULI:
+            h = u % p
+            hs = np.sort(h)
+            if not (hs[1:] == hs[:-1]).any():
+                table = np.empty(p, np.intp)
+                table[h] = np.arange(len(u))
+                return u, table[code % p]
+    return np.unique(code, return_inverse=True)
 
 
 def grow(sl: tuple[slice, slice], n: int, H: int, W: int) -> tuple[slice, slice]:
@@ -71,4 +98,4 @@ def kmeans_split(alpha: np.ndarray, k: int, iters: int = 20) -> list[np.ndarray]
     return out
 
 
-__all__ = ["grow", "kmeans_split", "main_share", "sqdist"]
+__all__ = ["grow", "kmeans_split", "main_share", "sqdist", "unique_inverse"]

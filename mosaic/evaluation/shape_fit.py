@@ -82,7 +82,8 @@ class ShapeFitter:
         ``{shape: (object, IoU)}`` of every hypothesis tried); :meth:`fit_many` of one map."""
         return self.fit_many([(alpha, color)], side)[0]
 
-    def fit_many(self, items: list[tuple[np.ndarray, str]], side: int) -> list[tuple[SceneObject, float, dict] | None]:
+    def fit_many(self, items: list[tuple[np.ndarray, str]], side: int,
+                 boxes: list | None = None) -> list[tuple[SceneObject, float, dict] | None]:
         """Best shape hypothesis for each of several coverage maps, fitted together.
 
         Args:
@@ -90,6 +91,8 @@ class ShapeFitter:
                 px (signed: noise averages out in the area) and the colour whose hypotheses the
                 spec allows.
             side: the image side, px.
+            boxes: per item, None or a box ``(rows, cols)`` slices outside which its map is zero
+                (read on the box only: the same pixels in the same order).
         Returns:
             per item, ``(object, soft IoU, {shape: (object, IoU)})`` of the best hypothesis and of
             every refined one, or None where the map holds no positive coverage.
@@ -110,9 +113,16 @@ class ShapeFitter:
             area = float(alpha.sum())  # signed: noise averages out
             if area <= 0:
                 continue
-            alpha = clip(alpha, 0.0, 1.0)
-            ys, xs = np.nonzero(alpha)
-            w = alpha[ys, xs]
+            box = boxes[i] if boxes else None
+            if box is None:
+                alpha = clip(alpha, 0.0, 1.0)
+                ys, xs = np.nonzero(alpha)
+                w = alpha[ys, xs]
+            else:  # the nonzero pixels of the box, in the same (row-major) order
+                sub = clip(alpha[box], 0.0, 1.0)
+                ys, xs = np.nonzero(sub)
+                w = sub[ys, xs]
+                ys, xs = ys + box[0].start, xs + box[1].start
             wsum = w.sum()
             if wsum <= 0:
                 continue
@@ -120,7 +130,7 @@ class ShapeFitter:
             cy = float((w * (ys + 0.5)).sum() / wsum)
             y0, y1 = max(0, int(ys.min()) - m), min(alpha.shape[0], int(ys.max()) + m + 1)
             x0, x1 = max(0, int(xs.min()) - m), min(alpha.shape[1], int(xs.max()) + m + 1)
-            patch = alpha[y0:y1, x0:x1]
+            patch = alpha[y0:y1, x0:x1] if box is None else clip(alpha[y0:y1, x0:x1], 0.0, 1.0)
             hyps = []
             rgb = self._rgb.get(color)
             if rgb is None:
@@ -158,9 +168,9 @@ class ShapeFitter:
         scores = {id(hy): ious for k, hys in drawn.items()
                   for hy, ious in zip(hys, _scores(canvas, covs, work[k][1], [hy.group for hy in hys]))}
         for k, hy in refined:
-            patch = work[k][1]
-            cs = hy.cov[None] if hy.group is None else covs[hy.group]
-            hy.iou, hy.raw, hy.cov = _best(patch, hy.h, hy.obj, hy.cands, cs, scores.get(id(hy)))
+            if hy.group is None:  # its coarse best stands: the same render, IoU, rotation (set by ``_best``)
+                continue
+            hy.iou, hy.raw, hy.cov = _best(work[k][1], hy.h, hy.obj, hy.cands, covs[hy.group], scores.get(id(hy)))
         # calibrate size and centre so that the rendered coverage has the observed area and centroid
         live = list(refined)
         for _ in range(2):
@@ -301,10 +311,10 @@ def _best(patch: np.ndarray, h: ShapeHypothesis, obj: SceneObject, cands: list[f
     ``ious``: their soft IoUs, when already computed (:func:`_scores`)."""
     if cands is None:
         return (soft_iou(patch, covs[0]) if ious is None else ious[0]), 0.0, covs[0]
-    best = None
-    for r, cov, iou in zip(cands, covs, soft_ious(patch, covs) if ious is None else ious):
-        if best is None or iou > best[0]:
-            best = (iou, float(r), cov)
+    ious = soft_ious(patch, covs) if ious is None else ious
+    top = max(ious)  # the first of the best (IoUs are never NaN: a zero denominator reads 0.0)
+    j = ious.index(top)
+    best = (top, float(cands[j]), covs[j])
     obj.rotation = round(best[1] % SYMMETRY_DEG[h.shape], 3)
     return best
 
