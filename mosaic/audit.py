@@ -51,7 +51,8 @@ def find_scored_samples(root: str | Path) -> list[Path]:
         raise MosaicError(f"{root} is not a run, samples, sweep or reproduction folder (it holds none of {', '.join(marks)}, "
                           "samples/): give "
                           "the folder `mosaic train`, `mosaic sample`, `mosaic sweep` or `mosaic reproduce` wrote")
-    found = sorted({p.parent for p in root.rglob("predictions.jsonl") if (p.parent / "metadata.jsonl").is_file()})
+    found = sorted({p.parent for p in root.rglob("predictions.jsonl") if (p.parent / "metadata.jsonl").is_file()
+                    and not _linked(root, p) and not _linked(root, p.parent / "metadata.jsonl")})  # never another folder's rows
     if not found:
         raise MosaicError(f"{root} holds no scored samples (a folder with predictions.jsonl and metadata.jsonl): "
                           "sample and score the run first (`mosaic sample RUN`)")
@@ -403,8 +404,15 @@ def audit_summary(path: str | Path) -> dict:
 
 
 def find_audit_files(root: str | Path) -> list[Path]:
-    """Every saved ``audit/audit.json`` under ``root`` (itself included), sorted."""
-    return sorted(Path(root).rglob(f"{AUDIT_DIR}/audit.json"))
+    """Every saved ``audit/audit.json`` under ``root`` (itself included), sorted; one reached through a
+    symbolic link (a linked ``audit/``: another sweep's audit) is not this folder's and is left out."""
+    return sorted(p for p in Path(root).rglob(f"{AUDIT_DIR}/audit.json") if not _linked(Path(root), p))
+
+
+def _linked(root: Path, p: Path) -> bool:
+    """Whether ``p`` (found under ``root``) or a folder between them is a symbolic link."""
+    rel = p.relative_to(root)
+    return any((root / Path(*rel.parts[:k])).is_symlink() for k in range(1, len(rel.parts) + 1))
 
 
 _PAGE = r"""<!doctype html>

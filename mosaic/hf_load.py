@@ -47,6 +47,10 @@ def load_dataset(path: str | Path, **kwargs):
             a keyword of :data:`REDIRECTING`.
         ImportError: ``datasets`` is not installed.
     """
+    if kwargs.get("streaming"):  # its files would be read while iterated, after the lock: another dataset's images could come
+        raise DatasetError([("streaming", "streaming=True is refused: the files would be read while the dataset is iterated, after "
+                             "the quick check and without the dataset's lock; load it whole, or stream it with "
+                             "mosaic.stream.StreamingDataset")])
     bad = [k for k in REDIRECTING if kwargs.get(k) is not None]
     if bad:
         raise DatasetError([(k, f"{k}={kwargs[k]!r} is refused: it would make HuggingFace datasets read other files than "
@@ -67,7 +71,7 @@ def load_dataset(path: str | Path, **kwargs):
     try:
         with reading(root, DatasetError):  # no `generate --overwrite` between the check and HF's last read
             check_before_read(root)
-            return datasets.load_dataset(where, cache_dir=str(cache), **kwargs)
+            return _embedded(datasets.load_dataset(where, cache_dir=str(cache), **kwargs))
     except FileNotFoundError as e:  # HF found no file of a card pattern: named, never a raw traceback
         raise DatasetError(f"{root}: HuggingFace datasets found no data file ({str(e)[:200]}); check the folder with "
                            f"`mosaic verify {root}`, and rewrite its card with `mosaic verify {root} --repair`") from None
@@ -104,3 +108,25 @@ def refuse_glob_path(where: str, root: Path | str | None = None) -> None:
                            "match, e.g. data/brx for data/br[x]): rename the folder, or move it to a path without "
                            f"{' '.join(GLOB_CHARS)}, then load it again (mosaic's own readers, MosaicDataset and "
                            "StreamingDataset, read it as it is)")
+
+
+def _embedded(ds):
+    """``ds`` (a ``Dataset`` or ``DatasetDict``) with every image and mask held as bytes in HF's cache,
+    read under the dataset's lock: an imagefolder entry stores each image by its *path*, decoded
+    when accessed, so a ``generate --overwrite`` after the load gave the old labels with the new
+    images. Embedded (``datasets.table.embed_table_storage``, as ``push_to_hub`` does), the rows
+    are the files the quick check read, wherever the folder goes later. A Parquet dataset's
+    images are bytes already (nothing to embed)."""
+    from functools import partial
+
+    import datasets
+    from datasets.table import embed_table_storage
+
+    if isinstance(ds, datasets.DatasetDict):
+        return datasets.DatasetDict({k: _embedded(v) for k, v in ds.items()})
+    if not any(isinstance(f, datasets.Image) for f in ds.features.values()):
+        return ds
+    fmt = ds.format
+    out = ds.with_format("arrow").map(partial(embed_table_storage, remote_files=False), batched=True, batch_size=1000,
+                                      desc="embedding the images")
+    return out.with_format(fmt["type"], columns=fmt["columns"], output_all_columns=fmt["output_all_columns"], **fmt["format_kwargs"])

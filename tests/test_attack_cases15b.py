@@ -249,3 +249,154 @@ def test_sample_into_a_folder_whose_name_holds_a_newline_finishes(drun, tmp_path
     r = _sample(drun[0], out)
     assert r.exit_code == 0, r.output
     assert (out / "metadata.jsonl").is_file()
+
+
+# ------------------------------------------------------------------------------------------------
+# (a) / (c) mosaic.hf_load: the rows returned are the files the quick check read
+# ------------------------------------------------------------------------------------------------
+
+def test_hf_load_rows_keep_their_images_after_the_folder_is_regenerated(tmp_path):
+    """(a/c) HF's imagefolder rows held each image's path, decoded on access: after `generate --overwrite` (another seed)
+    the loaded rows gave the old captions with the new images. The images are embedded under the lock."""
+    pytest.importorskip("datasets")
+    import numpy as np
+
+    from mosaic.hf_load import load_dataset
+    from tests.test_attack_cases15 import SPEC
+
+    (tmp_path / "a.yaml").write_text(SPEC)
+    (tmp_path / "b.yaml").write_text(SPEC.replace("name: t\n", "name: t\nseed: 9\n"))
+    ds = tmp_path / "ds"
+    assert runner.invoke(app, ["generate", str(tmp_path / "a.yaml"), "--out", str(ds)]).exit_code == 0
+    rows = load_dataset(ds, split="train", cache_dir=str(tmp_path / "hf"))
+    before = [np.asarray(rows[i]["image"]) for i in range(len(rows))]
+    r = runner.invoke(app, ["generate", str(tmp_path / "b.yaml"), "--out", str(ds), "--overwrite"])
+    assert r.exit_code == 0, r.output
+    from PIL import Image
+
+    assert not np.array_equal(np.asarray(Image.open(ds / "train" / "images" / "000000.png").convert("RGB")), before[0])
+    assert all(np.array_equal(np.asarray(rows[i]["image"]), before[i]) for i in range(len(rows)))
+    shutil.rmtree(ds)  # a moved or deleted folder: the rows still hold their images
+    assert np.array_equal(np.asarray(rows[0]["image"]), before[0])
+
+
+def test_hf_load_refuses_streaming(tmp_path):
+    """(a/c) streaming=True would read the files while iterated, after the check and without the lock: refused by name."""
+    pytest.importorskip("datasets")
+    from mosaic.errors import DatasetError
+    from mosaic.hf_load import load_dataset
+
+    with pytest.raises(DatasetError, match="streaming=True is refused"):
+        load_dataset(tmp_path, streaming=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# (g) a full disk under audit and evaluate --out: named, and the rerun finishes
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("nth", [1, 2])
+def test_a_full_disk_under_audit_and_evaluate_is_named_and_the_rerun_finishes(scored_run, tmp_path, monkeypatch, nth):
+    """(g) ENOSPC at the nth file the atomic writer opens: exit 2 naming the full disk, no temporary file; the rerun exits 0."""
+    import errno
+
+    import mosaic.io
+    from tests.test_attack_cases15 import SPEC
+
+    real = os.fdopen
+    seen = {"k": 0}
+
+    def fdopen(fd, mode="r", *a, **k):
+        if "w" in mode:
+            seen["k"] += 1
+            if seen["k"] == nth:
+                os.close(fd)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, mode, *a, **k)
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    assert runner.invoke(app, ["generate", str(spec), "--out", str(tmp_path / "ds")]).exit_code == 0
+    for args, out in ((["audit", str(scored_run), "--out", str(tmp_path / "aud")], tmp_path / "aud"),
+                      (["evaluate", str(tmp_path / "ds" / "test_ood"), "--spec", str(tmp_path / "ds"), "--check-n", "0",
+                        "-o", str(tmp_path / "ev")], tmp_path / "ev")):
+        seen["k"] = 0
+        monkeypatch.setattr(mosaic.io.os, "fdopen", fdopen)
+        r = runner.invoke(app, args)
+        monkeypatch.setattr(mosaic.io.os, "fdopen", real)
+        _clean_exit_2(r, "the disk is full")
+        assert not [p.name for p in out.rglob("*") if ".tmp" in p.name] if out.exists() else True
+        r = runner.invoke(app, args)
+        assert r.exit_code == 0, r.output
+
+
+# ------------------------------------------------------------------------------------------------
+# (d) an audit or scored samples reached through a link are another folder's
+# ------------------------------------------------------------------------------------------------
+
+def _sweep_with_audit(tmp_path: Path, scored_run: Path, link: bool) -> Path:
+    import yaml
+
+    aud = tmp_path / "elsewhere" / "audit"
+    r = runner.invoke(app, ["audit", str(scored_run), "--out", str(aud)])
+    assert r.exit_code == 0, r.output
+    items = json.loads((aud / "items.json").read_text())
+    (aud / "audit.json").write_text(json.dumps({"version": 1, "audit_id": items["meta"]["audit_id"], "marks": []}))
+    sw = tmp_path / "sw"
+    (sw / "trials" / "t1" / "run").mkdir(parents=True)
+    (sw / "sweep.yaml").write_text(yaml.safe_dump({"name": "fs", "kind": "diffusion", "config": "x.yaml"}))
+    (sw / "results.csv").write_text("trial,status,seed,held_out.joint,seen.joint\nt1,done,0,0.5,0.9\n")
+    if link:
+        os.symlink(aud, sw / "trials" / "t1" / "run" / "audit")
+    else:
+        shutil.copytree(aud, sw / "trials" / "t1" / "run" / "audit")
+    return sw
+
+
+@pytest.mark.parametrize("link", [True, False])
+def test_a_sweep_report_counts_only_its_own_audits_never_one_reached_through_a_link(scored_run, tmp_path, link):
+    """(d) RUN/audit as a link to another folder's audit: its agreement was shown as this sweep's; now left out (a copy counts)."""
+    from mosaic.audit import find_audit_files
+    from mosaic.report import make_report
+
+    sw = _sweep_with_audit(tmp_path, scored_run, link)
+    assert (find_audit_files(sw) == []) is link
+    page = make_report(sw, warn=lambda m: None).read_text()
+    assert ("Human audit of the evaluator" in page) is not link
+
+
+def test_an_audit_never_takes_prediction_rows_through_a_link(scored_run, tmp_path):
+    """(d) A predictions.jsonl (or metadata.jsonl) that is a link to another samples folder's rows: not this run's scored samples."""
+    run = tmp_path / "run"
+    s = run / "samples" / "mine"
+    s.mkdir(parents=True)
+    src = scored_run / "samples" / "test_ood_best"
+    shutil.copytree(src / "images", s / "images")
+    (s / "metadata.jsonl").write_bytes((src / "metadata.jsonl").read_bytes())
+    os.symlink(src / "predictions.jsonl", s / "predictions.jsonl")
+    _clean_exit_2(runner.invoke(app, ["audit", str(run), "--out", str(tmp_path / "aud")]), "holds no scored samples")
+    (s / "predictions.jsonl").unlink()
+    (s / "predictions.jsonl").write_bytes((src / "predictions.jsonl").read_bytes())
+    assert runner.invoke(app, ["audit", str(run), "--out", str(tmp_path / "aud")]).exit_code == 0
+
+
+# ------------------------------------------------------------------------------------------------
+# (c) evaluator train --out never replaces a person's files
+# ------------------------------------------------------------------------------------------------
+
+def test_evaluator_train_never_replaces_a_persons_config_or_weights(tmp_path):
+    """(c) --out holding a config.json (or model.safetensors) it did not write: refused, kept; its own folder is retrained."""
+    from tests.test_attack_cases15 import SPEC
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"my": "project"}')
+    (mine / "model.safetensors").write_bytes(b"mine")
+    args = ["--steps", "1", "--n-train", "4", "--check-n", "0"]
+    _clean_exit_2(runner.invoke(app, ["evaluator", "train", str(spec), "--out", str(mine), *args]), "did not write", "config.json")
+    assert (mine / "config.json").read_text() == '{"my": "project"}' and (mine / "model.safetensors").read_bytes() == b"mine"
+    own = tmp_path / "own"
+    for _ in range(2):  # a new folder, then a retrain of its own
+        r = runner.invoke(app, ["evaluator", "train", str(spec), "--out", str(own), *args])
+        assert r.exit_code == 0, r.output

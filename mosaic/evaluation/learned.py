@@ -38,6 +38,7 @@ from pydantic import Field
 
 from mosaic.errors import MosaicError
 from mosaic.io import atomic_text_writer, atomic_write, make_output_dir, read_json
+from mosaic.foreign_names import refuse_foreign_outputs
 from mosaic.locks import FolderLock
 from mosaic.schema import StrictModel
 from mosaic.spec import Spec
@@ -412,6 +413,9 @@ def _train(spec, out, cfg, on_log, on_progress) -> LearnedEvaluator:
     from accelerate import Accelerator
 
     out = make_output_dir(out, "out")
+    # a person's config.json, report.json or weights in the folder are never replaced (a retrain replaces its own)
+    refuse_foreign_outputs(out, ("config.json", "model.safetensors", "report.json", "train_log.jsonl"), "config.json",
+                           lambda d: isinstance(d, dict) and d.get("format") == FORMAT, "mosaic evaluator train", "an evaluator")
     torch.manual_seed(cfg.seed)
     concepts = list(spec.concepts)
     domains = {c: list(spec.domain(c)) for c in concepts}
