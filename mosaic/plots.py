@@ -27,10 +27,13 @@ from mosaic.splits import split_cells
 
 
 def pyplot():
-    """``matplotlib.pyplot`` on the non-interactive Agg backend (no display needed)."""
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (no display needed). Every text is drawn
+    as written: mathtext is off (``text.parse_math``), so a name holding ``$`` (a label axis value, an
+    ``x_label``, a concept value) is never parsed as TeX (``$\\bad{$`` was a ParseFatalException)."""
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False
     import matplotlib.pyplot as plt
 
     return plt

@@ -408,3 +408,43 @@ def test_audit_of_a_huge_n_or_seed_takes_every_item_once(scored_run, tmp_path):
     assert r.exit_code == 0, r.output
     items = json.loads((tmp_path / "aud" / "items.json").read_text())["items"]
     assert len(items) == 12 and len({(i["source"], i["file_name"]) for i in items}) == 12
+
+
+# ------------------------------------------------------------------------------------------------
+# (f/g) text drawn on figures is never parsed as TeX
+# ------------------------------------------------------------------------------------------------
+
+DOLLAR = "$\\bad{$"
+
+
+def test_a_colour_named_like_tex_draws_the_split_grid_and_the_heatmap(tmp_path):
+    """(g) A spec-conformant colour named `$\\bad{$`: splits --out and evaluate's heatmap were a matplotlib ParseFatalException."""
+    data = yaml.safe_load(SPEC)
+    data["colors"] = {DOLLAR: [200, 10, 10]}
+    data["concepts"]["color"]["values"][0] = DOLLAR
+    spec = tmp_path / "d.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    r = runner.invoke(app, ["splits", str(spec), "--out", str(tmp_path / "g.png")])
+    assert r.exit_code == 0, r.output
+    assert runner.invoke(app, ["generate", str(spec), "--out", str(tmp_path / "ds")]).exit_code == 0
+    r = runner.invoke(app, ["evaluate", str(tmp_path / "ds" / "test_ood"), "--spec", str(tmp_path / "ds"), "--check-n", "0",
+                            "-o", str(tmp_path / "ev")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "ev" / "heatmap.png").is_file()
+
+
+@pytest.mark.parametrize("sweep", [{"grid": {"training.lr": [0.001, 0.002]}, "report": {"x_label": DOLLAR}},
+                                   {"grid": {"training.lr": [0.001, 0.002], "label.model": [DOLLAR, "b"]}}])
+def test_a_report_whose_labels_hold_dollars_is_written(tmp_path, sweep):
+    """(g) report.x_label or a label axis value holding `$...$`: the curves were a ParseFatalException traceback."""
+    sw = tmp_path / "sw"
+    sw.mkdir()
+    (sw / "sweep.yaml").write_text(yaml.safe_dump({"name": "fs", "kind": "diffusion", "config": "x.yaml", **sweep}))
+    rows = [{"trial": f"t{i}", "status": "done", "seed": 0, "training.lr": lr, "label.model": m, "held_out.joint": 0.5, "seen.joint": 0.9}
+            for i, (lr, m) in enumerate([(0.001, DOLLAR), (0.002, "b")])]
+    import pandas as pd
+
+    pd.DataFrame(rows).to_csv(sw / "results.csv", index=False)
+    r = runner.invoke(app, ["report", str(sw)])
+    assert r.exit_code == 0, r.output
+    assert (sw / "report" / "curves.png").is_file()
