@@ -64,14 +64,19 @@ def package_versions() -> dict[str, str]:
 
 
 def no_manifest(root: str | Path) -> DatasetError:
-    """The error of a folder without ``manifest.json``; a folder inside a dataset (``DS/train``) is named as such: making
-    a dataset there, which the message said, is refused, and the fix is to give the dataset's own folder."""
+    """The error of a folder without ``manifest.json`` (:func:`manifest_hint` when it is another kind of folder)."""
+    return DatasetError(manifest_hint(root) or f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with "
+                        f"`mosaic generate SPEC --out {root}`)")
+
+
+def manifest_hint(root: str | Path) -> str | None:
+    """What a folder without ``manifest.json`` is when it is no place for a dataset: a folder inside one (``DS/train``:
+    making a dataset there, which the message said, is refused; the fix is the dataset's own folder), or a run or sweep."""
     up = Path(root).absolute().parent
     if (up / MANIFEST).is_file():
-        return DatasetError(f"{root} is not a mosaic dataset but a folder inside one ({up} holds its {MANIFEST}): give the "
-                            f"dataset's own folder {up}; a split is chosen on its own (`--split`, MosaicDataset(DIR, 'train'))")
-    hint = kind_hint(root, "dataset")  # a run or sweep folder: making a dataset there is no fix
-    return DatasetError(hint or f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with `mosaic generate SPEC --out {root}`)")
+        return (f"{root} is not a mosaic dataset but a folder inside one ({up} holds its {MANIFEST}): give the "
+                f"dataset's own folder {up}; a split is chosen on its own (`--split`, MosaicDataset(DIR, 'train'))")
+    return kind_hint(root, "dataset")
 
 
 def read_manifest(root: str | Path) -> dict:

@@ -400,3 +400,19 @@ def test_evaluator_train_never_replaces_a_persons_config_or_weights(tmp_path):
     for _ in range(2):  # a new folder, then a retrain of its own
         r = runner.invoke(app, ["evaluator", "train", str(spec), "--out", str(own), *args])
         assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("where", ["split", "run"])
+def test_a_training_config_whose_dataset_path_is_a_split_or_a_run_names_it(drun, tmp_path, where):
+    """(h) dataset.path at DS/train or at a run folder said to generate a dataset there: it names the dataset / the run."""
+    import yaml
+
+    run, data = drun
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg["dataset"] = {"path": str(data / "train" if where == "split" else run)}
+    cfg["out"] = str(tmp_path / "new")
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    r = runner.invoke(app, ["train", "diffusion", str(p), "--dry-run"])
+    _clean_exit_2(r, "dataset.path", "a folder inside one" if where == "split" else "a training run folder")
+    assert "mosaic generate" not in r.output and not (tmp_path / "new").exists()

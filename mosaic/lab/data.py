@@ -22,6 +22,7 @@ from mosaic.overrides import ParsedOverride
 from mosaic.spec import load_spec
 from mosaic.io import read_bounded
 from mosaic.verify import MANIFEST_LIMIT, check_before_read
+from mosaic.records import manifest_hint
 
 
 def dataset_dir_for(spec) -> str:
@@ -74,6 +75,8 @@ def resolve_dataset(section: DatasetSection, generate: bool = True, on_progress=
     if section.path is not None:
         root = Path(section.path)
         if not (root / "manifest.json").is_file():
+            if (hint := manifest_hint(root)) is not None:  # a split folder, a run: never "generate a dataset there"
+                raise DatasetError([("dataset.path", hint)])
             raise DatasetError(
                 f"dataset.path {str(root)!r}: no mosaic dataset there (manifest.json is missing). Generate it with "
                 f"`mosaic generate SPEC --out {root}`, or set dataset.spec to generate one on demand"
