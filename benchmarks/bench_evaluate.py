@@ -2,7 +2,8 @@
 same images, measured in the same run.
 
     python benchmarks/bench_evaluate.py [--n 400] [--repeat 3] [--specs count position_complex ...]
-                                        [--learned DIR] [--compare DIR] [--parser-only] [--workers 2]
+                                        [--learned DIR] [--compare DIR] [--interleave DIR] [--parser-only]
+                                        [--workers 2]
 
 For each spec: the baseline is sampling + rendering the ``evaluator_check`` images (one process);
 then the parser and the learned evaluator read the same images. Each figure is the median of
@@ -17,6 +18,12 @@ with ``--device cuda``, batched on the accelerator as validation scores with
 ``--workers N`` also reads the same images with ``SceneParser(spec, workers=N)`` (its pool started
 by a warm-up read, as in a long evaluation) and prints its wall images/s and the ratio to one
 process's wall rate measured beside it: on a loaded machine the ratio means little.
+
+``--interleave DIR`` measures the scene parser of another checkout's ``mosaic/evaluation`` (DIR as
+for ``--compare``; the rest of ``mosaic`` is this checkout's) and this one in this process, on the
+same images, alternating the two in chunks of 20 images (which goes first alternates too) for
+``--repeat`` rounds: CPU ms per image of each and their ratio. Both see the same load at nearly
+the same moments, so the ratio holds on a busy machine where separate runs drift.
 
 ``--compare DIR`` also measures the scene parser of another checkout (e.g.
 ``git archive OLD mosaic renderers | tar -x -C DIR``) on the same images, in a child process with
@@ -72,6 +79,52 @@ def _parser_ms(name: str, n: int, images=None) -> float:
     return (time.process_time() - t) / len(images) * 1e3
 
 
+def _other_parser(root: str):
+    """The ``SceneParser`` class of the checkout at ``root`` (its ``mosaic/evaluation`` package,
+    loaded beside this checkout's: the modules are swapped in ``sys.modules`` while it imports)."""
+    import importlib
+
+    import mosaic
+
+    ours = {k: v for k, v in sys.modules.items() if k.startswith("mosaic.evaluation")}
+    path = list(mosaic.__path__)
+    try:
+        for k in ours:
+            del sys.modules[k]
+        mosaic.__path__ = [str(Path(root).resolve() / "mosaic")]
+        other = importlib.import_module("mosaic.evaluation.parser")
+    finally:
+        for k in [k for k in sys.modules if k.startswith("mosaic.evaluation")]:
+            del sys.modules[k]
+        sys.modules.update(ours)
+        mosaic.__path__ = path
+    if not other.__file__.startswith(str(Path(root).resolve())):
+        raise SystemExit(f"--interleave: loaded {other.__file__}, not from {root}")
+    return other.SceneParser
+
+
+def _interleaved(other_cls, spec, images, rounds: int, chunk: int = 20) -> tuple[float, float]:
+    """CPU ms per image of ``other_cls(spec)`` and of this checkout's parser reading ``images``,
+    alternated in chunks (the first of each pair alternates) for ``rounds`` rounds."""
+    a, b = other_cls(spec), SceneParser(spec)
+    a.read(images[:3])
+    b.read(images[:3])
+    ta = tb = 0.0
+    for r in range(rounds):
+        for i in range(0, len(images), chunk):
+            part = images[i:i + chunk]
+            for p in ((a, b) if (i // chunk + r) % 2 == 0 else (b, a)):
+                t = time.process_time()
+                p.read(part)
+                t = time.process_time() - t
+                if p is a:
+                    ta += t
+                else:
+                    tb += t
+    n = len(images) * rounds
+    return ta / n * 1e3, tb / n * 1e3
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=400, help="images per measurement")
@@ -81,6 +134,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--device", default=None, help="also score with the learned evaluator batched on this device (e.g. cuda)")
     ap.add_argument("--compare", default=None, help="another checkout's root (mosaic/ and renderers/): its parser beside this one")
+    ap.add_argument("--interleave", default=None, help="another checkout's root: its mosaic/evaluation and this one in this process, alternated in chunks")
     ap.add_argument("--parser-only", action="store_true", help="skip the learned evaluator")
     ap.add_argument("--workers", type=int, default=0, help="also the parser in this many processes (wall images/s, against one process's wall rate)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -90,6 +144,7 @@ def main() -> None:
         return
     if args.threads:
         torch.set_num_threads(args.threads)
+    other_cls = _other_parser(args.interleave) if args.interleave else None
     print(f"{args.n} images per measurement, median of {args.repeat}; torch threads {torch.get_num_threads()}; "
           f"images per CPU-second (parser: one core)")
     print(f"{'spec':<18} {'what':<40} {'images/s':>10} {'vs render':>10} {'CPU ms/img':>11}")
@@ -118,6 +173,11 @@ def main() -> None:
             close_pool(par)
             print(f"{name:<18} {f'scene parser, {args.workers} processes (wall)':<40} {w:>10.0f} {w / base:>9.2f}x {'':>11}   "
                   f"(one process {one:.0f}/s wall: {w / one:.2f}x; load {os.getloadavg()[0]:.1f})")
+        if args.interleave:
+            other_ms, this_ms = _interleaved(other_cls, spec, images, args.repeat)
+            print(f"{name:<18} {'parser of --interleave checkout':<40} {1e3 / other_ms:>10.0f} {1e3 / other_ms / base:>9.2f}x {other_ms:>11.3f}   "
+                  f"(this one {this_ms:.3f} ms: {other_ms / this_ms:.2f}x faster, interleaved in chunks of 20, "
+                  f"{args.repeat} rounds; load {os.getloadavg()[0]:.1f})")
         if args.compare:
             pairs = []
             for _ in range(args.repeat):  # alternate: the other checkout, then this one
