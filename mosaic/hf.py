@@ -88,7 +88,8 @@ def hf_record(spec: Spec, rec: dict) -> dict:
 # ----------------------------------------------------------------------------------------------
 # features: one tree, three serialisations
 # ----------------------------------------------------------------------------------------------
-# A node is ("value", dtype) | ("class_label", names) | ("image",) | ("list", node) | ("struct", {name: node})
+# A node is ("value", dtype) | ("class_label", names) | ("image",) | ("list", node) | ("struct", {name: node});
+# ("value", dtype, "nullable") is a value that may be null (a column every form stores as nullable anyway)
 
 def _dtype_of_domain(domain: list) -> str:
     if all(isinstance(v, str) for v in domain):
@@ -114,7 +115,8 @@ def _scene_node(solid: bool = False) -> tuple:
     }
     if solid:
         vec = ("list", ("value", "float64"))
-        obj.update({"material": ("value", "string"), "position_3d": vec, "size_3d": vec, "rotation_3d": vec,
+        # material is null for an object whose template sets none (rendered as rubber, named in no caption)
+        obj.update({"material": ("value", "string", "nullable"), "position_3d": vec, "size_3d": vec, "rotation_3d": vec,
                     "pixel_coords": vec, "visible_fraction": ("value", "float64"), "visible_pixels": ("value", "int64")})
         light = {"name": ("value", "string"), "position": vec, "intensity": ("value", "float64"), "radius": ("value", "float64")}
         scene["view"] = ("struct", {"preset": ("value", "string"), "camera": vec, "look_at": vec, "fov": ("value", "float64"),

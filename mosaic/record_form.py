@@ -9,7 +9,8 @@ spec's feature tree (:func:`mosaic.hf.feature_tree`, the same columns the card a
 schema declare): exactly the top-level keys mosaic writes (``mask_file_name`` aside: whether it
 belongs is the dataset's masks, checked with the names), exactly the spec's concepts in
 ``concepts`` and ``labels``, and every value of its feature's JSON type at every depth (nested
-scene-graph mappings may omit no key either and add none). A concept value is never null: mosaic
+scene-graph mappings may omit no key either and add none; a value is null only where the feature
+tree marks it nullable: a solid's ``material`` when its template sets none). A concept value is never null: mosaic
 draws every concept's value for every sample (:func:`mosaic.sampling.sample_values`), and a label is
 its value's index (0 to domain size - 1). ``combination`` is null only in a spec without a holdout.
 Cost: a few microseconds a record (one walk of its values).
@@ -30,6 +31,8 @@ def _node_problem(v, node: tuple, where: str) -> str | None:
     kind = node[0]
     if kind == "value":
         ok = _TYPES[node[1]]
+        if v is None and node[2:] == ("nullable",):
+            return None
         if v is None or not isinstance(v, ok) or (isinstance(v, bool) and node[1] != "bool"):
             return f"{where} is {str(v)[:40]!r} ({type(v).__name__}), not a JSON {node[1]}"
         if isinstance(v, float) and not math.isfinite(v):
@@ -66,6 +69,9 @@ def _compile(node: tuple) -> Callable[[object], bool]:
     kind = node[0]
     if kind == "value":
         dtype = node[1]
+        if node[2:] == ("nullable",):
+            inner = _compile(node[:2])
+            return lambda v: v is None or inner(v)
         if dtype == "string":
             return lambda v: type(v) is str
         if dtype == "int64":

@@ -209,6 +209,30 @@ def test_shaded_datasets_are_byte_identical_across_workers_and_reruns(tmp_path):
     assert man["renderer"]["name"] == "shaded" and man["status"] == "complete"
 
 
+@pytest.mark.parametrize("fmt", ["imagefolder", "parquet"])
+def test_a_shaded_dataset_without_a_material_rule_passes_its_own_checks(tmp_path, fmt):
+    """A shaded spec whose templates set no material (the shaded quickstart) writes null materials
+    (rendered as rubber): its own quick and deep checks and MosaicDataset accept them, and the record
+    form still refuses a material that is neither a string nor null."""
+    from mosaic.dataset import generate
+    from mosaic.record_form import record_form_check
+    from mosaic.torch_data import MosaicDataset
+    from mosaic.verify import verify
+
+    spec = load_spec(ROOT / "experiments" / "specs" / "coverage.yaml",
+                     ["image.renderer=shaded", "image.size=16", "image.supersample=1", "splits.train=1", "splits.val=1",
+                      "splits.test_id=1", "splits.test_ood=1", "splits.per=combination"])
+    generate(spec, tmp_path / "d", format=fmt)
+    assert verify(tmp_path / "d").ok and verify(tmp_path / "d", deep=True).ok
+    assert len(MosaicDataset(tmp_path / "d", "train")) > 0
+    rec = sample_record(spec, "train", 0)[0]
+    assert rec["scene"]["objects"][0]["material"] is None
+    check = record_form_check(spec)
+    assert check(rec) is None
+    rec["scene"]["objects"][0]["material"] = 5
+    assert "material" in check(rec)
+
+
 def test_parquet_and_stream_carry_the_3d_fields(tmp_path):
     import pyarrow.parquet as pq
 
