@@ -299,11 +299,13 @@ LABEL = "label."
 claims can select it (``where: {condition: baseline}``)."""
 
 
-def trial_config(sweep: SweepSpec, values: dict[str, Any]) -> dict:
-    """The raw training config of a trial: the sweep's config with ``set`` and the trial's axis
-    values applied (``spec.`` keys into ``dataset.overrides``) and the seed at ``seed_key``."""
+def trial_config(sweep: SweepSpec, values: dict[str, Any], base: dict | None = None) -> dict:
+    """The raw training config of a trial: the sweep's config (``base``: that file read once for every
+    trial of a plan, so an edit while the sweep is planned never gives two trials two configs, and
+    100,000 trials do not parse it 100,000 times) with ``set`` and the trial's axis values applied
+    (``spec.`` keys into ``dataset.overrides``) and the seed at ``seed_key``."""
 
-    raw = read_config_yaml(sweep.config)
+    raw = copy.deepcopy(base) if base is not None else read_config_yaml(sweep.config)
     overrides = list(sweep.set.items()) + [(k, v) for k, v in values.items() if k != "seed"]
     for key, value in overrides:
         if key.startswith(LABEL):  # a label axis only names the condition (results column, claims)

@@ -53,9 +53,9 @@ def plan(sweep: SweepSpec, out: Path) -> list[dict]:
     from mosaic.lab.data import resolve_dataset
 
     cls = _trainer(sweep.kind)
-    trials, datasets = [], {}
+    trials, datasets, base = [], {}, read_config_yaml(sweep.config)
     for values in expand(sweep):
-        raw = trial_config(sweep, values)
+        raw = trial_config(sweep, values, base)
         tid = trial_id(values)
         if not (out / "trials" / tid).exists() and (out / "trials" / trial_id(values, legacy=True)).is_dir():
             tid = trial_id(values, legacy=True)  # a sweep folder made before long names kept their seed

@@ -448,3 +448,30 @@ def test_a_report_whose_labels_hold_dollars_is_written(tmp_path, sweep):
     r = runner.invoke(app, ["report", str(sw)])
     assert r.exit_code == 0, r.output
     assert (sw / "report" / "curves.png").is_file()
+
+
+def test_a_training_config_edited_while_a_sweep_is_planned_never_splits_its_trials(tmp_path, small_sweep, monkeypatch):
+    """(c) The sweep's config was read again for every trial: an edit during planning gave trials two configs
+    (and 100,000 trials parsed it 100,000 times). It is read once per plan."""
+    import mosaic.lab.config as C
+    import mosaic.sweep as S
+    import mosaic.trials as T
+
+    real = C.read_config_yaml
+    calls = []
+
+    def edited_after_first_read(path, *a, **k):
+        data = real(path, *a, **k)
+        if Path(path) == Path(small_sweep.config):
+            calls.append(path)
+            if len(calls) == 1:  # another process edits the file right after the first read
+                raw = yaml.safe_load(Path(path).read_text())
+                raw["training"]["batch_size"] = 2
+                Path(path).write_text(yaml.safe_dump(raw))
+        return data
+
+    monkeypatch.setattr(T, "read_config_yaml", edited_after_first_read)
+    monkeypatch.setattr(S, "read_config_yaml", edited_after_first_read)
+    trials = T.plan(small_sweep, tmp_path / "sw")
+    assert len(trials) == 4 and len(calls) == 1
+    assert {t["cfg"].training.batch_size for t in trials} == {4}
