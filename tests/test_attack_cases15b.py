@@ -416,3 +416,23 @@ def test_a_training_config_whose_dataset_path_is_a_split_or_a_run_names_it(drun,
     r = runner.invoke(app, ["train", "diffusion", str(p), "--dry-run"])
     _clean_exit_2(r, "dataset.path", "a folder inside one" if where == "split" else "a training run folder")
     assert "mosaic generate" not in r.output and not (tmp_path / "new").exists()
+
+
+def test_evaluate_copies_of_a_runs_samples_must_be_the_dataset_the_run_trained_on(drun, tmp_path):
+    """(a) --copies given a dataset of the same spec and another seed measured near-copies of images the run never saw,
+    exit 0: samples under RUN/samples/ are checked against RUN/dataset.json (a byte copy of the run's dataset passes)."""
+    from mosaic.dataset import generate
+    from mosaic.spec import parse_spec
+    from tests.test_diffusion import SPEC as D_SPEC
+
+    run, data = drun
+    samples = next(p for p in (run / "samples").iterdir() if (p / "metadata.jsonl").is_file())
+    other = tmp_path / "seed7"
+    generate(parse_spec({**D_SPEC, "seed": 7}), other)
+    args = ["evaluate", str(samples), "--spec", str(data), "--check-n", "0", "--copies"]
+    _clean_exit_2(runner.invoke(app, args + [str(other), "-o", str(tmp_path / "e1")]), "is not the dataset the run",
+                  f"give the run's own dataset ({data.resolve()})")
+    assert not (tmp_path / "e1" / "metrics.json").exists()
+    shutil.copytree(data, tmp_path / "copy")
+    r = runner.invoke(app, args + [str(tmp_path / "copy"), "-o", str(tmp_path / "e2")])
+    assert r.exit_code == 0, r.output

@@ -4,6 +4,7 @@ by an evaluator, with the evaluator's own accuracy attached and one row per imag
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import stat
@@ -26,10 +27,10 @@ from mosaic.evaluation.provenance import check_spec_reads
 from mosaic.evaluation.quality import quality_summary, read_images
 from mosaic.holdout import is_held_out
 from mosaic.png import FOREIGN_FORMATS, decode_image, eval_pixel_bound
-from mosaic.io import atomic_text_writer, atomic_write, check_output_dir, make_output_dir
+from mosaic.io import atomic_text_writer, atomic_write, check_output_dir, make_output_dir, read_bounded, read_json
 from mosaic.locks import reading
 from mosaic.records import spec_from_data
-from mosaic.verify import MANIFEST, check_before_read, read_manifest_checked
+from mosaic.verify import MANIFEST, MANIFEST_LIMIT, check_before_read, read_manifest_checked
 
 
 #: most bytes a metadata.jsonl to evaluate may hold (a record is about 1 KB: 1 GiB is a million images)
@@ -304,6 +305,8 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
     # a split of a dataset is read under the dataset's shared lock, from its check to its last image (mosaic.locks.reading)
     with reading(d.parent, MosaicError) if d.is_dir() and (d.parent / MANIFEST).is_file() else contextlib.nullcontext():
         records = read_folder(d)
+        if copies_of is not None:
+            _refuse_another_training_set(d, Path(copies_of))
         side = _training_side(copies_of, None, "train") if copies_of is not None else None  # a wrong dataset fails before scoring
         check_spec_reads(records, spec, d)  # a concept the spec cannot read, or another dataset's images: refuse
         check_held_out(records, spec, d)  # held_out flags that contradict the spec are never scored as given
@@ -428,6 +431,27 @@ def _stack(ims: list[np.ndarray], folder: Path, what: str) -> np.ndarray:
     if len({im.shape for im in ims}) != 1:
         raise MosaicError(f"{what} {folder} holds images of several sizes: {sorted({im.shape for im in ims})}")
     return np.stack(ims)
+
+
+def _refuse_another_training_set(d: Path, ds: Path) -> None:
+    """Samples at ``RUN/samples/NAME``: ``--copies`` must be the dataset RUN trained on (the fingerprint and manifest
+    sha256 its ``dataset.json`` records); another one (a regenerated copy, another seed) measured near-copies of
+    images the model never saw, exit 0. A folder elsewhere names no run, and is not checked here."""
+    run = d.parent.parent
+    if d.parent.name != "samples" or not (run / "run.json").is_file() or not (run / "dataset.json").is_file():
+        return
+    try:
+        rec, raw = read_json(run / "dataset.json"), read_bounded(ds / MANIFEST, MANIFEST_LIMIT)
+        man = json.loads(raw)
+    except (OSError, ValueError):  # a damaged manifest is named by the dataset's own check; a damaged record is the run's
+        return
+    if not isinstance(rec, dict) or not isinstance(man, dict):
+        return
+    want, got = (rec.get("fingerprint"), rec.get("manifest_sha256")), (man.get("fingerprint"), hashlib.sha256(raw).hexdigest())
+    if want != got:
+        raise MosaicError([("--copies", f"{str(ds)!r} is not the dataset the run {run} trained on: its dataset.json records "
+                                        f"fingerprint {want[0]} and manifest sha256 {str(want[1])[:16]}, this dataset has {got[0]} and "
+                                        f"{got[1][:16]}; give the run's own dataset ({str(rec.get('path'))[:200]})")])
 
 
 def _training_side(dataset_dir: str | Path, reference: str | None, train_split: str) -> tuple[np.ndarray, np.ndarray, dict]:
