@@ -17,7 +17,9 @@ with ``--device cuda``, batched on the accelerator as validation scores with
 
 ``--workers N`` also reads the same images with ``SceneParser(spec, workers=N)`` (its pool started
 by a warm-up read, as in a long evaluation) and prints its wall images/s and the ratio to one
-process's wall rate measured beside it: on a loaded machine the ratio means little.
+process's wall rate measured beside it: on a loaded machine the ratio means little. It also
+prints the workers' own CPU ms per image over the timed reads (from ``/proc``) and the images/s
+that N free cores allow at that cost, which holds on a loaded machine.
 
 ``--interleave DIR`` measures the scene parser of another checkout's ``mosaic/evaluation`` (DIR as
 for ``--compare``; the rest of ``mosaic`` is this checkout's) and this one in this process, on the
@@ -63,6 +65,20 @@ def _rate(fn, n: int, repeat: int, clock=time.process_time) -> float:
         fn()
         times.append(clock() - t)
     return n / max(statistics.median(times), 1e-9)
+
+
+def _workers_cpu(parser) -> float | None:
+    """User + system CPU seconds spent so far by ``parser``'s pool workers (``/proc``; None
+    elsewhere)."""
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for pid in list(parser._pool._processes):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+        return total / tick
+    except (OSError, ValueError, AttributeError, IndexError):
+        return None
 
 
 def _parser_ms(name: str, n: int, images=None) -> float:
@@ -169,10 +185,16 @@ def main() -> None:
             one = _rate(lambda: parser.read(images), args.n, args.repeat, clock=time.perf_counter)
             par = SceneParser(spec, workers=args.workers)
             par.read(images)  # warm-up: the pool starts (imports) once, as in a long evaluation
+            c0 = _workers_cpu(par)
             w = _rate(lambda: par.read(images), args.n, args.repeat, clock=time.perf_counter)
+            c1 = _workers_cpu(par)
             close_pool(par)
             print(f"{name:<18} {f'scene parser, {args.workers} processes (wall)':<40} {w:>10.0f} {w / base:>9.2f}x {'':>11}   "
                   f"(one process {one:.0f}/s wall: {w / one:.2f}x; load {os.getloadavg()[0]:.1f})")
+            if c0 is not None and c1 > c0:
+                ms = (c1 - c0) / (args.n * args.repeat) * 1e3
+                print(f"{name:<18} {'  its workers, CPU ms per image':<40} {args.workers * 1e3 / ms:>10.0f} {'':>10} {ms:>11.3f}   "
+                      f"(images/s that {args.workers} free cores allow at that cost)")
         if args.interleave:
             other_ms, this_ms = _interleaved(other_cls, spec, images, args.repeat)
             print(f"{name:<18} {'parser of --interleave checkout':<40} {1e3 / other_ms:>10.0f} {1e3 / other_ms / base:>9.2f}x {other_ms:>11.3f}   "
