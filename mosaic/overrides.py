@@ -412,10 +412,12 @@ def validation_problems(e, path_of: Callable[[tuple], str] | None = None,
                    else f"unknown field {name!r}: remove it or check its spelling")
         elif err["type"] in ("literal_error", "union_tag_invalid", "enum"):
             ctx = err.get("ctx") or {}
-            choices = re.findall(r"'([^']*)'", str(ctx.get("expected_tags") or ctx.get("expected") or ""))
+            expected = str(ctx.get("expected_tags") or ctx.get("expected") or "")
+            # names are quoted ('a', 'b' or 'c'); numbers are not (2, 4, 8 or 16: the choices were an empty list)
+            choices = re.findall(r"'([^']*)'", expected) or [c for c in re.split(r",\s*|\s+or\s+", expected) if c]
             got = ctx.get("tag", err.get("input"))
             what = f"{ctx['discriminator'].strip(chr(39))} " if ctx.get("discriminator") else ""
-            close = closest(got, choices, cutoff=0.6)
+            close = closest(got, choices, cutoff=0.6) if isinstance(got, str) else None
             msg = f"{what}{got!r} is not one of {', '.join(choices)}" + (f": did you mean {close!r}?" if close else "")
         elif err["type"] == "missing":
             msg = "required field is missing"

@@ -475,3 +475,11 @@ def test_a_training_config_edited_while_a_sweep_is_planned_never_splits_its_tria
     trials = T.plan(small_sweep, tmp_path / "sw")
     assert len(trials) == 4 and len(calls) == 1
     assert {t["cfg"].training.batch_size for t in trials} == {4}
+
+
+@pytest.mark.parametrize("value", ["3", ""])
+def test_a_number_outside_a_numeric_choice_names_the_choices(made, tmp_path, value):
+    """(g) `--ae factor=3` said "3 is not one of " and nothing: the choices of a numeric Literal are named (2, 4, 8, 16)."""
+    r = runner.invoke(app, ["autoencoder", "train", str(made[0]), "--ae", f"factor={value}", "--out", str(tmp_path / "ae")])
+    _clean_exit_2(r, "autoencoder.factor", "is not one of 2, 4, 8, 16")
+    assert not (tmp_path / "ae").exists()

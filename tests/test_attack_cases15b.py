@@ -436,3 +436,22 @@ def test_evaluate_copies_of_a_runs_samples_must_be_the_dataset_the_run_trained_o
     shutil.copytree(data, tmp_path / "copy")
     r = runner.invoke(app, args + [str(tmp_path / "copy"), "-o", str(tmp_path / "e2")])
     assert r.exit_code == 0, r.output
+
+
+def test_evaluate_copies_reads_a_parquet_training_set_as_its_imagefolder_twin(tmp_path):
+    """(h/a) --copies of a Parquet dataset (a run trains on either form) said it had "no test_id, test or val split":
+    its rows' PNG bytes are read, page bounds first, and give the numbers of the imagefolder form."""
+    from tests.test_attack_cases15 import SPEC
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    ds, pq = tmp_path / "ds", tmp_path / "pq"
+    assert runner.invoke(app, ["generate", str(spec), "--out", str(ds)]).exit_code == 0
+    assert runner.invoke(app, ["export", str(ds), "-f", "parquet", "--out", str(pq)]).exit_code == 0
+    got = {}
+    for src in (ds, pq):
+        out = tmp_path / f"ev-{src.name}"
+        r = runner.invoke(app, ["evaluate", str(ds / "test_id"), "--spec", str(ds), "--check-n", "0", "--copies", str(src), "-o", str(out)])
+        assert r.exit_code == 0, r.output
+        got[src.name] = {k: v for k, v in json.loads((out / "metrics.json").read_text())["copies"].items() if k != "dataset"}
+    assert got["ds"] == got["pq"] and got["pq"]["train"]["n"] == 8

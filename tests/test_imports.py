@@ -236,6 +236,7 @@ LAZY: dict[tuple[str, str], str] = {
     ("mosaic.dataset", "mosaic.parquet"): HEAVY,
     ("mosaic.against_spec", "mosaic.parquet"): HEAVY,
     ("mosaic.diagnostics.analyze", "mosaic.lab.transformer.data"): PACKAGE,
+    ("mosaic.evaluation.folder", "mosaic.parquet"): HEAVY,
     ("mosaic.evaluation.check", "mosaic.evaluation.degrade"): HEAVY,
     ("mosaic.evaluation.load", "mosaic.evaluation.learned"): HEAVY,
     ("mosaic.evaluation.load", "mosaic.evaluation.parser"): HEAVY,

@@ -30,6 +30,7 @@ from mosaic.png import FOREIGN_FORMATS, decode_image, eval_pixel_bound
 from mosaic.io import atomic_text_writer, atomic_write, check_output_dir, make_output_dir, read_bounded, read_json
 from mosaic.locks import reading
 from mosaic.records import spec_from_data
+from mosaic.shard_checks import shard_bounds
 from mosaic.verify import MANIFEST, MANIFEST_LIMIT, check_before_read, read_manifest_checked
 
 
@@ -475,20 +476,32 @@ def _training_images(ds: Path, reference: str | None, train_split: str) -> tuple
     except MosaicError as e:
         raise MosaicError([("--copies", f"{str(ds)!r}: the dataset the model trained on is checked before it is read")] + e.problems) from None
     ds_spec = spec_from_data(man["spec"])  # the manifest the check read, not a second read of it
+    parquet = man.get("storage") == "parquet"  # a run trains on either form: its rows' PNG bytes are read as MosaicDataset reads them
     if reference is None:
-        reference = next((s for s in ("test_id", "test", "val") if (ds / s / "metadata.jsonl").is_file()), None)
+        reference = next((s for s in ("test_id", "test", "val")
+                          if (s in man.get("splits", {}) if parquet else (ds / s / "metadata.jsonl").is_file())), None)
         if reference is None:
             raise MosaicError(f"--copies {ds}: no test_id, test or val split with a metadata.jsonl to compare with: "
                               "give the mosaic dataset the model trained on")
     sides = []
     for split in (train_split, reference):
         what = f"the {split!r} split"
-        sides.append(_stack(load_images(ds / split, _records_of(ds / split, what), ds_spec), ds / split, what))
+        ims = _parquet_images(ds, man, split, ds_spec) if parquet else load_images(ds / split, _records_of(ds / split, what), ds_spec)
+        sides.append(_stack(ims, ds / split, what))
     train, ref = sides
     if ref.shape[1:] != train.shape[1:]:
         raise MosaicError(f"the {reference!r} images of {ds} are {ref.shape[2]}x{ref.shape[1]} px and its training images "
                           f"{train.shape[2]}x{train.shape[1]} px: give a mosaic dataset")
     return train, ref, {"reference": reference, "train_split": train_split, "dataset": str(ds), "spec": ds_spec}
+
+
+def _parquet_images(ds: Path, man: dict, split: str, spec: Spec) -> list[np.ndarray]:
+    """The images of one split of a Parquet dataset (already checked), each page sized from its header first."""
+    from mosaic.parquet import iter_records
+
+    shard_bounds(ds, split, man)
+    return [decode_image(row["image"]["bytes"], where=f"{ds}/data ({split} row {k})", error=MosaicError, exact_size=spec.image.size)
+            for k, row in enumerate(iter_records(ds, split, columns=["image"], manifest=man))]
 
 
 def _copies(records: list[dict], images: list[np.ndarray], folder: Path, side: tuple[np.ndarray, np.ndarray, dict]) -> dict:
