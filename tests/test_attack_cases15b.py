@@ -455,3 +455,13 @@ def test_evaluate_copies_reads_a_parquet_training_set_as_its_imagefolder_twin(tm
         assert r.exit_code == 0, r.output
         got[src.name] = {k: v for k, v in json.loads((out / "metrics.json").read_text())["copies"].items() if k != "dataset"}
     assert got["ds"] == got["pq"] and got["pq"]["train"]["n"] == 8
+
+
+@pytest.mark.parametrize("device, said", [("cuda:99", "this machine has no such device"), ("bogus", "is not a device")])
+def test_sample_and_analyze_on_a_device_the_machine_lacks_are_named(drun, tmp_path, device, said):
+    """(g) `sample --device cuda:99` / `bogus` (and analyze) were torch AssertionError / RuntimeError tracebacks: named, exit 2."""
+    run, _ = drun
+    r = runner.invoke(app, ["sample", str(run), "--device", device, "--steps", "1", "-k", "1", "--no-score", "--out", str(tmp_path / "s")])
+    _clean_exit_2(r, "--device", said)
+    assert not (tmp_path / "s").exists()
+    _clean_exit_2(runner.invoke(app, ["analyze", str(run), "--device", device, "--no-write"]), "--device", said)

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from mosaic.cli.common import console, fail, set_option
+from mosaic.cli.common import console, fail, resolve_device, set_option
 from mosaic.errors import MosaicError
 
 WHAT_HELP = ("Comma-separated diagnostics: probes, layers, factorization, rank, binding-complexity, interventions, diffusion-classifier "
@@ -55,7 +55,7 @@ def analyze(
         base = getattr(cfg, "analysis", None)
         data = base.model_dump(mode="json") if base is not None else {}
         opts = validate_config(AnalysisSection, apply_sets(data, set_), source="--set") if set_ else (base or AnalysisSection())
-        dev = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        dev = resolve_device(device)
         if family == "transformer" or cfg.training.threads:
             torch.set_num_threads(cfg.training.threads or torch.get_num_threads())
         out = analyze_run(run, what=names, options=opts, checkpoint=checkpoint, device=dev, write=not no_write,

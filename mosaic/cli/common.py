@@ -189,3 +189,24 @@ def hide_flag_types() -> None:
 
     display_type_rich._mosaic_flags_hidden = True
     TyperOption.display_type_rich = display_type_rich
+
+
+def resolve_device(device: str, option: str = "--device") -> str:
+    """``--device`` as torch reads it: ``auto`` is cuda when there is a CUDA GPU, else cpu; a device
+    this machine does not have (``cuda:7``, cuda without a GPU, ``mps`` elsewhere) or no device at all
+    (``bogus``) is a MosaicError naming the option and the devices there are (it was an AssertionError
+    or RuntimeError traceback from torch)."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    have = "cpu" + (f", cuda (cuda:0 ... cuda:{n - 1})" if n else "")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise MosaicError([(option, f"{device!r} is not a device: give auto, or one of this machine's: {have}")]) from None
+    if dev.type == "cuda" and (dev.index or 0) >= n or dev.type == "mps" and not torch.backends.mps.is_available() \
+            or dev.type not in ("cpu", "cuda", "mps"):
+        raise MosaicError([(option, f"{device!r}: this machine has no such device (it has {have}): give auto, or one of them")])
+    return device

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
-from mosaic.cli.common import finite_float, check_out, console, err_console, fail, set_option
+from mosaic.cli.common import finite_float, check_out, console, err_console, fail, resolve_device, set_option
 from mosaic.errors import ConfigError, MosaicError
 from mosaic.cli.evaluate import print_quality
 
@@ -169,7 +169,7 @@ def sample(
             raise MosaicError(f"--sampler {sampler!r}: use ddim or dpm (flow_euler for a flow-matching run)")
         if checkpoint is not None and checkpoint not in ("best", "final"):
             raise MosaicError(f"--checkpoint {checkpoint!r}: use best or final")
-        dev = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        dev = resolve_device(device)
         if cfg.training.threads:
             torch.set_num_threads(cfg.training.threads)
         twice = repeated_splits(list(split or []))
