@@ -232,6 +232,9 @@ def test_two_evaluator_trainings_never_share_a_folder_and_weights_are_written_wh
         holder.wait()
     outside = tmp_path / "someone_elses.bin"
     outside.write_bytes(b"keep")
+    cfg = LearnedConfig(input_size=16, width=4, hidden=16, steps=2, batch_size=8, n_train=24, check_n=4, log_every=1, threads=1)
+    train_evaluator(parse_spec(SPEC), out, cfg)  # the folder is an evaluator's (attack 15: a person's weights are never replaced)
+    (out / "model.safetensors").unlink()
     os.link(outside, out / "model.safetensors")
-    train_evaluator(parse_spec(SPEC), out, LearnedConfig(input_size=16, width=4, hidden=16, steps=2, batch_size=8, n_train=24, check_n=4, log_every=1, threads=1))
+    train_evaluator(parse_spec(SPEC), out, cfg)
     assert outside.read_bytes() == b"keep" and (out / "model.safetensors").stat().st_nlink == 1
