@@ -206,6 +206,9 @@ def reproduce(paper: str, scale: str, out: str | Path, workers: int = 1, backend
             on_progress(f"sweep {s.name}: all trials run, report {page}")
 
     make_output_dir(out, "--out")
+    for s in sweeps:  # a file standing there is a person's: named, never deleted
+        if not (out / s.name).is_symlink() and (out / s.name).exists() and not (out / s.name).is_dir():
+            raise SweepError(f"{out / s.name} is not a folder: the reproduction runs sweep {s.name} there; move it away, or give another --out")
     own_folders(out, [s.name for s in sweeps])  # a link planted at OUT/<sweep> is removed: a sweep is never run into another folder
     with contextlib.ExitStack() as locks:  # every sweep folder's lock, as mosaic sweep holds its own
         for s in sweeps:

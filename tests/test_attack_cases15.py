@@ -483,3 +483,20 @@ def test_a_number_outside_a_numeric_choice_names_the_choices(made, tmp_path, val
     r = runner.invoke(app, ["autoencoder", "train", str(made[0]), "--ae", f"factor={value}", "--out", str(tmp_path / "ae")])
     _clean_exit_2(r, "autoencoder.factor", "is not one of 2, 4, 8, 16")
     assert not (tmp_path / "ae").exists()
+
+
+def test_a_reproduction_never_deletes_a_file_standing_at_a_sweeps_folder(tmp_path, monkeypatch):
+    """(c) A person's file named like a sweep in the reproduction folder: refused by name, kept (a link there is replaced)."""
+    import mosaic.reproduce as R
+    from mosaic.errors import SweepError
+    from tests.test_reproduce import tiny
+
+    reg, sweeps = tiny(tmp_path)
+    monkeypatch.setattr(R, "load_registry", lambda path=None: reg)
+    monkeypatch.setattr(R, "SWEEPS_DIR", sweeps)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "tiny_cov").write_text("mine")
+    with pytest.raises(SweepError, match="is not a folder"):
+        R.reproduce("toy", "cpu", out, workers=1)
+    assert (out / "tiny_cov").read_text() == "mine"
