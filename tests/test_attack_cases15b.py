@@ -465,3 +465,21 @@ def test_sample_and_analyze_on_a_device_the_machine_lacks_are_named(drun, tmp_pa
     _clean_exit_2(r, "--device", said)
     assert not (tmp_path / "s").exists()
     _clean_exit_2(runner.invoke(app, ["analyze", str(run), "--device", device, "--no-write"]), "--device", said)
+
+
+@pytest.mark.parametrize("where", ["dataset", "run", "missing", "file"])
+def test_a_latent_path_that_is_no_autoencoder_is_named_before_training(drun, tmp_path, where):
+    """(b/g) model.latent.path at a dataset, a run, nothing or a file: named (no vae/), nothing loaded, no run folder made."""
+    import yaml
+
+    run, data = drun
+    target = {"dataset": data, "run": run, "missing": tmp_path / "nope", "file": run / "config.yaml"}[where]
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg["model"] = {**cfg["model"], "latent": {"path": str(target)}}
+    cfg["out"] = str(tmp_path / "new")
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    r = runner.invoke(app, ["train", "diffusion", str(p), "--set", "model.unet.block_out_channels=[8]",
+                            "--set", "model.unet.cross_attention=[true]"])
+    _clean_exit_2(r, "model.latent.path", "holds no trained autoencoder")
+    assert not (tmp_path / "new").exists()
