@@ -378,24 +378,22 @@ def atomic_copy(src: str | Path, dst: str | Path) -> Path:
 
 
 def open_append(path: str | Path) -> BinaryIO:
-    """``path`` opened to append bytes (a log), created when missing, never through a link
-    (:func:`open_own`), so the log of one run never grows another file.
-
-    Raises:
-        OSError: the folder does not exist or is not writable.
-    """
+    """``path`` opened to append bytes (a log), created when missing, never through a link (:func:`open_own`), so the
+    log of one run never grows another file. Raises OSError: the folder does not exist or is not writable."""
     return os.fdopen(open_own(path, os.O_WRONLY | os.O_APPEND), "ab")
 
 
 def own_folders(out: str | Path, rels) -> None:
     """Make each folder ``out/rel`` a real folder of ``out``: a symbolic link standing at it or at
     one of its parents inside ``out`` is removed (never followed: what a link points to belongs to
-    someone else), then the folder is created."""
+    someone else), a regular file there is refused (a person's: it was deleted), then the folder is created."""
     for rel in rels:
         node = Path(out)
         for part in Path(rel).parts:
             node = node / part
             if node.is_symlink() or (node.exists() and not node.is_dir()):
+                if not node.is_symlink() and node.is_file():
+                    raise MosaicError(f"{node} is a file where mosaic makes its folder {part}/: move the file away, then rerun")
                 node.unlink()
         node.mkdir(parents=True, exist_ok=True)
 

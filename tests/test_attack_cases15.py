@@ -500,3 +500,14 @@ def test_a_reproduction_never_deletes_a_file_standing_at_a_sweeps_folder(tmp_pat
     with pytest.raises(SweepError, match="is not a folder"):
         R.reproduce("toy", "cpu", out, workers=1)
     assert (out / "tiny_cov").read_text() == "mine"
+
+
+def test_a_file_standing_where_report_makes_its_folder_is_kept(tmp_path):
+    """(c) A person's file named `report` in a sweep folder was deleted to make report/ (mosaic.io.own_folders): refused, kept."""
+    sw = tmp_path / "sw"
+    sw.mkdir()
+    (sw / "sweep.yaml").write_text(yaml.safe_dump({"name": "fs", "kind": "diffusion", "config": "x.yaml"}))
+    (sw / "results.csv").write_text("trial,status,seed,held_out.joint,seen.joint\nt1,done,0,0.5,0.9\n")
+    (sw / "report").write_text("my notes")
+    _clean_exit_2(runner.invoke(app, ["report", str(sw)]), "is a file where mosaic makes its folder report/")
+    assert (sw / "report").read_text() == "my notes"

@@ -483,3 +483,13 @@ def test_a_latent_path_that_is_no_autoencoder_is_named_before_training(drun, tmp
                             "--set", "model.unet.cross_attention=[true]"])
     _clean_exit_2(r, "model.latent.path", "holds no trained autoencoder")
     assert not (tmp_path / "new").exists()
+
+
+def test_a_file_standing_at_a_runs_samples_folder_is_kept(drun, tmp_path):
+    """(c) A file at RUN/samples was deleted to make the samples folder: refused by name, kept."""
+    run = _run_copy(drun, tmp_path)
+    shutil.rmtree(run / "samples")
+    (run / "samples").write_text("mine")
+    r = runner.invoke(app, ["sample", str(run), "--steps", "1", "-k", "1", "--device", "cpu", "--no-score"])
+    _clean_exit_2(r, "is a file where mosaic makes its folder samples/")
+    assert (run / "samples").read_text() == "mine"
