@@ -46,9 +46,8 @@ def _by_object(plan: Plan, B: int, rs: np.ndarray | None, O, D, own: np.ndarray 
     keep = (vx * vx + vy * vy + vz * vz - a2 <= r2) & ((along > 0) | (a2 <= r2))
     if own is not None:
         keep &= rows[4] != own[:, None]
-    T = tab[:1] if rs is None else None
     ri, si = np.nonzero(keep)
-    pos = T[0].take(si) if rs is None else tab[rs.take(ri), si]
+    pos = tab[0].take(si) if rs is None else tab[rs.take(ri), si]
     o = np.lexsort((ri, pos))
     ray, pos = ri.take(o), pos.take(o)
     return ray, np.bincount(pos, minlength=K), pos, tuple(x if np.ndim(x) == 0 else x.take(ray) for x in O), \
@@ -105,7 +104,8 @@ def mirror_hits(plan: Plan, B: int, rm, own: np.ndarray, P, N, R, alb_tab, LPf, 
     for li in range(3):
         lx, ly, lz = LPf[rh, li, 0] - hx, LPf[rh, li, 1] - hy, LPf[rh, li, 2] - hz
         irr = irr + INT[rh, li] * np.maximum(nx * lx + ny * ly + nz * lz, F(0)) / np.sqrt(lx * lx + ly * ly + lz * lz)
-    offs = np.cumsum(np.array([0] + [int((plan.scene == b).sum()) + 1 for b in range(B - 1)], np.intp))
+    rows_per = np.bincount(plan.scene, minlength=B) + 1  # alb_tab: a row for the ground, then each object, scene by scene
+    offs = np.cumsum(rows_per) - rows_per
     a = alb_tab[offs[rh] + plan.kid[k].astype(np.intp)]
     col = [np.zeros(M, F) for _ in range(3)]
     for c in range(3):
