@@ -32,6 +32,46 @@ def hold_lock(folder: Path) -> subprocess.Popen:
     return p
 
 
+def clean_exit_2(res, *needles, collapse_space: bool = False) -> None:
+    """A CLI result (typer's ``CliRunner``) that failed cleanly: exit status 2, no traceback, and every
+    needle in its output (``collapse_space``: in the output with its line wraps and runs of spaces
+    read as one space, for messages rich wraps)."""
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output, res.output
+    text = " ".join(res.output.split()) if collapse_space else res.output
+    for n in needles:
+        assert n in text, res.output
+
+
+#: a tiny colour x count spec (16 px, diagonal holdout) the attack rounds generate from
+TINY_COUNT_SPEC = """
+name: t
+image: {size: 16}
+concepts:
+  color: {values: [red, green, blue]}
+  count: {range: [1, 3]}
+objects:
+  - {name: ball, shape: circle, color: {concept: color}, size: 0.2, repeat: {concept: count}}
+holdout: {concepts: [color, count], rule: {kind: diagonal, n: 1}}
+splits: {train: 8, val: 2, test_id: 3, test_ood: 3}
+"""
+
+
+@pytest.fixture(scope="module")
+def drun(tmp_path_factory):
+    """A finished 2-step diffusion run and its dataset (16 px, tiny UNet): ``(run, data)``; one per
+    test module, which may damage it."""
+    from mosaic.dataset import generate
+    from mosaic.lab.diffusion import run_diffusion
+    from mosaic.spec import parse_spec
+    from tests.test_diffusion import SPEC as D_SPEC, config
+
+    base = tmp_path_factory.mktemp("drun")
+    generate(parse_spec(D_SPEC), base / "data")
+    run_diffusion(config(base / "run", base / "data", steps=2, checkpoint_every=1), say=lambda s: None)
+    return base / "run", base / "data"
+
+
 def tiny(spec_path: Path, size: int = 32, **splits) -> dict:
     """A shipped spec shrunk for fast tests (32 px, a few samples)."""
     data = yaml.safe_load(spec_path.read_text())

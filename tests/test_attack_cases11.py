@@ -32,8 +32,8 @@ from typer.testing import CliRunner
 
 from mosaic.cli import app
 from tests.test_attack_cases5 import ae_folder  # noqa: F401 - a pytest fixture: a tiny trained autoencoder
-from tests.conftest import hold_lock
-from tests.test_attack_cases6 import _clean_exit_2, _copy_run, drun  # noqa: F401 - drun is a pytest fixture
+from tests.conftest import clean_exit_2 as _clean_exit_2, hold_lock
+from tests.test_attack_cases6 import _copy_run
 
 runner = CliRunner()
 

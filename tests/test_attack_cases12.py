@@ -33,8 +33,7 @@ import yaml
 from typer.testing import CliRunner
 
 from mosaic.cli import app
-from tests.conftest import hold_lock
-from tests.test_attack_cases6 import _clean_exit_2, drun  # noqa: F401 (drun: a finished 2-step diffusion run)
+from tests.conftest import clean_exit_2 as _clean_exit_2, hold_lock
 from tests.test_attack_cases8 import data  # noqa: F401 (fixture: a 16 px dataset with masks)
 from tests.test_checksums import _peak  # peak traced bytes of a call
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -44,16 +45,10 @@ from typer.testing import CliRunner
 
 from mosaic.cli import app
 from mosaic.errors import MosaicError, TrainingError
-from tests.conftest import SPECS, tiny
+from tests.conftest import clean_exit_2, SPECS, tiny
 
 runner = CliRunner()
-
-
-def _clean_exit_2(res, *needles):
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output, res.output
-    for n in needles:
-        assert n in " ".join(res.output.split()), res.output
+_clean_exit_2 = partial(clean_exit_2, collapse_space=True)
 
 
 @pytest.fixture(scope="module")

@@ -51,19 +51,12 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from mosaic.cli import app
-from tests.test_attack_cases6 import drun  # noqa: F401 (fixture: a finished 2-step diffusion run)
+from tests.conftest import clean_exit_2 as _clean_exit_2
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
 COUNT = str(ROOT / "experiments" / "specs" / "count.yaml")
 SMALL = ["--set", "splits.train=40", "--set", "splits.val=8", "--set", "splits.test=8", "--set", "image.size=32"]
-
-
-def _clean_exit_2(res, *needles):
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output, res.output
-    for n in needles:
-        assert n in res.output, res.output
 
 
 # ------------------------------------------------------------------------------------------------

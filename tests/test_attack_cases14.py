@@ -26,19 +26,9 @@ from typer.testing import CliRunner
 from mosaic.cli import app
 from mosaic.foreign_names import foreign_names
 from mosaic.locks import FolderLock, lock_path
-from tests.conftest import hold_lock
+from tests.conftest import hold_lock, TINY_COUNT_SPEC
 
-SPEC = """
-name: t
-image: {size: 16}
-concepts:
-  color: {values: [red, green, blue]}
-  count: {range: [1, 3]}
-objects:
-  - {name: ball, shape: circle, color: {concept: color}, size: 0.2, repeat: {concept: count}}
-holdout: {concepts: [color, count], rule: {kind: diagonal, n: 1}}
-splits: {train: 8, val: 2, test_id: 3, test_ood: 3}
-"""
+SPEC = TINY_COUNT_SPEC
 
 runner = CliRunner()
 

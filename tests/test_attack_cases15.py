@@ -22,6 +22,7 @@ import io
 import json
 import os
 import shutil
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -30,28 +31,12 @@ import yaml
 from typer.testing import CliRunner
 
 from mosaic.cli import app
+from tests.conftest import clean_exit_2, TINY_COUNT_SPEC
 
-SPEC = """
-name: t
-image: {size: 16}
-concepts:
-  color: {values: [red, green, blue]}
-  count: {range: [1, 3]}
-objects:
-  - {name: ball, shape: circle, color: {concept: color}, size: 0.2, repeat: {concept: count}}
-holdout: {concepts: [color, count], rule: {kind: diagonal, n: 1}}
-splits: {train: 8, val: 2, test_id: 3, test_ood: 3}
-"""
+SPEC = TINY_COUNT_SPEC
 
 runner = CliRunner()
-
-
-def _clean_exit_2(res, *needles):
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output, res.output
-    flat = " ".join(res.output.split())
-    for n in needles:
-        assert n in flat, res.output
+_clean_exit_2 = partial(clean_exit_2, collapse_space=True)
 
 
 @pytest.fixture(scope="module")

@@ -19,22 +19,17 @@ import json
 import os
 import pickle
 import shutil
+from functools import partial
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli import app
+from tests.conftest import clean_exit_2
 
 runner = CliRunner()
-
-
-def _clean_exit_2(res, *needles):
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output, res.output
-    flat = " ".join(res.output.split())
-    for n in needles:
-        assert n in flat, res.output
+_clean_exit_2 = partial(clean_exit_2, collapse_space=True)
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +115,7 @@ def test_a_run_folder_given_as_a_dataset_is_named_a_run(kinds):
 
 def test_a_run_or_dataset_given_to_evaluate_names_where_its_images_lie(kinds):
     """(h) evaluate RUN points at RUN/samples/NAME, evaluate DS at DS/test_ood (it said only that metadata.jsonl is missing)."""
-    from tests.test_attack_cases15 import SPEC
+    from tests.conftest import TINY_COUNT_SPEC as SPEC
 
     run, ds, _ = kinds
     spec = run.parent / "spec.yaml"
@@ -157,19 +152,6 @@ def test_train_given_a_config_without_the_family_names_the_commands(tmp_path, mo
 # ------------------------------------------------------------------------------------------------
 # (b) / (d) a run's exported weights and record
 # ------------------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def drun(tmp_path_factory):
-    """A finished 2-step diffusion run and its dataset (16 px, tiny UNet)."""
-    from mosaic.dataset import generate
-    from mosaic.lab.diffusion import run_diffusion
-    from mosaic.spec import parse_spec
-    from tests.test_diffusion import SPEC as D_SPEC, config
-
-    base = tmp_path_factory.mktemp("a15drun")
-    generate(parse_spec(D_SPEC), base / "data")
-    run_diffusion(config(base / "run", base / "data", steps=2, checkpoint_every=1), say=lambda s: None)
-    return base / "run", base / "data"
 
 
 def _run_copy(drun, tmp_path) -> Path:
@@ -262,7 +244,7 @@ def test_hf_load_rows_keep_their_images_after_the_folder_is_regenerated(tmp_path
     import numpy as np
 
     from mosaic.hf_load import load_dataset
-    from tests.test_attack_cases15 import SPEC
+    from tests.conftest import TINY_COUNT_SPEC as SPEC
 
     (tmp_path / "a.yaml").write_text(SPEC)
     (tmp_path / "b.yaml").write_text(SPEC.replace("name: t\n", "name: t\nseed: 9\n"))
@@ -300,7 +282,7 @@ def test_a_full_disk_under_audit_and_evaluate_is_named_and_the_rerun_finishes(sc
     import errno
 
     import mosaic.io
-    from tests.test_attack_cases15 import SPEC
+    from tests.conftest import TINY_COUNT_SPEC as SPEC
 
     real = os.fdopen
     seen = {"k": 0}
@@ -385,7 +367,7 @@ def test_an_audit_never_takes_prediction_rows_through_a_link(scored_run, tmp_pat
 
 def test_evaluator_train_never_replaces_a_persons_config_or_weights(tmp_path):
     """(c) --out holding a config.json (or model.safetensors) it did not write: refused, kept; its own folder is retrained."""
-    from tests.test_attack_cases15 import SPEC
+    from tests.conftest import TINY_COUNT_SPEC as SPEC
 
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC)
@@ -441,7 +423,7 @@ def test_evaluate_copies_of_a_runs_samples_must_be_the_dataset_the_run_trained_o
 def test_evaluate_copies_reads_a_parquet_training_set_as_its_imagefolder_twin(tmp_path):
     """(h/a) --copies of a Parquet dataset (a run trains on either form) said it had "no test_id, test or val split":
     its rows' PNG bytes are read, page bounds first, and give the numbers of the imagefolder form."""
-    from tests.test_attack_cases15 import SPEC
+    from tests.conftest import TINY_COUNT_SPEC as SPEC
 
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC)

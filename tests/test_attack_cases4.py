@@ -26,22 +26,9 @@ from typer.testing import CliRunner
 
 from mosaic.cli import app
 from mosaic.errors import DatasetError, MosaicError
+from tests.conftest import clean_exit_2 as _clean_exit_2
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def drun(tmp_path_factory):
-    """A finished 2-step diffusion run and its dataset (16 px, tiny UNet)."""
-    from tests.test_diffusion import SPEC as D_SPEC, config
-    from mosaic.dataset import generate
-    from mosaic.lab.diffusion import run_diffusion
-    from mosaic.spec import parse_spec
-
-    base = tmp_path_factory.mktemp("drun4")
-    generate(parse_spec(D_SPEC), base / "data")
-    run_diffusion(config(base / "run", base / "data", steps=2, checkpoint_every=1), say=lambda s: None)
-    return base / "run", base / "data"
 
 
 def _copy_run(drun, tmp_path: Path, with_data: bool = False) -> tuple[Path, Path]:
@@ -55,13 +42,6 @@ def _copy_run(drun, tmp_path: Path, with_data: bool = False) -> tuple[Path, Path
         rec["path"] = str(data.resolve())
         (run / "dataset.json").write_text(json.dumps(rec))
     return run, data
-
-
-def _clean_exit_2(res, *needles):
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output, res.output
-    for n in needles:
-        assert n in res.output, res.output
 
 
 DEEP = "{\"a\":" * 100_000 + "1" + "}" * 100_000

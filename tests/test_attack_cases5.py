@@ -44,15 +44,9 @@ from typer.testing import CliRunner
 
 from mosaic.cli import app
 from mosaic.errors import MosaicError, TrainingError
+from tests.conftest import clean_exit_2 as _clean_exit_2
 
 runner = CliRunner()
-
-
-def _clean_exit_2(res, *needles):
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output, res.output
-    for n in needles:
-        assert n in res.output, res.output
 
 
 # ------------------------------------------------------------------------------------------------

@@ -22,29 +22,9 @@ import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli import app
+from tests.conftest import clean_exit_2 as _clean_exit_2
 
 runner = CliRunner()
-
-
-def _clean_exit_2(res, *needles):
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output, res.output
-    for n in needles:
-        assert n in res.output, res.output
-
-
-@pytest.fixture(scope="module")
-def drun(tmp_path_factory):
-    """A finished 2-step diffusion run and its dataset (16 px, tiny UNet)."""
-    from mosaic.dataset import generate
-    from mosaic.lab.diffusion import run_diffusion
-    from mosaic.spec import parse_spec
-    from tests.test_diffusion import SPEC as D_SPEC, config
-
-    base = tmp_path_factory.mktemp("drun6")
-    generate(parse_spec(D_SPEC), base / "data")
-    run_diffusion(config(base / "run", base / "data", steps=2, checkpoint_every=1), say=lambda s: None)
-    return base / "run", base / "data"
 
 
 def _copy_run(drun, tmp_path: Path) -> Path:

@@ -20,7 +20,8 @@ import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli import app
-from tests.test_attack_cases6 import _clean_exit_2, _reseal
+from tests.conftest import clean_exit_2 as _clean_exit_2
+from tests.test_attack_cases6 import _reseal
 
 runner = CliRunner()
 

@@ -32,7 +32,8 @@ import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli import app
-from tests.test_attack_cases6 import _clean_exit_2, _reseal
+from tests.conftest import clean_exit_2 as _clean_exit_2
+from tests.test_attack_cases6 import _reseal
 from tests.test_attack_cases7 import _reseal_shard
 from tests.test_attack_cases8 import _refused_everywhere, data, pq_data  # noqa: F401 (fixtures: a 16 px dataset with masks, its Parquet form)
 

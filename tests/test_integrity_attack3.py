@@ -204,16 +204,9 @@ def test_a_link_at_a_checkpoint_temporary_name_never_blocks_the_run(tmp_path, ck
 
 
 @pytest.fixture(scope="module")
-def diffusion_run(tmp_path_factory):
-    from tests.test_diffusion import SPEC as D_SPEC, config
-    from mosaic.dataset import generate
-    from mosaic.lab.diffusion import run_diffusion
-    from mosaic.spec import parse_spec
-
-    base = tmp_path_factory.mktemp("drun")
-    generate(parse_spec(D_SPEC), base / "data")
-    run_diffusion(config(base / "run", base / "data", steps=2, checkpoint_every=1), say=lambda s: None)
-    return base / "run", base / "data"
+def diffusion_run(drun):
+    """The module's finished 2-step diffusion run and its dataset (tests/conftest.py ``drun``)."""
+    return drun
 
 
 def test_a_link_at_the_final_weights_temporary_name_is_never_written_through(tmp_path, diffusion_run, victim_dir):

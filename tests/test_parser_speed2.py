@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.test_parser_verdicts import verdict_images
+
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = sorted(p.stem for p in (ROOT / "experiments" / "specs").glob("*.yaml") if "renderer: shaded" not in p.read_text())
 N_CLEAN, N_DEGRADED, N_BAD = 24, 8, 2
@@ -51,27 +53,8 @@ GOLDEN: dict[str, str] = {
 
 
 def reading_images(spec) -> np.ndarray:
-    """uint8 ``[N, H, W, 3]``: clean check renders, mild and strong degraded ones, bad renders of
-    every kind of :data:`mosaic.evaluation.quality.BAD_KINDS`, plain and mildly degraded."""
-    from mosaic.evaluation.check import ground_truth
-    from mosaic.evaluation.degrade import degrade
-    from mosaic.evaluation.quality import BAD_KINDS, bad_render
-    from mosaic.sampling import sample_scene
-
-    clean, _ = ground_truth(spec, 0, N_CLEAN)
-    parts = [clean]
-    for k, how in enumerate(("mild", "strong")):
-        im, _ = ground_truth(spec, N_CLEAN + k * N_DEGRADED, N_CLEAN + (k + 1) * N_DEGRADED)
-        parts.append(degrade(im, how, seed=k))
-    rng = np.random.default_rng(0)
-    bad = []
-    for kind in BAD_KINDS:
-        for i in range(N_BAD):
-            scene, _ = sample_scene(spec, "evaluator_check", i)
-            bad.append(bad_render(scene, kind, 0, angle=float(rng.uniform(0, 180)), supersample=spec.image.supersample))
-    bad = np.stack(bad)
-    parts += [bad, degrade(bad, "mild", seed=7)]
-    return np.concatenate(parts)
+    """uint8 ``[N, H, W, 3]``: :func:`tests.test_parser_verdicts.verdict_images` at this file's sizes."""
+    return verdict_images(spec, N_CLEAN, N_DEGRADED, N_BAD)
 
 
 def _plain(x):

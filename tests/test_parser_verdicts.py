@@ -35,22 +35,24 @@ SPECS = sorted(json.loads(GOLDEN.read_text())["specs"]) if GOLDEN.is_file() else
 N_CLEAN, N_DEGRADED, N_BAD = 160, 48, 8
 
 
-def verdict_images(spec) -> np.ndarray:
-    """uint8 ``[N, H, W, 3]``: clean check renders, mild and strong degraded ones, bad renders."""
+def verdict_images(spec, n_clean: int = N_CLEAN, n_degraded: int = N_DEGRADED, n_bad: int = N_BAD) -> np.ndarray:
+    """uint8 ``[N, H, W, 3]``: ``n_clean`` clean check renders, ``n_degraded`` mild and as many strong
+    degraded ones, ``n_bad`` bad renders of every kind of :data:`mosaic.evaluation.quality.BAD_KINDS`,
+    plain and mildly degraded."""
     from mosaic.evaluation.check import ground_truth
     from mosaic.evaluation.degrade import degrade
     from mosaic.evaluation.quality import BAD_KINDS, bad_render
     from mosaic.sampling import sample_scene
 
-    clean, _ = ground_truth(spec, 0, N_CLEAN)
+    clean, _ = ground_truth(spec, 0, n_clean)
     parts = [clean]
     for k, how in enumerate(("mild", "strong")):
-        im, _ = ground_truth(spec, N_CLEAN + k * N_DEGRADED, N_CLEAN + (k + 1) * N_DEGRADED)
+        im, _ = ground_truth(spec, n_clean + k * n_degraded, n_clean + (k + 1) * n_degraded)
         parts.append(degrade(im, how, seed=k))
     rng = np.random.default_rng(0)
     bad = []
     for kind in BAD_KINDS:
-        for i in range(N_BAD):
+        for i in range(n_bad):
             scene, _ = sample_scene(spec, "evaluator_check", i)
             bad.append(bad_render(scene, kind, 0, angle=float(rng.uniform(0, 180)), supersample=spec.image.supersample))
     bad = np.stack(bad)
