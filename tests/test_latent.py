@@ -280,6 +280,37 @@ def test_autoencoder_training_resumes_to_the_same_weights(tmp_path, monkeypatch)
     assert w1.keys() == w2.keys() and all(torch.allclose(w1[k], w2[k], atol=1e-6) for k in w1)
 
 
+def test_foreground_weight_marks_the_objects_and_weights_their_errors_only():
+    import mosaic.lab.autoencoder as A
+
+    x = torch.full((2, 3, 16, 16), -0.6)  # a gray background
+    x[0, :, 4:8, 5:9] = torch.tensor([0.9, -0.8, -0.8])[:, None, None]  # a red square inside
+    x[1, :, 0:6, 0:3] = torch.tensor([-0.8, -0.8, 0.9])[:, None, None]  # a blue one touching two borders
+    x[1, :, 10, 10] = -0.6 + 0.03  # a shade within the tolerance: background
+    m = A.foreground_mask(x)
+    assert m.shape == (2, 1, 16, 16)
+    assert m[0, 0].sum() == 16 and m[0, 0, 4:8, 5:9].all()
+    assert m[1, 0].sum() == 18 and m[1, 0, 0:6, 0:3].all() and m[1, 0, 10, 10] == 0
+    kl = torch.zeros(2)
+    on_obj, on_bg = x.clone(), x.clone()
+    on_obj[0, 0, 5, 6] += 0.5  # the same error, once on the object and once on the background
+    on_bg[0, 0, 12, 12] += 0.5
+    plain = A.AutoencoderSection(edge=0, kl=0)
+    weighted = A.AutoencoderSection(edge=0, kl=0, foreground=4)
+    assert torch.equal(A.reconstruction_loss(plain, on_obj, x, kl), A.reconstruction_loss(plain, on_bg, x, kl))
+    lo, lb = A.reconstruction_loss(weighted, on_obj, x, kl), A.reconstruction_loss(weighted, on_bg, x, kl)
+    assert torch.allclose(lo, 5 * lb) and torch.allclose(lb, A.reconstruction_loss(plain, on_bg, x, kl))
+
+
+def test_autoencoder_cache_keys_without_foreground_are_those_from_before_it():
+    from mosaic.lab.autoencoder import AutoencoderSection as S
+
+    # measured with the section before `foreground` existed: cached autoencoders keep their folders
+    assert S().weights_key() == "225337451d"
+    assert S(factor=4, steps=1500, block_out_channels=[32, 64, 128]).weights_key() == "9b905ac734"
+    assert S(foreground=4).weights_key() != S().weights_key()
+
+
 def test_an_autoencoder_below_the_threshold_is_refused_with_its_numbers(tmp_path, dataset):
     from mosaic.lab.autoencoder import AutoencoderRefused
 
