@@ -19,6 +19,34 @@ from mosaic.locks import die_with_parent
 BACKENDS = ("local", "ray")
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask; ``os.cpu_count()`` where there is none)."""
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def worker_processes(workers: int, tasks: int | None = None) -> int:
+    """The processes to start for ``--workers workers``: at most this machine's usable CPUs
+    (:func:`usable_cpus`) and, given ``tasks``, at most one per task. Rendering and reading are CPU
+    work, so more processes than CPUs end no sooner: ``--workers 1024`` on a 2-core machine spawned a
+    process (about 100 MB each) per task in flight. The output does not depend on the number."""
+    n = min(max(1, int(workers)), usable_cpus())
+    return max(1, min(n, int(tasks))) if tasks is not None else n
+
+
+def workers_note(workers: int) -> str | None:
+    """The note a command prints when ``--workers`` asks for more processes than :func:`worker_processes` starts."""
+    n = worker_processes(workers)
+    if n >= workers:
+        return None
+    return (f"--workers {workers}: using {n} process{'es' if n > 1 else ''}, this machine's usable CPUs (more would end no "
+            "sooner and cost memory each; the output is the same for any number)")
+
+
 class _Deferred:
     """A call run when its result is asked for (in this process, in submission order)."""
 
@@ -35,6 +63,7 @@ class LocalExecutor:
 
     def __init__(self, workers: int = 1):
         self.pool = None
+        workers = worker_processes(workers)  # never more processes than CPUs
         if workers > 1:
             from concurrent.futures import ProcessPoolExecutor
             from multiprocessing import get_context
@@ -75,7 +104,7 @@ class RayExecutor:
         self.ray = ray
         self.started = False
         if not ray.is_initialized():
-            kw = {"address": address} if address else {"num_cpus": max(1, workers)}
+            kw = {"address": address} if address else {"num_cpus": worker_processes(workers)}
             try:
                 ray.init(include_dashboard=False, log_to_driver=False, **kw)
             except (ConnectionError, RuntimeError, ValueError) as e:

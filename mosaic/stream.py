@@ -23,10 +23,12 @@ import numpy as np
 import torch
 
 from mosaic.errors import DatasetError, SpecError
+from mosaic.executors import worker_processes
 from mosaic.hf import labels_of, mosaic_split
 from mosaic.io import unreadable_path
 from mosaic.records import sample_record, spec_from_data, spec_of
 from mosaic.spec import Spec, load_spec, parse_spec
+from mosaic.torch_data import item_index
 from mosaic.verify import check_before_read
 from renderers import backend_of, get_renderer
 
@@ -181,6 +183,7 @@ class StreamingDataset(torch.utils.data.IterableDataset):
 
     def __getitem__(self, index: int) -> dict:
         """Sample ``index`` of the split (any index, whatever this rank's shard)."""
+        index = item_index(index, self.spec.split_sizes()[self.split], f"split {self.split!r}")
         if self._renderer is None:
             self._renderer = get_renderer(backend_of(self.spec, self.renderer_name), supersample=self.spec.image.supersample)
         rec, scene = sample_record(self.spec, self.split, index)
@@ -268,7 +271,7 @@ class StreamSource:
     def __init__(self, spec, split: str, encode, workers: int = 2, image_key: str | None = "image"):
         self.stream = StreamingDataset(spec, split)
         self.encode = encode
-        self.workers = int(workers)
+        self.workers = worker_processes(workers) if int(workers) > 0 else 0  # never more DataLoader processes than CPUs
         self.image_key = image_key
         self.concepts = list(self.stream.concepts)
 

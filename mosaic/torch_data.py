@@ -103,6 +103,7 @@ class MosaicDataset(torch.utils.data.Dataset):
         return len(self.records)
 
     def __getitem__(self, i: int) -> dict:
+        i = item_index(i, len(self.records), f"split {self.split!r}", negative=True)
         r = self.records[i]
         item = {"image": self.images[i], "targets": self.targets[i], "held_out": self.held_out[i], "index": r["index"], "caption": r["caption"]}
         if self.masks is not None:
@@ -115,3 +116,28 @@ class MosaicDataset(torch.utils.data.Dataset):
         if len(t) != len(self.concepts):
             raise ValueError(f"targets has {len(t)} entries, this dataset has {len(self.concepts)} concepts {self.concepts}")
         return {c: (self.domains[c][k] if k >= 0 else None) for c, k in zip(self.concepts, t)}
+
+
+def item_index(i, n: int, what: str, negative: bool = False) -> int:
+    """``i`` as the index of one of ``n`` items (a Python or NumPy integer, or a one-element integer
+    tensor; ``negative``: counted from the end as a list does), else a named error. A bool is refused:
+    ``dataset[True]`` gave item 1 without a word (``True`` is an ``int`` to Python).
+
+    Raises:
+        TypeError: a bool, a float, a slice, a string, any other non-integer;
+        IndexError: outside ``0..n-1`` (or ``-n..n-1`` with ``negative``).
+    """
+    import operator
+
+    if isinstance(i, (bool, np.bool_)) or (torch.is_tensor(i) and i.dtype == torch.bool):
+        raise TypeError(f"{what}: an item index must be an integer, not the boolean {i!r} (which Python would read as "
+                        f"{int(i)}): give an integer such as 0")
+    try:
+        k = operator.index(i)
+    except TypeError:
+        raise TypeError(f"{what}: an item index must be an integer, got {type(i).__name__} {str(i)[:60]!r}: give one integer "
+                        "(slices and lists are not taken: index items one at a time, or use a DataLoader)") from None
+    lo = -n if negative else 0
+    if not lo <= k < n:
+        raise IndexError(f"{what} has {n} item(s): index {k} is outside {lo}..{n - 1}")
+    return k + n if k < 0 else k

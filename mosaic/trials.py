@@ -303,10 +303,10 @@ def run_local(kind: str, trials: list[dict], workers: int, timeout_s: float | No
     """Run trials in a local pool of ``workers`` slots. With GPUs, each slot owns one GPU
     (``CUDA_VISIBLE_DEVICES``); on CPU the cores are shared out (``OMP_NUM_THREADS``)."""
     gpus = _gpu_count()
-    slots = list(range(workers))
+    slots = list(range(workers if gpus else cpu_slots(workers, 1)))  # on CPU at most one trial per core (1024 trials at once: OOM)
     free = list(slots)
     results = []
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = max(1, (os.cpu_count() or 1) // len(slots))
 
     def job(t):
         slot = free.pop()
@@ -316,7 +316,7 @@ def run_local(kind: str, trials: list[dict], workers: int, timeout_s: float | No
         finally:
             free.append(slot)
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
         futures = {pool.submit(job, t): t for t in trials}
         for f in as_completed(futures):
             st = f.result()

@@ -33,6 +33,33 @@ from mosaic.errors import MosaicError
 hide_flag_types()
 
 
+def _errnos(*names: str) -> frozenset:
+    import errno
+
+    return frozenset(getattr(errno, n) for n in names if hasattr(errno, n))
+
+
+#: errors of the file system or the device under it (a failing disk, a network mount gone stale, no permission, too
+#: many open files): whichever reader or writer met one, it is named with the path and errno, never a traceback
+_IO_ERRNOS = _errnos("EIO", "ESTALE", "EREMOTEIO", "ENXIO", "ENODEV", "ENOMEDIUM", "EMEDIUMTYPE", "ENOTCONN", "ETIMEDOUT",
+                     "EHOSTDOWN", "EHOSTUNREACH", "ENOLINK", "ECOMM", "EACCES", "EPERM", "EROFS", "EMFILE", "ENFILE")
+
+
+def io_failure(e: OSError) -> str:
+    """What an OSError of :data:`_IO_ERRNOS` met while reading or writing a file means, and the fix."""
+    import errno
+
+    code = errno.errorcode.get(e.errno, str(e.errno))
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "make it readable (and its folder writable where mosaic writes), or give another path"
+    elif e.errno in (errno.EMFILE, errno.ENFILE):
+        fix = "close other programs or raise the open-file limit (ulimit -n), then rerun"
+    else:
+        fix = ("the disk, or the network file system it lies on, failed to read or write it: check the device or remount "
+               "the file system (or copy the folder to a healthy disk), then rerun the same command")
+    return f"cannot be read or written: {e.strerror or 'I/O error'} (errno {e.errno}, {code}); the command stopped there: {fix}"
+
+
 class _MosaicGroup(TyperGroup):
     """The top-level group: refuses, before any command sees them, arguments that are never meant:
     an empty or whitespace-only one (``pathlib.Path("")`` is ``.``, so ``mosaic verify "$DIR"`` with
@@ -65,6 +92,8 @@ class _MosaicGroup(TyperGroup):
                 # is_dir()/exists() raise it where they return False for a missing file
                 fail(MosaicError([(str(e.filename or "a path")[:300], "a name in this path is longer than a file name can be "
                                    "(255 bytes): give a path whose every folder and file name is at most 255 bytes")]))
+            if e.errno in _IO_ERRNOS:  # the file system failed a read or write: named with the path and errno
+                fail(MosaicError([(str(e.filename or "a file")[:300], io_failure(e))]))
             if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
                 raise
             where = f" while writing {e.filename}" if e.filename else ""

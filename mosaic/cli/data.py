@@ -99,11 +99,13 @@ def generate(
     """Generate a dataset (imagefolder or Parquet): images, records, manifest.json and a dataset card
     (README.md). Resumable; on a finished dataset it checks the files and regenerates damaged samples."""
     try:
-        from mosaic.executors import check_backend
+        from mosaic.executors import check_backend, workers_note
         from mosaic.parquet import check_format
 
         check_format(format)  # bad options fail before anything is read or written
         check_backend(backend)
+        if backend == "local" and (note := workers_note(workers)):
+            console.print(f"[yellow]note[/] {note}", highlight=False)
         check_out(out, dataset=True)  # the dataset itself, not a folder inside another
         s = load(spec, set_)
         from mosaic.dataset import generate as gen

@@ -25,6 +25,31 @@ BinsOpt = Annotated[str, typer.Option("--position-bins", help=(
     "bin, as MOSAIC's position classifier answers)"))]
 
 
+def _note_workers(workers: int) -> None:
+    from mosaic.executors import workers_note
+
+    if note := workers_note(workers):  # never more reading processes than CPUs
+        console.print(f"[yellow]note[/] {note}", highlight=False)
+
+
+def _spec_of_folder(images_dir: Path) -> Path:
+    """The spec ``evaluate`` reads ``images_dir`` against when ``--spec`` is not given: the dataset
+    whose split folder it is (the dataset stands for its spec, checked before it is read); any other
+    folder is a named error saying what to give (it was click's bare "Missing option '--spec'")."""
+    parent = images_dir.absolute().parent
+    if images_dir.is_dir() and (parent / "manifest.json").is_file():
+        return parent
+    from mosaic.folder_kinds import kind_hint
+
+    if hint := kind_hint(images_dir, "images"):  # a dataset or a run given for its images
+        raise MosaicError(hint)
+    where = (f"{images_dir} is a samples folder: give --spec with its run's dataset (the folder RUN/dataset.json names), "
+             "which stands for its spec" if (images_dir / "sampling.json").is_file()
+             else "give --spec SPEC.yaml, the spec the images were meant to follow, or a dataset (its folder) standing for its spec")
+    raise MosaicError([("--spec", f"missing: only a split folder of a mosaic dataset (DATASET/test_ood) is read against its own "
+                        f"dataset without it; {where}")])
+
+
 def _progress(label: str) -> Progress:
     return Progress(TextColumn(f"[bold]{label}[/] " + "{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=console, transient=True)
@@ -101,6 +126,7 @@ def check_command(
 
         check_out(json_out, "--json", kind="file")
         s = load_spec(spec, set_)
+        _note_workers(workers)
         ev = load_evaluator(s, evaluator, position_bins=position_bins, workers=workers)
         with _progress("check") as progress:
             task = progress.add_task(f"{ev.name} on {s.name}", total=n)
@@ -179,7 +205,7 @@ def _is_evaluation(m) -> bool:
 
 def evaluate(
     images_dir: Annotated[Path, typer.Argument(help="Folder with images and a metadata.jsonl (file_name, concepts, optional held_out)")],
-    spec: Annotated[Path, typer.Option("--spec", help="Spec the images were meant to follow")],
+    spec: Annotated[Optional[Path], typer.Option("--spec", help="Spec the images were meant to follow (a spec YAML, or a dataset standing for its spec; default for a dataset's split folder: that dataset)")] = None,
     evaluator: EvalOpt = "parser",
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write metrics.json, metrics.csv, heatmap.png, predictions.jsonl here")] = None,
     check_n: Annotated[int, typer.Option("--check-n", min=0, max=MAX_CHECK_N, help="Fresh renders to check the evaluator on (a learned evaluator's saved report is used when it matches the spec)")] = 500,
@@ -196,6 +222,7 @@ def evaluate(
         from mosaic.spec import load_spec
 
         check_out(out)
+        spec = spec if spec is not None else _spec_of_folder(images_dir)
         if out is not None and out.is_dir():  # a user's metrics.json or heatmap.png there is never overwritten
             from mosaic.foreign_names import refuse_foreign_outputs
 
@@ -205,6 +232,7 @@ def evaluate(
 
             check_before_read(spec if spec.is_dir() else spec.parent)
         s = load_spec(spec, set_)
+        _note_workers(workers)
         ev = load_evaluator(s, evaluator, abstain=not no_abstain, position_bins=position_bins, workers=workers)
         other = load_evaluator(s, compare, abstain=not no_abstain, position_bins=position_bins, workers=workers) if compare is not None else None
         import contextlib

@@ -161,8 +161,10 @@ def sample(
         from mosaic.evaluation.table import print_table, table_from_scores
         from mosaic.lab.diffusion import DiffusionTask, open_run, sample_and_score
         from mosaic.lab.diffusion.sampling import check_sampler_steps, repeated_splits
+        from mosaic.lab.diffusion.scoring import refuse_linked_out
 
         check_out(out)
+        refuse_linked_out(out)  # before the run is read or a lock file made
         cfg, folder, root = open_run(run)
         s = cfg.sampling
         if sampler is not None and sampler not in ("ddim", "dpm", "flow_euler"):

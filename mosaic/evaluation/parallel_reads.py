@@ -20,6 +20,7 @@ import weakref
 
 import numpy as np
 
+from mosaic.executors import worker_processes
 from mosaic.locks import die_with_parent
 
 #: at most this many images per task sent to a worker (a task is one pickle of uint8 pixels there
@@ -48,7 +49,7 @@ def _pool_of(parser):
         from concurrent.futures import ProcessPoolExecutor
         from multiprocessing import get_context
 
-        pool = ProcessPoolExecutor(max_workers=parser.workers, mp_context=get_context("spawn"), initializer=_start,
+        pool = ProcessPoolExecutor(max_workers=worker_processes(parser.workers), mp_context=get_context("spawn"), initializer=_start,
                                    initargs=(pickle.dumps(parser),))  # pickled without the pool, as workers=1
         parser._pool = pool
         weakref.finalize(parser, pool.shutdown, wait=False, cancel_futures=True)

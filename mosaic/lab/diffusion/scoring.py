@@ -64,6 +64,20 @@ SAMPLES_NAMES = frozenset({"images", "metadata.jsonl", "sampling.json", "metrics
                            "predictions.jsonl", "evaluator_check.json", "samples.png"})
 
 
+def refuse_linked_out(out: Path | None) -> None:
+    """Refuse ``--out`` given as a symbolic link: a samples folder is written whole and replaces what
+    stands at its name (:func:`mosaic.io.atomic_dir`), so a link there was silently replaced by a
+    folder (its target left as it was, the person's link gone), exit 0.
+
+    Raises:
+        DatasetError: naming ``--out``, the link's target and the fix.
+    """
+    if out is not None and os.path.islink(out):
+        raise DatasetError([("--out", f"{out} is a symbolic link (to {os.readlink(out)}): a samples folder is written whole in "
+                             "place of what stands at its name, never through a link; give the real folder "
+                             f"({os.path.realpath(out)}) or another path")])
+
+
 def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, n_per_combination: int | None, guidance: float,
                      steps: int, sampler: str, checkpoint: str, score: bool, out: Path | None = None, batch_size: int | None = None,
                      device=None, autocast: str = "no", evaluator: str | None = None, check_n: int = 0, say=print,
@@ -88,6 +102,7 @@ def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, 
         MosaicError: more DDIM / DPM steps than the run's training timesteps (:func:`check_sampler_steps`).
     """
 
+    refuse_linked_out(out)
     twice = repeated_splits(list(splits))
     if twice:
         raise DatasetError([("--split", f"{', '.join(map(repr, twice))} is given more than once: a split's conditions are "

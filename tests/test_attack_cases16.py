@@ -1,0 +1,206 @@
+"""Hostile cases of a sixteenth attack on the data path (issue 23).
+
+What broke, and the mechanism that closes it:
+
+- **An I/O error while reading** (EIO, ESTALE: a failing disk, a stale network mount) where no reader
+  names it was a Python traceback: the CLI group (:class:`mosaic.cli._MosaicGroup`) names every OSError
+  of the file system or the device under it (:data:`mosaic.cli._IO_ERRNOS`) with the path and errno, exit 2.
+- **``--workers 1024``** started a process per task in flight (generation, the parser's reads, a stream's
+  DataLoader, a CPU sweep's trials): :func:`mosaic.executors.worker_processes` caps every pool at the
+  usable CPUs, and the CLI says so.
+- **``mosaic sample --out LINK``** replaced the person's link by a folder, exit 0:
+  :func:`mosaic.lab.diffusion.scoring.refuse_linked_out` refuses it by name.
+- **``MosaicDataset[True]``** gave item 1: :func:`mosaic.torch_data.item_index` refuses a bool, a float,
+  a slice, a string, and names an index out of range (``StreamingDataset`` too).
+- **``mosaic evaluate DS/test_ood`` without ``--spec``** was click's bare "Missing option": a split folder
+  is read against its own dataset, any other folder names what to give.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from mosaic.cli import app
+from tests.conftest import clean_exit_2, TINY_COUNT_SPEC
+
+runner = CliRunner()
+_clean_exit_2 = partial(clean_exit_2, collapse_space=True)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """One tiny imagefolder dataset and its spec."""
+    d = tmp_path_factory.mktemp("a16")
+    spec = d / "spec.yaml"
+    spec.write_text(TINY_COUNT_SPEC)
+    r = runner.invoke(app, ["generate", str(spec), "--out", str(d / "ds")])
+    assert r.exit_code == 0, r.output
+    return spec, d / "ds"
+
+
+def _failing_open(monkeypatch, needle: str, code: int) -> None:
+    """``os.open`` and ``open`` of any path holding ``needle`` fail with ``code`` (a disk or a mount failing)."""
+    import builtins
+
+    real_os_open, real_open = os.open, builtins.open
+
+    def os_open(path, flags, *a, **k):
+        if needle in str(path):
+            raise OSError(code, os.strerror(code), str(path))
+        return real_os_open(path, flags, *a, **k)
+
+    def b_open(file, *a, **k):
+        if isinstance(file, (str, os.PathLike)) and needle in str(file):
+            raise OSError(code, os.strerror(code), str(file))
+        return real_open(file, *a, **k)
+
+    monkeypatch.setattr(os, "open", os_open)
+    monkeypatch.setattr(builtins, "open", b_open)
+
+
+# ------------------------------------------------------------------------------------------------
+# round 15's leftovers
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("code, name", [(errno.EIO, "EIO"), (errno.ESTALE, "ESTALE")])
+def test_an_io_error_while_reading_a_folder_to_evaluate_is_named_with_path_and_errno(made, tmp_path, monkeypatch, code, name):
+    """(1a) EIO / ESTALE on a read no reader names (a folder to evaluate's metadata.jsonl): the path and errno, exit 2."""
+    spec, ds = made
+    folder = tmp_path / "imgs"
+    (folder / "images").mkdir(parents=True)
+    (folder / "metadata.jsonl").write_text('{"file_name": "images/a.png", "concepts": {"color": "red", "count": 1}}\n')
+    _failing_open(monkeypatch, "imgs/metadata.jsonl", code)
+    r = runner.invoke(app, ["evaluate", str(folder), "--spec", str(spec), "--check-n", "0"])
+    _clean_exit_2(r, "metadata.jsonl", name, f"errno {code}")
+
+
+def test_an_io_error_reaching_the_cli_group_is_named_not_raised(monkeypatch):
+    """(1a) Any command: an OSError of the file system (EIO, EACCES, EMFILE) is named; another errno still raises."""
+    import typer
+
+    from mosaic.cli import _MosaicGroup, io_failure
+
+    for code in (errno.EIO, errno.ESTALE, errno.EACCES, errno.EMFILE):
+        assert f"errno {code}" in io_failure(OSError(code, os.strerror(code), "/x"))
+    monkeypatch.setattr(typer.core.TyperGroup, "invoke", lambda self, ctx: (_ for _ in ()).throw(OSError(errno.EIO, "Input/output error", "/d/f")))
+    r = runner.invoke(app, ["validate", "x.yaml"])
+    _clean_exit_2(r, "/d/f", "EIO")
+    monkeypatch.setattr(typer.core.TyperGroup, "invoke", lambda self, ctx: (_ for _ in ()).throw(OSError(errno.EEXIST, "File exists", "/d/f")))
+    r = runner.invoke(app, ["validate", "x.yaml"])
+    assert isinstance(r.exception, OSError) and r.exception.errno == errno.EEXIST  # a mosaic bug is not hidden
+    assert _MosaicGroup
+
+
+def test_workers_are_capped_at_the_usable_cpus_with_a_note(made, tmp_path, monkeypatch):
+    """(1b) --workers 1024: at most the usable CPUs' processes in every pool, and the CLI says so; same bytes."""
+    import mosaic.executors as ex
+
+    monkeypatch.setattr(ex, "usable_cpus", lambda: 2)
+    assert ex.worker_processes(1024) == 2 and ex.worker_processes(1024, tasks=1) == 1 and ex.worker_processes(1) == 1
+    e = ex.LocalExecutor(1024)
+    try:
+        assert e.pool is not None and e.pool._max_workers == 2 and e.window == 4
+    finally:
+        e.close()
+    assert ex.workers_note(2) is None and "using 2 processes" in ex.workers_note(1024)
+    spec, ds = made
+    r = runner.invoke(app, ["generate", str(spec), "--out", str(tmp_path / "w"), "--workers", "1024"])
+    assert r.exit_code == 0, r.output
+    assert "--workers 1024: using 2 processes" in " ".join(r.output.split())
+    assert (tmp_path / "w" / "checksums.sha256").read_bytes() == (ds / "checksums.sha256").read_bytes()
+
+
+def test_a_streams_dataloader_and_a_cpu_sweep_never_start_more_processes_than_cpus(made, monkeypatch):
+    """(1b) The lab's streamed data (dataset.workers up to 1024) and a CPU sweep's trial slots are capped too."""
+    import mosaic.executors as ex
+    import mosaic.trials as tr
+    from mosaic.stream import StreamSource
+
+    spec, _ = made
+    monkeypatch.setattr(ex, "usable_cpus", lambda: 2)
+    assert StreamSource(str(spec), "train", encode=lambda recs: {}, workers=1024).workers == 2
+    assert StreamSource(str(spec), "train", encode=lambda recs: {}, workers=0).workers == 0
+    seen = []
+    monkeypatch.setattr(tr, "_gpu_count", lambda: 0)
+    monkeypatch.setattr(tr, "cpu_slots", lambda w, t: min(w, 2))
+    monkeypatch.setattr(tr, "run_trial", lambda kind, d, env, timeout: seen.append(env) or {"status": "done", "dir": d})
+    tr.run_local("diffusion", [{"dir": f"t{i}"} for i in range(5)], 1024, None)
+    assert len(seen) == 5 and {e["OMP_NUM_THREADS"] for e in seen} == {str(max(1, (os.cpu_count() or 1) // 2))}
+
+
+def test_sample_out_given_as_a_link_is_refused_and_the_link_kept(drun, tmp_path):
+    """(1c) sample --out LINK (to an empty folder, or to an earlier samples folder): named, exit 2, the link and its target as they were."""
+    run, _ = drun
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    r = runner.invoke(app, ["sample", str(run), "--out", str(link), "-k", "1", "--steps", "2", "--device", "cpu", "--no-score"])
+    _clean_exit_2(r, "--out", "symbolic link", str(target))
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert sorted(p.name for p in target.iterdir()) == ["keep.txt"]
+    assert not any(p.name.endswith(".lock") for p in tmp_path.iterdir())  # refused before a lock file was made
+
+
+def test_sample_and_score_itself_refuses_a_linked_out(tmp_path):
+    """(1c) The Python API: the same refusal (mosaic.lab.diffusion.scoring.refuse_linked_out)."""
+    from mosaic.errors import DatasetError
+    from mosaic.lab.diffusion.scoring import refuse_linked_out
+
+    (tmp_path / "t").mkdir()
+    (tmp_path / "l").symlink_to(tmp_path / "t")
+    with pytest.raises(DatasetError, match="symbolic link"):
+        refuse_linked_out(tmp_path / "l")
+    refuse_linked_out(tmp_path / "t")
+    refuse_linked_out(None)
+
+
+@pytest.mark.parametrize("index, err, said", [
+    (True, TypeError, "boolean"), (np.bool_(False), TypeError, "boolean"), (torch.tensor(True), TypeError, "boolean"),
+    (1.0, TypeError, "float"), (slice(0, 2), TypeError, "slice"), ("3", TypeError, "str"), (8, IndexError, "8 item"),
+    (-9, IndexError, "outside"),
+])
+def test_a_bool_float_slice_or_out_of_range_index_is_refused(made, index, err, said):
+    """(1d) MosaicDataset[True] gave item 1 without a word; a float, a slice, a string, 8 of 8: named."""
+    from mosaic.torch_data import MosaicDataset
+
+    _, ds = made
+    d = MosaicDataset(ds, "train")
+    with pytest.raises(err, match=said):
+        d[index]
+    assert d[-1]["index"] == 7 and d[np.int64(2)]["index"] == 2 and d[torch.tensor(3)]["index"] == 3
+
+
+@pytest.mark.parametrize("index, err", [(True, TypeError), (1.5, TypeError), (-1, IndexError), (8, IndexError), (10**6, IndexError)])
+def test_a_streaming_index_outside_the_split_or_not_an_integer_is_refused(made, index, err):
+    """(1d) StreamingDataset[True] and an index past the split: named (an index past the split would render a sample of no dataset)."""
+    from mosaic.stream import StreamingDataset
+
+    spec, _ = made
+    s = StreamingDataset(str(spec), "train")
+    with pytest.raises(err, match="split 'train'"):
+        s[index]
+    assert s[np.int64(7)]["index"] == 7
+
+
+def test_evaluate_of_a_split_folder_without_spec_reads_it_against_its_dataset(made, tmp_path):
+    """(1e) evaluate DS/test_ood without --spec: read against DS (checked first); any other folder names the fix."""
+    spec, ds = made
+    r = runner.invoke(app, ["evaluate", str(ds / "test_ood"), "--check-n", "0"])
+    assert r.exit_code == 0, r.output
+    assert "3 images of" in r.output
+    _clean_exit_2(runner.invoke(app, ["evaluate", str(ds)]), "is a mosaic dataset", "test_ood")
+    other = tmp_path / "imgs"
+    other.mkdir()
+    _clean_exit_2(runner.invoke(app, ["evaluate", str(other)]), "--spec", "missing", "SPEC.yaml")
+    (other / "sampling.json").write_text("{}")
+    _clean_exit_2(runner.invoke(app, ["evaluate", str(other)]), "samples folder", "dataset.json")
