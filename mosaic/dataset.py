@@ -59,7 +59,7 @@ from mosaic.sampling import prefetch_scenes
 from mosaic.spec import Spec
 from mosaic.tally import Tally
 from mosaic.verify import VerifyReport, read_manifest_checked, verify as verify_dataset
-from renderers import RENDER_CHUNK, backend_of, get_renderer
+from renderers import LAYOUT_CHUNK, RENDER_CHUNK, backend_of, chunks, get_renderer
 
 DEFAULT_SHARD_SIZE = 256
 #: a split's ``metadata.jsonl`` up to this size is read whole by :func:`iter_metadata`, so that bytes the quick
@@ -199,13 +199,13 @@ def _write_file(path: str, data: bytes) -> None:
 
 def _rendered(spec: Spec, rend, split: str, start: int, stop: int, masks: bool):
     """``(index, (line, record, scene), (image, mask or None))`` of samples ``start..stop-1`` of ``split``, in
-    order: :func:`sample_line` and the renderer's image (and mask with ``masks``), ``RENDER_CHUNK`` at a time
+    order: :func:`sample_line` and the renderer's image (and mask with ``masks``), laid out ``LAYOUT_CHUNK`` and rendered ``RENDER_CHUNK`` at a time
     (:meth:`renderers.base.Renderer.render_batch`: the shaded renderer shades them in one set of array operations)."""
-    for a in range(start, stop, RENDER_CHUNK):
-        idx = range(a, min(stop, a + RENDER_CHUNK))
-        prefetch_scenes(spec, split, idx)  # their layouts' occlusion checks in batches (shaded specs)
-        rows = [sample_line(spec, split, i, f"masks/{i:06d}.png" if masks else None) for i in idx]
-        yield from zip(idx, rows, rend.render_batch([r[2] for r in rows], masks))
+    for block in chunks(start, stop, LAYOUT_CHUNK):
+        prefetch_scenes(spec, split, block)  # their layouts' occlusion checks in batches (shaded specs)
+        for idx in chunks(block.start, block.stop, RENDER_CHUNK):
+            rows = [sample_line(spec, split, i, f"masks/{i:06d}.png" if masks else None) for i in idx]
+            yield from zip(idx, rows, rend.render_batch([r[2] for r in rows], masks))
 
 
 def render_shard(spec_data: dict, out: str, split: str, shard: int, start: int, stop: int, masks: bool, renderer: str = "pillow") -> int:
@@ -321,6 +321,15 @@ def generate(
                                 backend, address)
 
 
+def refuse_linked_root(root: str | Path, field: str = "out") -> None:
+    """A dataset is written (generated, repaired, exported to) only at its real folder: a symbolic link
+    given as the folder is refused, naming its target (``generate --out LINK`` of a finished dataset and
+    ``verify LINK --repair`` wrote through it; ``export --out LINK`` said "not empty")."""
+    if os.path.islink(root):
+        raise DatasetError([(field, f"{str(root)!r} is a symbolic link (to {os.readlink(root)}): a dataset is written only at its "
+                             f"real folder, never through a link; give {os.path.realpath(root)}")])
+
+
 def dataset_out_check(out: str | Path, field: str = "out") -> None:
     """The output check of a dataset writer's API (``generate``, ``export``, a training config's
     ``dataset.root``), as the CLI's ``--out`` (:func:`mosaic.io.output_dir_problem` with ``dataset=True``):
@@ -329,6 +338,7 @@ def dataset_out_check(out: str | Path, field: str = "out") -> None:
 
     Raises:
         DatasetError: naming ``out`` and why."""
+    refuse_linked_root(out, field)
     problem = output_dir_problem(out, dataset=True)
     if problem:
         raise DatasetError([(field, f"{str(out)!r} {problem}: give a folder (created if missing) in a writable place")])
@@ -568,6 +578,7 @@ def repair_dataset(root: str | Path, report: VerifyReport) -> VerifyReport:
         DatasetError: see :func:`mosaic.repair.repair`; a Parquet shard that regenerates to other bytes.
     """
     root = Path(root)
+    refuse_linked_root(root, "DIR")
     with FolderLock(root, DatasetError, "dataset", wait=True):
         man = read_manifest_checked(root)
         clear_root_temps(root)

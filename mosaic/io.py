@@ -1,15 +1,14 @@
 """The one atomic file writer: a reader never sees a half-written file.
 
-The data goes to a hidden temporary file next to the target (``.<name>.tmp<pid>.<random>``, made
-new with ``O_EXCL``, so concurrent writers never share one and a planted link is never followed),
-which then replaces the target with :func:`os.replace` (atomic on POSIX and Windows within one
-file system; a link standing at the target is replaced, not written through).
+The data goes to a hidden temporary file next to the target (``.<name>.tmp<pid>.<random>``, made new with
+``O_EXCL``, so concurrent writers never share one and a planted link is never followed), which then replaces
+the target with :func:`os.replace` (atomic on POSIX and Windows within one file system; a link standing at
+the target is replaced, not written through). And the bounded readers of every file mosaic reads from a folder.
 """
 
 from __future__ import annotations
 
 import errno
-
 import json
 import os
 from contextlib import contextmanager
@@ -278,21 +277,24 @@ def read_bounded(path: str | Path, max_bytes: int = MAX_JSON_BYTES, error: type[
 
 
 def loads_json(data: str | bytes) -> Any:
-    """Parse JSON text (bytes must be UTF-8). The one JSON parser of files mosaic reads from folders
-    (run, sweep, evaluator, dataset, checkpoint): JSON nested 100,000 deep raises
-    :class:`JSONReadError` like any other damage, never RecursionError.
-
-    Raises:
-        JSONReadError: not UTF-8, not JSON, or nested too deep (the message says which).
-    """
+    """Parse JSON text (bytes must be UTF-8): the one JSON parser of files mosaic reads from folders (run,
+    sweep, evaluator, dataset, checkpoint). Raises :class:`JSONReadError` (a ValueError, never RecursionError)
+    for text not UTF-8, not JSON, nested too deep (100,000 deep) or giving a key twice in an object
+    (``json.loads`` keeps its last value, other readers the first; mosaic never writes one)."""
     try:
-        return json.loads(data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data)
+        return json.loads(data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data, object_pairs_hook=_one_each)
     except RecursionError:
         raise JSONReadError("nested too deep to be one of mosaic's files") from None
     except UnicodeDecodeError as e:
         raise JSONReadError(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     except ValueError as e:
-        raise JSONReadError(f"not JSON ({str(e)[:100]})") from None
+        raise JSONReadError(str(e)[:100] if isinstance(e, JSONReadError) else f"not JSON ({str(e)[:100]})") from None
+
+
+def _one_each(pairs: list) -> dict:
+    if len(d := dict(pairs)) != len(pairs):
+        raise JSONReadError(f"a key given twice in an object ({sorted({k for k, _ in pairs if sum(k == j for j, _ in pairs) > 1})[:3]})")
+    return d
 
 
 def read_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES) -> Any:

@@ -204,3 +204,50 @@ def test_evaluate_of_a_split_folder_without_spec_reads_it_against_its_dataset(ma
     _clean_exit_2(runner.invoke(app, ["evaluate", str(other)]), "--spec", "missing", "SPEC.yaml")
     (other / "sampling.json").write_text("{}")
     _clean_exit_2(runner.invoke(app, ["evaluate", str(other)]), "samples folder", "dataset.json")
+
+
+# ------------------------------------------------------------------------------------------------
+# round 16's own cases
+# ------------------------------------------------------------------------------------------------
+
+def test_a_dataset_named_through_a_link_is_never_written_through_it(made, tmp_path):
+    """(D7) generate --out LINK of a finished dataset and verify LINK --repair repaired through the link (exit 0),
+    export --out LINK said "not empty": each is refused naming the real folder; reading through the link still works."""
+    import shutil
+
+    spec, ds = made
+    real = tmp_path / "real"
+    shutil.copytree(ds, real)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    (real / "val" / "images" / "000001.png").unlink()
+    before = sorted(p.name for p in (real / "val" / "images").iterdir())
+    _clean_exit_2(runner.invoke(app, ["generate", str(spec), "--out", str(link)]), "--out", "symbolic link", str(real))
+    _clean_exit_2(runner.invoke(app, ["generate", str(spec), "--out", str(link), "--format", "parquet"]), "symbolic link")
+    _clean_exit_2(runner.invoke(app, ["verify", str(link), "--repair"]), "symbolic link", str(real))
+    assert sorted(p.name for p in (real / "val" / "images").iterdir()) == before  # nothing written through the link
+    assert runner.invoke(app, ["verify", str(link)]).exit_code == 1  # read through it: damage named
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (tmp_path / "elink").symlink_to(empty)
+    _clean_exit_2(runner.invoke(app, ["export", str(ds), "--out", str(tmp_path / "elink"), "--format", "parquet"]), "symbolic link")
+    assert not any(empty.iterdir())
+
+
+def test_a_json_file_giving_a_key_twice_is_refused_by_every_folder_reader(made, tmp_path):
+    """(D1) A manifest giving "status" twice (incomplete, then complete) passed verify: json.loads keeps the last
+    value, another reader the first. mosaic.io.loads_json, the parser of every JSON file read from a folder, refuses it."""
+    import shutil
+
+    from mosaic.io import JSONReadError, loads_json
+
+    spec, ds = made
+    d = tmp_path / "d"
+    shutil.copytree(ds, d)
+    text = (d / "manifest.json").read_text()
+    assert '"status": "complete"' in text
+    (d / "manifest.json").write_text(text.replace('"status": "complete"', '"status": "incomplete", "status": "complete"'))
+    _clean_exit_2(runner.invoke(app, ["verify", str(d)]), "manifest.json", "given twice", "status")
+    with pytest.raises(JSONReadError, match="given twice"):
+        loads_json('{"a": {"b": 1, "b": 2}}')
+    assert loads_json('{"a": {"b": 1}, "c": [{"b": 2}, {"b": 3}]}') == {"a": {"b": 1}, "c": [{"b": 2}, {"b": 3}]}

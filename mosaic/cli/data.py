@@ -107,8 +107,10 @@ def generate(
         if backend == "local" and (note := workers_note(workers)):
             console.print(f"[yellow]note[/] {note}", highlight=False)
         check_out(out, dataset=True)  # the dataset itself, not a folder inside another
+        from mosaic.dataset import generate as gen, refuse_linked_root
+
+        refuse_linked_root(out, "--out")  # never written through a link, before the spec is read
         s = load(spec, set_)
-        from mosaic.dataset import generate as gen
 
         finished_before = not overwrite and _status(out) == "complete"
         t0 = time.perf_counter()
