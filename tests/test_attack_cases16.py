@@ -251,3 +251,16 @@ def test_a_json_file_giving_a_key_twice_is_refused_by_every_folder_reader(made, 
     with pytest.raises(JSONReadError, match="given twice"):
         loads_json('{"a": {"b": 1, "b": 2}}')
     assert loads_json('{"a": {"b": 1}, "c": [{"b": 2}, {"b": 3}]}') == {"a": {"b": 1}, "c": [{"b": 2}, {"b": 3}]}
+
+
+@pytest.mark.parametrize("sets, differs", [(["objects.0.size=0.4"], "objects"), (["colors.red=[0, 0, 255]"], "colors"),
+                                           (["image.background=white"], "image")])
+def test_a_dataset_split_scored_against_a_spec_that_draws_otherwise_is_refused(made, sets, differs):
+    """(O9) evaluate DS/test_ood --spec SPEC with another object size (same concepts): count MAE 1.67, exit 0, the
+    dataset's own images scored against a drawing they do not show. mosaic.evaluation.provenance.check_spec_reads
+    compares every section that decides what an image shows; the name, seed, splits and holdout may differ."""
+    spec, ds = made
+    args = ["evaluate", str(ds / "test_ood"), "--spec", str(spec), "--check-n", "0"]
+    _clean_exit_2(runner.invoke(app, args + sum([["--set", s] for s in sets], [])), "draws them otherwise", differs)
+    r = runner.invoke(app, args + ["--set", "seed=7", "--set", "name=other"])
+    assert r.exit_code == 0, r.output

@@ -36,12 +36,16 @@ def source_spec(images_dir: str | Path) -> tuple[dict, str] | None:
     return None
 
 
-def _domains(spec_data: dict) -> dict[str, list] | None:
+#: the spec's sections that decide what an image shows, hence what an evaluator reads in it (the name, seed,
+#: split sizes, holdout and description do not: held-out flags are checked against the spec on their own)
+DRAWING = ("colors", "concepts", "distractors", "image", "layout", "objects", "positions", "relations", "sizes")
+
+
+def _parsed(spec_data: dict):
     try:
-        s = parse_spec(spec_data)
+        return parse_spec(spec_data)
     except MosaicError:
         return None
-    return {c: [str(v) for v in s.domain(c)] for c in s.concepts}
 
 
 def check_spec_reads(records: list[dict], spec, images_dir: str | Path | None = None) -> None:
@@ -62,9 +66,10 @@ def check_spec_reads(records: list[dict], spec, images_dir: str | Path | None = 
     src = source_spec(images_dir)
     if src is None:
         return
-    theirs = _domains(src[0])
-    if theirs is None:
+    parsed = _parsed(src[0])
+    if parsed is None:
         return
+    theirs = {c: [str(v) for v in parsed.domain(c)] for c in parsed.concepts}
     problems = []
     for c in sorted(set(theirs) | set(mine)):
         if c not in mine:
@@ -76,3 +81,9 @@ def check_spec_reads(records: list[dict], spec, images_dir: str | Path | None = 
     if problems:
         raise MosaicError([("--spec", f"the images come from a dataset ({src[1]}) whose concepts differ from the spec's: "
                             f"{'; '.join(problems)}; {fix}")])
+    a, b = parsed.to_dict(), spec.to_dict()
+    drawn = [k for k in DRAWING if a.get(k) != b.get(k)]
+    if drawn:  # same concepts, another drawing (object sizes, colours' RGB, shapes): the images were scored against what they never showed
+        raise MosaicError([("--spec", f"the images come from a dataset ({src[1]}) whose spec draws them otherwise than this spec "
+                            f"(it differs in {', '.join(drawn)}): the evaluator would read them against a drawing they do not show; "
+                            f"{fix}")])

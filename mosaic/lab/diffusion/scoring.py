@@ -73,8 +73,8 @@ def refuse_linked_out(out: Path | None) -> None:
         DatasetError: naming ``--out``, the link's target and the fix.
     """
     if out is not None and os.path.islink(out):
-        raise DatasetError([("--out", f"{out} is a symbolic link (to {os.readlink(out)}): a samples folder is written whole in "
-                             "place of what stands at its name, never through a link; give the real folder "
+        raise DatasetError([("--out", f"{out} is a symbolic link (to {os.readlink(out)}): a samples folder (images/, metadata.jsonl, "
+                             "sampling.json) is written whole in place of what stands at its name, never through a link; give the real folder "
                              f"({os.path.realpath(out)}) or another path")])
 
 
