@@ -59,7 +59,7 @@ from mosaic.sampling import prefetch_scenes
 from mosaic.spec import Spec
 from mosaic.tally import Tally
 from mosaic.verify import VerifyReport, read_manifest_checked, verify as verify_dataset
-from renderers import LAYOUT_CHUNK, RENDER_CHUNK, backend_of, chunks, get_renderer
+from renderers import RENDER_CHUNK, backend_of, get_renderer
 
 DEFAULT_SHARD_SIZE = 256
 #: a split's ``metadata.jsonl`` up to this size is read whole by :func:`iter_metadata`, so that bytes the quick
@@ -199,13 +199,13 @@ def _write_file(path: str, data: bytes) -> None:
 
 def _rendered(spec: Spec, rend, split: str, start: int, stop: int, masks: bool):
     """``(index, (line, record, scene), (image, mask or None))`` of samples ``start..stop-1`` of ``split``, in
-    order: :func:`sample_line` and the renderer's image (and mask with ``masks``), laid out ``LAYOUT_CHUNK`` and rendered ``RENDER_CHUNK`` at a time
+    order: :func:`sample_line` and the renderer's image (and mask with ``masks``), ``RENDER_CHUNK`` at a time
     (:meth:`renderers.base.Renderer.render_batch`: the shaded renderer shades them in one set of array operations)."""
-    for block in chunks(start, stop, LAYOUT_CHUNK):
-        prefetch_scenes(spec, split, block)  # their layouts' occlusion checks in batches (shaded specs)
-        for idx in chunks(block.start, block.stop, RENDER_CHUNK):
-            rows = [sample_line(spec, split, i, f"masks/{i:06d}.png" if masks else None) for i in idx]
-            yield from zip(idx, rows, rend.render_batch([r[2] for r in rows], masks))
+    for a in range(start, stop, RENDER_CHUNK):
+        idx = range(a, min(stop, a + RENDER_CHUNK))
+        prefetch_scenes(spec, split, idx)  # their layouts' occlusion checks in batches (shaded specs)
+        rows = [sample_line(spec, split, i, f"masks/{i:06d}.png" if masks else None) for i in idx]
+        yield from zip(idx, rows, rend.render_batch([r[2] for r in rows], masks))
 
 
 def render_shard(spec_data: dict, out: str, split: str, shard: int, start: int, stop: int, masks: bool, renderer: str = "pillow") -> int:
