@@ -120,6 +120,9 @@ class SweepSpec(_Base):
                 if not key.startswith(LABEL) and any(_sets_key(key, v, self.seed_key) for v in vals):
                     raise ValueError(f"{section}.{key} sets {self.seed_key}, which `seeds:` overwrites in every trial: list the "
                                      f"seeds under `seeds:` instead (e.g. seeds: [0, 1, 2])")
+                if any(_sets_key(key, v, "out") for v in vals):  # an axis of `out` gave conditions that differ by nothing
+                    raise ValueError(f"{section}.{key} sets out, the run folder, which the sweep sets to each trial's own "
+                                     "(<sweep folder>/trials/<id>/run) in every trial; give the sweep's folder with --out")
         for key in self.set:
             if key.startswith(LABEL):
                 raise ValueError(f"set.{key}: a label axis names the conditions of grid or zip; in `set` it would name nothing")
@@ -306,6 +309,9 @@ def trial_config(sweep: SweepSpec, values: dict[str, Any], base: dict | None = N
     (``spec.`` keys into ``dataset.overrides``) and the seed at ``seed_key``."""
 
     raw = copy.deepcopy(base) if base is not None else read_config_yaml(sweep.config)
+    if not isinstance(raw, dict):  # /etc/passwd (a YAML string) was named as "--set: 'training.lr': '' is a value"
+        raise SweepError([("config", f"{sweep.config} is not a training config: a config is a YAML mapping, got "
+                           f"{type(raw).__name__}; give the YAML file of `mosaic train` (e.g. experiments/train/*.yaml)")])
     overrides = list(sweep.set.items()) + [(k, v) for k, v in values.items() if k != "seed"]
     for key, value in overrides:
         if key.startswith(LABEL):  # a label axis only names the condition (results column, claims)

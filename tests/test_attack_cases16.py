@@ -264,3 +264,25 @@ def test_a_dataset_split_scored_against_a_spec_that_draws_otherwise_is_refused(m
     _clean_exit_2(runner.invoke(app, args + sum([["--set", s] for s in sets], [])), "draws them otherwise", differs)
     r = runner.invoke(app, args + ["--set", "seed=7", "--set", "name=other"])
     assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("axis", ["grid:\n  out: [/tmp/a, /tmp/b]\n", "set:\n  out: /tmp/a\ngrid:\n  training.lr: [0.001]\n"])
+def test_a_sweep_axis_over_the_run_folder_is_refused(tmp_path, axis):
+    """(S6) grid `out: [a, b]` planned two "conditions" that the sweep gave one config (it sets each trial's out to
+    trials/<id>/run): results compared conditions that differ by nothing. mosaic.sweep.SweepSpec refuses it."""
+    p = tmp_path / "s.yaml"
+    p.write_text("name: ax\nkind: transformer\nconfig: experiments/train/binding_tokens.yaml\n" + axis + "seeds: [0]\n")
+    _clean_exit_2(runner.invoke(app, ["sweep", str(p), "--dry-run", "--out", str(tmp_path / "sw")]), "sets out", "trials/<id>/run")
+
+
+@pytest.mark.parametrize("content", [None, "- a list\n"])
+def test_a_sweep_whose_config_is_no_mapping_names_the_file(tmp_path, content):
+    """(S5) config: /etc/passwd (a YAML string) said "--set: 'training.lr': '' is a value, not a section"."""
+    cfg = Path("/etc/passwd") if content is None else tmp_path / "c.yaml"
+    if content is not None:
+        cfg.write_text(content)
+    if not cfg.is_file():
+        pytest.skip("no /etc/passwd here")
+    p = tmp_path / "s.yaml"
+    p.write_text(f"name: cf\nkind: transformer\nconfig: {cfg}\ngrid:\n  training.lr: [0.001]\nseeds: [0]\n")
+    _clean_exit_2(runner.invoke(app, ["sweep", str(p), "--dry-run", "--out", str(tmp_path / "sw")]), str(cfg), "not a training config")
