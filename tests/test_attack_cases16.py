@@ -286,3 +286,24 @@ def test_a_sweep_whose_config_is_no_mapping_names_the_file(tmp_path, content):
     p = tmp_path / "s.yaml"
     p.write_text(f"name: cf\nkind: transformer\nconfig: {cfg}\ngrid:\n  training.lr: [0.001]\nseeds: [0]\n")
     _clean_exit_2(runner.invoke(app, ["sweep", str(p), "--dry-run", "--out", str(tmp_path / "sw")]), str(cfg), "not a training config")
+
+
+@pytest.mark.parametrize("kind", ["symbolic", "hard"])
+def test_a_folder_to_evaluate_reads_only_its_own_records(made, tmp_path, kind):
+    """(J13) metadata.jsonl as a link to another folder's records (another K, another seed) was read: this folder's
+    images scored against another folder's intended values, exit 0. mosaic.evaluation.folder._own_records refuses a
+    symbolic or hard link there, as the images are refused."""
+    import shutil
+
+    spec, ds = made
+    other = tmp_path / "other"
+    (other / "images").mkdir(parents=True)
+    shutil.copy(ds / "test_ood" / "images" / "000000.png", other / "images" / "a.png")
+    (other / "records.jsonl").write_text('{"file_name": "images/a.png", "concepts": {"color": "red", "count": 2}}\n')
+    meta = other / "metadata.jsonl"
+    (meta.symlink_to if kind == "symbolic" else meta.hardlink_to)(other / "records.jsonl")
+    _clean_exit_2(runner.invoke(app, ["evaluate", str(other), "--spec", str(spec), "--check-n", "0"]), f"is a {kind} link")
+    meta.unlink()
+    shutil.copy(other / "records.jsonl", meta)
+    r = runner.invoke(app, ["evaluate", str(other), "--spec", str(spec), "--check-n", "0"])
+    assert r.exit_code == 0, r.output

@@ -4,6 +4,7 @@ by an evaluator, with the evaluator's own accuracy attached and one row per imag
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -79,7 +80,7 @@ def read_folder(images_dir: str | Path) -> list[dict]:
         return recs
     recs = []
     seen: dict[str, int] = {}  # normalised file_name -> its first line: one image is scored for one record only
-    with open(meta, "rb") as f:
+    with os.fdopen(_own_records(meta), "rb") as f:
         for ln, raw in enumerate(bounded_lines(f), start=1):
             if not raw.strip():
                 continue
@@ -112,6 +113,27 @@ def read_folder(images_dir: str | Path) -> list[dict]:
     if not recs:
         raise MosaicError(f"{meta} holds no records: nothing to evaluate")
     return recs
+
+
+def _own_records(meta: Path) -> int:
+    """A read descriptor of the folder's own ``metadata.jsonl``: opened ``O_NOFOLLOW``, a regular file
+    with one name. A symbolic or hard link there (to another samples folder's records, of another K or
+    seed) scored this folder's images against another folder's intended values, exit 0.
+
+    Raises:
+        MosaicError: a link, naming it and the fix."""
+    try:
+        fd = os.open(meta, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        fd = None
+    if fd is None or os.fstat(fd).st_nlink > 1:
+        if fd is not None:
+            os.close(fd)
+        raise MosaicError([(str(meta), f"is a {'symbolic' if fd is None else 'hard'} link: a folder's records are read only "
+                            "from its own file (a link may carry another folder's intended values); copy the file into the folder")])
+    return fd
 
 
 def _unique_keys(pairs: list) -> dict:
