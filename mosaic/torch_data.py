@@ -47,6 +47,9 @@ class MosaicDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, root: str | Path, split: str = "train", load_masks: bool = False, verify: bool = True):
+        for name, v in (("load_masks", load_masks), ("verify", verify)):  # "no" / "False" are true to Python
+            if not isinstance(v, (bool, np.bool_)):
+                raise DatasetError([(name, f"{name} must be True or False, got {v!r} ({type(v).__name__})")])
         self.root = Path(root)
         read_manifest_checked(self.root)  # a dataset at all (named otherwise) before a lock file is made beside it
         # the dataset's shared lock from the check to the last image: a `generate --overwrite` can neither start nor

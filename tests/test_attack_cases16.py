@@ -307,3 +307,16 @@ def test_a_folder_to_evaluate_reads_only_its_own_records(made, tmp_path, kind):
     shutil.copy(other / "records.jsonl", meta)
     r = runner.invoke(app, ["evaluate", str(other), "--spec", str(spec), "--check-n", "0"])
     assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("kw", [{"load_masks": "no"}, {"verify": "False"}, {"verify": 0}])
+def test_a_dataset_flag_that_is_no_boolean_is_refused(made, kw):
+    """(H5/H6) MosaicDataset(..., load_masks="no") read "no" as true (then "the dataset has no masks"), verify="False" as
+    true: a flag must be True or False, as StreamingDataset's are."""
+    from mosaic.errors import DatasetError
+    from mosaic.torch_data import MosaicDataset
+
+    _, ds = made
+    with pytest.raises(DatasetError, match="must be True or False"):
+        MosaicDataset(ds, "train", **kw)
+    assert len(MosaicDataset(ds, "train", verify=np.bool_(True))) == 8
