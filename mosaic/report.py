@@ -72,6 +72,13 @@ def _audit_section(root: Path) -> str:
 MAX_RESULTS_BYTES = 1 << 30
 
 
+def _has_files(folder: Path) -> bool:
+    try:
+        return folder.is_dir() and any(True for _ in os.scandir(folder))
+    except OSError:
+        return False
+
+
 def read_sweep_yaml(sweep_dir: str | Path) -> dict:
     """A sweep folder's ``sweep.yaml`` as a mapping, read as every user YAML file is
     (:func:`mosaic.overrides.read_yaml_file`: a regular file, bounded, UTF-8, aliases bounded, no key twice).
@@ -134,7 +141,11 @@ def write_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = Non
         if os.path.lexists(res):  # a folder (or a dangling link, a FIFO) where the results belong: not "no results"
             raise MosaicError(f"{res} is damaged (not a regular file: a folder or something else stands there): move it away, then "
                               f"rebuild it with `mosaic report {sweep_dir}` (it collects the trials again)")
-        raise MosaicError(kind_hint(sweep_dir, "sweep") or f"{sweep_dir} has no results.csv: run `mosaic sweep SWEEP.yaml --out {sweep_dir}` first")
+        if (hint := kind_hint(sweep_dir, "sweep")) is None and not os.path.lexists(sweep_dir / "sweep.yaml") and _has_files(sweep_dir):
+            # a folder of other files (/, a home folder): never told to run a sweep into it
+            hint = (f"{sweep_dir} is not a sweep folder (no sweep.yaml or results.csv; it holds other files): give the folder "
+                    "`mosaic sweep SWEEP.yaml --out DIR` wrote")
+        raise MosaicError(hint or f"{sweep_dir} has no results.csv: run `mosaic sweep SWEEP.yaml --out {sweep_dir}` first")
     sweep = read_sweep_yaml(sweep_dir) if os.path.lexists(sweep_dir / "sweep.yaml") else {}
     try:
         df = pd.read_csv(io.BytesIO(read_bounded(res, MAX_RESULTS_BYTES)))  # a regular file, never more than the bound

@@ -320,3 +320,15 @@ def test_a_dataset_flag_that_is_no_boolean_is_refused(made, kw):
     with pytest.raises(DatasetError, match="must be True or False"):
         MosaicDataset(ds, "train", **kw)
     assert len(MosaicDataset(ds, "train", verify=np.bool_(True))) == 8
+
+
+def test_report_of_a_folder_of_other_files_is_never_told_to_sweep_into_it(tmp_path):
+    """(E8b) `mosaic report /` said "run `mosaic sweep SWEEP.yaml --out /` first"; an empty folder or an interrupted
+    sweep (its sweep.yaml, no results.csv yet) still gets that fix."""
+    other = tmp_path / "home"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    _clean_exit_2(runner.invoke(app, ["report", str(other)]), "not a sweep folder")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _clean_exit_2(runner.invoke(app, ["report", str(empty)]), "has no results.csv", "--out")
