@@ -150,7 +150,7 @@ def preview(
             raise MosaicError([("--out", f"{str(out)!r} does not end in .png: the preview is a PNG file; give a path such as data/preview.png")])
         s = load(spec, set_)
         from mosaic.dataset import sample_record
-        from mosaic.preview import contact_sheet
+        from mosaic.preview import contact_sheet, rendered_tiles
         from renderers import get_renderer
 
         if split == "validation" and "val" in s.split_sizes():  # HF's name, as MosaicDataset accepts it
@@ -167,7 +167,7 @@ def preview(
         recs, scenes = zip(*[sample_record(s, split, i) for i in range(n)])
         from renderers import backend_of
 
-        images, _ = get_renderer(backend_of(s), supersample=s.image.supersample).render(list(scenes))
+        images = rendered_tiles(get_renderer(backend_of(s), supersample=s.image.supersample), list(scenes))  # tiles, not whole renders
         path = contact_sheet(images, [r["caption"] for r in recs], out, title=f"{s.name} · {split} · first {n}")
     except MosaicError as e:
         fail(e)
