@@ -19,6 +19,7 @@ What broke, and the mechanism that closes it:
 from __future__ import annotations
 
 import errno
+import json
 import os
 from functools import partial
 from pathlib import Path
@@ -355,3 +356,37 @@ def test_preview_holds_tiles_never_every_whole_render(made, tmp_path, monkeypatc
     assert max(batches) <= 8 and sum(batches) == 24 and tiles.shape == (24, 160, 160, 3)
     contact_sheet(tiles[:8], [r["caption"] for r in recs], tmp_path / "b.png")
     assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
+
+
+def test_weights_replaced_between_two_files_are_never_loaded_half_old_half_new(drun, tmp_path, monkeypatch):
+    """(R10) `mosaic sample` while a resumed training replaces best/: the backbone was loaded from the old best and the
+    conditioner from the new one, each passing its own (re-read) weights.json, exit 0. The record is read once per
+    folder and each file's bytes are digested and loaded from one read (mosaic.lab.checkpoint.check_weights_file)."""
+    import shutil
+
+    import mosaic.lab.diffusion.task as task_mod
+    from mosaic.lab.checkpoint import write_weights_record
+    from safetensors.torch import load_file, save_file
+
+    run = tmp_path / "run"
+    shutil.copytree(drun[0], run, symlinks=True)
+    run_id = json.loads((run / "run.json").read_text())["id"]
+    new = tmp_path / "newbest"
+    shutil.copytree(run / "best", new)
+    (new / "weights.json").unlink()
+    state = load_file(str(new / "conditioner.safetensors"))
+    save_file({k: v + 1 for k, v in state.items()}, str(new / "conditioner.safetensors"))
+    write_weights_record(new, run_id)  # a newer export of the same run
+    real, calls = task_mod.load_weights_file, []
+
+    def swapping(module, path, weights_dir, *rest):
+        calls.append(path.name)
+        if len(calls) == 2:  # the training replaces best/ between the backbone and the conditioner
+            os.rename(run / "best", tmp_path / "oldbest")
+            os.rename(new, run / "best")
+        return real(module, path, weights_dir, *rest)
+
+    monkeypatch.setattr(task_mod, "load_weights_file", swapping)
+    r = runner.invoke(app, ["sample", str(run), "--out", str(tmp_path / "s"), "--steps", "1", "-k", "1", "--device", "cpu", "--no-score"])
+    _clean_exit_2(r, "conditioner.safetensors", "replaced")
+    assert not (tmp_path / "s").exists()

@@ -318,10 +318,15 @@ def write_weights_record(folder: Path, run_id: str | None) -> None:
     (folder / WEIGHTS_RECORD).write_text(json.dumps({"format": WEIGHTS_FORMAT, "run_id": run_id, "files": files}) + "\n")
 
 
-def check_weights_file(path: Path, weights_dir: Path) -> None:
+def check_weights_file(path: Path, weights_dir: Path, rec: dict | None = None) -> bytes | None:
     """Refuse the exported weights file ``path`` of ``weights_dir`` (``RUN/best``, ``RUN/final``)
     unless its ``weights.json`` names this run (``RUN/run.json``) and records the file's sha256.
     Weights exported by a mosaic before the record existed (no ``weights.json``) are read unchecked.
+
+    Returns the file's bytes as read once and digested (None without a record): the caller loads
+    those bytes, never the path again, and gives every file of one folder the same ``rec``
+    (:func:`read_weights_record`), so a ``best/`` replaced by a resumed training between two files
+    (or between the digest and the load) is named, never loaded as half old, half new weights.
 
     Raises:
         CheckpointError: the weights belong to another run, or the record is damaged or does not
@@ -330,16 +335,10 @@ def check_weights_file(path: Path, weights_dir: Path) -> None:
     weights_dir = Path(weights_dir)
     rec_path = weights_dir / WEIGHTS_RECORD
     fix = "restore this run's own weights, or train the run again into a new --out"
-    if not os.path.lexists(rec_path):
-        return
-    try:
-        if rec_path.is_symlink():
-            raise ValueError("a symbolic link, never followed")
-        rec = read_json(rec_path, MAX_RECORD_BYTES)
-        if not isinstance(rec, dict) or rec.get("format") != WEIGHTS_FORMAT or not isinstance(rec.get("files"), dict):
-            raise ValueError(f"not a record of format {WEIGHTS_FORMAT}")
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{rec_path} is damaged ({str(e)[:120]}): {fix}") from None
+    if rec is None:
+        rec = read_weights_record(weights_dir)
+    if rec is None:
+        return None
     run = RunFolder(weights_dir.parent)
     own = run.run_id()
     if own is None and rec.get("run_id") is not None:  # weights that name a run, in a folder whose run.json is gone
@@ -349,12 +348,48 @@ def check_weights_file(path: Path, weights_dir: Path) -> None:
         raise CheckpointError(f"{weights_dir} belongs to another run (run id {str(rec.get('run_id'))[:40]!r}, this run is {own!r}): "
                               f"weights copied in from another run are never loaded as this run's; {fix}")
     info = rec["files"].get(Path(path).relative_to(weights_dir).as_posix())
-    if not isinstance(info, dict) or os.path.islink(path) or _digest(Path(path)) != (info.get("sha256"), info.get("bytes")):
+    data = None if not isinstance(info, dict) or os.path.islink(path) else _read_once(Path(path), info.get("bytes"))
+    if data is None or (hashlib.sha256(data).hexdigest(), len(data)) != (info.get("sha256"), info.get("bytes")):
         raise CheckpointError(f"{path} is damaged or replaced: it is not the file {rec_path} records (another size or sha256, "
-                              f"or a link): {fix}")
+                              f"or a link; or the weights were replaced while read: rerun when the training is done): {fix}")
+    return data
 
 
-def load_weights_file(module: torch.nn.Module, path: Path, weights_dir: Path) -> None:
+def _read_once(path: Path, size) -> bytes | None:
+    """The bytes of ``path`` when it holds at most ``size`` (the recorded size), read once; None otherwise."""
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        return None
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size != size:  # another size (10**30 recorded): never read
+                return None
+            data = f.read(size + 1)
+    except OSError:
+        return None
+    return data if len(data) == size else None
+
+
+def read_weights_record(weights_dir: Path) -> dict | None:
+    """``weights_dir``'s ``weights.json`` (read once for every file of the folder), or None when there is none.
+
+    Raises:
+        CheckpointError: a link, damaged, or not a record of :data:`WEIGHTS_FORMAT`."""
+    rec_path = Path(weights_dir) / WEIGHTS_RECORD
+    if not os.path.lexists(rec_path):
+        return None
+    fix = "restore this run's own weights, or train the run again into a new --out"
+    try:
+        if rec_path.is_symlink():
+            raise ValueError("a symbolic link, never followed")
+        rec = read_json(rec_path, MAX_RECORD_BYTES)
+        if not isinstance(rec, dict) or rec.get("format") != WEIGHTS_FORMAT or not isinstance(rec.get("files"), dict):
+            raise ValueError(f"not a record of format {WEIGHTS_FORMAT}")
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{rec_path} is damaged ({str(e)[:120]}): {fix}") from None
+    return rec
+
+
+def load_weights_file(module: torch.nn.Module, path: Path, weights_dir: Path, rec: dict | None = None) -> None:
     """Load the safetensors file ``path`` (exported weights: ``best/``, ``final/``) into ``module``,
     after :func:`check_weights_file` (the weights are this run's and unaltered).
 
@@ -364,11 +399,11 @@ def load_weights_file(module: torch.nn.Module, path: Path, weights_dir: Path) ->
             (the run's model config).
     """
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors.torch import load, load_file
 
-    check_weights_file(path, weights_dir)
+    data = check_weights_file(path, weights_dir, rec)  # the bytes digested are the bytes loaded
     try:
-        state = load_file(str(path))
+        state = load_file(str(path)) if data is None else load(data)
     except (SafetensorError, OSError, ValueError) as e:  # a truncated or altered file is named, never a traceback
         raise TrainingError(f"{path} is damaged ({str(e).splitlines()[0] if str(e) else type(e).__name__}): restore it, or "
                             "re-export the weights by rerunning the run's `mosaic train` command") from None

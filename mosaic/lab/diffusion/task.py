@@ -17,7 +17,7 @@ from mosaic.lab.data import split_names, to_float
 from mosaic.lab.diffusion.config import DiffusionConfig, FlowSection
 from mosaic.lab.diffusion.model import DiffusionModel, build_backbone, check_model_fits
 from mosaic.lab.diffusion.sampling import generate, load_evaluator, sample_seeds
-from mosaic.lab.checkpoint import load_weights_file
+from mosaic.lab.checkpoint import load_weights_file, read_weights_record
 from mosaic.lab.loop import Task
 from mosaic.lab.run_folder import RunFolder
 from mosaic.dataset import read_metadata, spec_of
@@ -331,8 +331,9 @@ class DiffusionTask(Task):
         cf = weights_dir / "conditioner.safetensors"
         if not bb.is_file() or not cf.is_file():
             raise TrainingError(f"no exported weights in {weights_dir} (expected backbone/ and conditioner.safetensors)")
-        load_weights_file(self.model.backbone, bb, weights_dir)
-        load_weights_file(self.model.conditioner, cf, weights_dir)
+        rec = read_weights_record(weights_dir)  # one record for both files: a best/ replaced between them is named
+        load_weights_file(self.model.backbone, bb, weights_dir, rec)
+        load_weights_file(self.model.conditioner, cf, weights_dir, rec)
 
 
 def _process_state():
