@@ -14,6 +14,21 @@ What broke, and the mechanism that closes it:
   a slice, a string, and names an index out of range (``StreamingDataset`` too).
 - **``mosaic evaluate DS/test_ood`` without ``--spec``** was click's bare "Missing option": a split folder
   is read against its own dataset, any other folder names what to give.
+
+Round 16's own cases (about 150 tried, see the report; these broke):
+
+- ``generate --out LINK`` of a finished dataset and ``verify LINK --repair`` repaired through the link:
+  :func:`mosaic.dataset.refuse_linked_root` (export --out LINK too).
+- a manifest giving ``status`` twice passed ``verify``: :func:`mosaic.io.loads_json` refuses a key given twice.
+- a dataset split scored against a ``--spec`` that draws otherwise (another object size): count MAE 1.67, exit 0:
+  :data:`mosaic.evaluation.provenance.DRAWING`.
+- ``metadata.jsonl`` of a folder to evaluate as a link to another folder's records: read, exit 0
+  (:func:`mosaic.evaluation.folder._own_records`).
+- a sweep axis over ``out`` (conditions differing by nothing); a sweep ``config: /etc/passwd`` named as a --set problem.
+- ``MosaicDataset(load_masks="no")`` read as true; ``mosaic report /`` told to sweep into ``/``.
+- ``preview --n 400`` of a 2048 px spec held every render (~14 GB): :func:`mosaic.preview.rendered_tiles`.
+- ``sample`` while ``best/`` was replaced loaded half old, half new weights:
+  :func:`mosaic.lab.checkpoint.read_weights_record` and one read per file.
 """
 
 from __future__ import annotations
