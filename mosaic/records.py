@@ -35,6 +35,7 @@ from mosaic.scene import Scene
 from mosaic.scene3d import scene_from_dict
 from mosaic.png import encode_png
 from mosaic.record_form import record_form_check
+from mosaic.record_objects import not_a_dataset_message, object_rules
 from mosaic.recordline import record_line
 from mosaic.sampling import sample_scene
 from mosaic.spec import Spec, parse_spec, repeat_bounds
@@ -65,8 +66,7 @@ def package_versions() -> dict[str, str]:
 
 def no_manifest(root: str | Path) -> DatasetError:
     """The error of a folder without ``manifest.json`` (:func:`manifest_hint` when it is another kind of folder)."""
-    return DatasetError(manifest_hint(root) or f"{root} is not a mosaic dataset: {MANIFEST} is missing (make one with "
-                        f"`mosaic generate SPEC --out {root}`)")
+    return DatasetError(manifest_hint(root) or not_a_dataset_message(root, MANIFEST))
 
 
 def manifest_hint(root: str | Path) -> str | None:
@@ -396,12 +396,13 @@ def scene_record_check(spec: Spec, split: str):
     box are pure functions of it, so the record is built again from ``rec["scene"]`` as the generator
     builds it (:func:`mosaic.recordline.record_line`, else :func:`_record`) and compared: a caption
     edited to another scene's (``a red square`` on a blue circle), a ``num_objects``, ``bbox``, ``rgb``
-    or object ``color`` that is not the scene's, each resealed with every digest, is refused. (Moving
+    or object ``color`` that is not the scene's, or an object whose template, shape or size the spec's rules do not
+    draw (:func:`mosaic.record_objects.object_rules`), each resealed with every digest, is refused. (Moving
     the concepts, scene graph *and* caption together to another seen value is
     ``mosaic verify --against-spec``'s.) A graph of more objects than the spec can place is refused
     before any pair of them is compared. ~15 us a record of one object."""
     most = sum(repeat_bounds(spec, t)[1] for t in [*spec.objects, *spec.distractors])
-    palette, background = spec.palette, spec.background_rgb()
+    objects_drawn, background = object_rules(spec), spec.background_rgb()
 
     def check(rec: dict) -> str | None:
         graph = rec["scene"]
@@ -415,10 +416,9 @@ def scene_record_check(spec: Spec, split: str):
                 return f"its scene graph's image_size is {graph.get('image_size')!r}, not the spec's {spec.image.size}"
             if list(scene.background) != list(background):
                 return f"its scene graph's background is {str(graph.get('background'))[:40]}, not the spec's {list(background)}"
-            for i, o in enumerate(scene.objects):  # the colour a name is drawn in is the spec's
-                if o.color not in palette or list(o.rgb) != list(palette[o.color]):
-                    return (f"its scene graph's scene.objects.{i}.rgb is {str(list(o.rgb))[:40]}, not the spec's for colour {str(o.color)[:40]!r} "
-                            f"({list(palette[o.color]) if o.color in palette else 'no such colour'})")
+            why = objects_drawn(scene)  # each object's template, colour, shape and size are the spec's (record_objects)
+            if why:
+                return why
             fast = record_line(spec, scene, rec["concepts"], split, index, mask, graph=False)
             want = fast[1] if fast is not None else _record(spec, split, index, scene, rec["concepts"])
             if mask is not None:

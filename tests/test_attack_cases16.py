@@ -405,3 +405,77 @@ def test_weights_replaced_between_two_files_are_never_loaded_half_old_half_new(d
     r = runner.invoke(app, ["sample", str(run), "--out", str(tmp_path / "s"), "--steps", "1", "-k", "1", "--device", "cpu", "--no-score"])
     _clean_exit_2(r, "conditioner.safetensors", "replaced")
     assert not (tmp_path / "s").exists()
+
+
+# -- left by the round's helper for mosaic/records.py (fixed after it) ------------------------------------
+
+
+def _forge_spec(ds: Path, edit) -> None:
+    """Edit the spec a manifest stores and recompute its fingerprint, as a forger who knows the format would."""
+    from mosaic.verify import spec_fingerprint
+
+    m = json.loads((ds / "manifest.json").read_text())
+    edit(m["spec"])
+    m["fingerprint"] = spec_fingerprint(m["spec"])
+    (ds / "manifest.json").write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize("edit,field", [
+    (lambda s: s["objects"][0].update(size=0.4), "scene.objects.0.size"),
+    (lambda s: s["objects"][0].update(shape="square"), "scene.objects.0.shape"),
+    (lambda s: s["objects"][0].update(name="cube"), "scene.objects.0.template"),
+], ids=["size", "shape", "template"])
+def test_a_manifest_whose_spec_draws_other_objects_never_passes_verify(made, tmp_path, edit, field):
+    """A manifest's spec edited (the object's size, shape or name) and its fingerprint recomputed: the
+    quick check flagged the card only, `verify --repair` rewrote the card and `verify` then said OK,
+    though no record shows what the spec draws. Every record's objects are checked against the spec's
+    rules (mosaic.record_objects.object_rules), so the records are named, before and after a repair."""
+    import shutil
+
+    ds = tmp_path / "ds"
+    shutil.copytree(made[1], ds)
+    _forge_spec(ds, edit)
+    runner.invoke(app, ["verify", str(ds), "--repair"])
+    res = runner.invoke(app, ["verify", str(ds)])
+    assert res.exit_code != 0, res.output
+    assert field in " ".join(res.output.split())
+
+
+def test_object_rules_accept_what_each_rule_kind_draws_and_nothing_else():
+    from mosaic.record_objects import object_rules
+    from mosaic.scene import Scene, SceneObject
+    from mosaic.spec import parse_spec
+
+    spec = parse_spec({
+        "name": "r", "image": {"size": 32},
+        "concepts": {"color": {"values": ["red", "blue"]}, "size": {"values": ["small", "large"]}},
+        "objects": [{"name": "a", "shape": {"choice": ["circle", "square"]}, "color": {"concept": "color"}, "size": {"concept": "size"}}],
+        "distractors": [{"name": "d", "shape": "triangle", "color": "gray", "size": {"range": [0.1, 0.2]}}],
+        "splits": {"train": 4, "val": 0, "test": 4}})
+    check = object_rules(spec)
+
+    def scene(*objs):
+        return Scene(32, (0, 0, 0), [SceneObject(sh, c, spec.palette[c], sz, (0.5, 0.5), 0.0, t) for t, sh, c, sz in objs])
+
+    assert check(scene(("a", "square", "red", 0.24), ("d", "triangle", "gray", 0.15))) is None
+    assert check(scene(("a", "circle", "blue", 0.12), ("d", "triangle", "gray", 0.2))) is None
+    assert "scene.objects.0.size" in check(scene(("a", "circle", "red", 0.16)))
+    assert "scene.objects.1.size" in check(scene(("a", "circle", "red", 0.12), ("d", "triangle", "gray", 0.25)))
+    assert "scene.objects.0.shape" in check(scene(("a", "star", "red", 0.12)))
+    assert "scene.objects.1.shape" in check(scene(("a", "circle", "red", 0.12), ("d", "square", "gray", 0.15)))
+    assert "scene.objects.0.template" in check(scene(("b", "circle", "red", 0.12)))
+    bad = scene(("a", "circle", "red", 0.12))
+    bad.objects[0].rgb = (1, 2, 3)
+    assert "scene.objects.0.rgb" in check(bad)
+
+
+def test_verify_of_a_folder_of_other_files_is_never_told_to_generate_into_it(tmp_path):
+    """`mosaic verify /` (any folder that is no dataset) said "make one with `mosaic generate SPEC --out /`"."""
+    (tmp_path / "notes.txt").write_text("mine")
+    res = runner.invoke(app, ["verify", str(tmp_path)])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2 and "holds no manifest.json but other files" in out and f"--out {tmp_path}`" not in out
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = " ".join(runner.invoke(app, ["verify", str(empty)]).output.split())
+    assert "manifest.json is missing" in out
