@@ -479,3 +479,17 @@ def test_verify_of_a_folder_of_other_files_is_never_told_to_generate_into_it(tmp
     empty.mkdir()
     out = " ".join(runner.invoke(app, ["verify", str(empty)]).output.split())
     assert "manifest.json is missing" in out
+
+
+def test_a_folder_to_evaluate_whose_images_would_not_fit_in_memory_is_refused_before_decoding(made, monkeypatch):
+    """`evaluate` holds every image of a folder (each bounded before decode, the folder not): a folder of
+    more images than FOLDER_IMAGE_BYTES holds is refused before any image is decoded, naming the part size."""
+    import mosaic.evaluation.folder as F
+
+    spec, ds = made
+    monkeypatch.setattr(F, "FOLDER_IMAGE_BYTES", 16 * 16 * 3 * 2)  # two 16 px images
+    decoded = []
+    monkeypatch.setattr(F, "decode_image", lambda *a, **k: decoded.append(1))
+    res = runner.invoke(app, ["evaluate", str(ds / "test_ood"), "--spec", str(spec)])
+    _clean_exit_2(res, "would hold more than", "parts of at most 2 images")
+    assert not decoded

@@ -212,6 +212,8 @@ def load_images(d: Path, records: list[dict], spec: Spec | None = None) -> list[
     unread)."""
 
     bound = eval_pixel_bound(spec.image.size) if spec is not None else None
+    if spec is not None and len(records) * spec.image.size ** 2 * 3 > FOLDER_IMAGE_BYTES:
+        raise _too_many(d, len(records), spec.image.size)
     files: dict[tuple[int, int], str] = {}  # (device, inode) -> file_name: two names linked to one file are one image
     stats = [_own_image(d, r["file_name"]) for r in records]
     for r, st in zip(records, stats):
@@ -219,7 +221,7 @@ def load_images(d: Path, records: list[dict], spec: Spec | None = None) -> list[
         if other != r["file_name"]:
             raise MosaicError([(str(d / "metadata.jsonl"), f"records {other!r} and {r['file_name']!r} name one image file (a link): "
                                 "each record needs its own image file")])
-    out = []
+    out, held = [], 0
     for r, st in zip(records, stats):
         p = d / r["file_name"]
         if st.st_nlink > 1:  # a hard link: its other name may lie outside the folder
@@ -228,9 +230,24 @@ def load_images(d: Path, records: list[dict], spec: Spec | None = None) -> list[
         try:
             with open(p, "rb", opener=lambda path, flags: os.open(path, flags | getattr(os, "O_NOFOLLOW", 0))) as f:
                 out.append(decode_image(f, where=str(p), error=MosaicError, max_pixels=bound, formats=FOREIGN_FORMATS))
+            held += out[-1].nbytes
+            if held > FOLDER_IMAGE_BYTES:  # images larger than the spec's (refused after decoding) add up too
+                raise _too_many(d, len(records), spec.image.size if spec is not None else out[-1].shape[0])
         except OSError as e:  # replaced by a link since it was checked
             raise MosaicError(f"image {p} cannot be opened as the folder's own file ({e.strerror or e})") from None
     return out
+
+
+#: most bytes of decoded images one evaluation holds (every image is scored from memory): 8 GiB, about 700,000
+#: images of 64 px; a folder of more is refused before any image is decoded, naming how to score it in parts
+FOLDER_IMAGE_BYTES = 8 * 2**30
+
+
+def _too_many(d: Path, n: int, side: int) -> MosaicError:
+    per = max(1, FOLDER_IMAGE_BYTES // (side * side * 3))
+    return MosaicError([(str(d / "metadata.jsonl"), f"{n:,} images of {side} px would hold more than {FOLDER_IMAGE_BYTES / 2**30:g} GiB of "
+                         f"decoded pixels at once: score the folder in parts of at most {per:,} images (each its own folder "
+                         "with its own metadata.jsonl)")])
 
 
 def _own_image(d: Path, name: str) -> os.stat_result:
