@@ -58,6 +58,22 @@ splits: {train: 8, val: 2, test_id: 3, test_ood: 3}
 
 
 @pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """One tiny imagefolder dataset of :data:`TINY_COUNT_SPEC` and its spec file: ``(spec, dataset)``; one per
+    test module (the attack files), copied by each test that changes it."""
+    from typer.testing import CliRunner
+
+    from mosaic.cli import app
+
+    d = tmp_path_factory.mktemp("made")
+    spec = d / "spec.yaml"
+    spec.write_text(TINY_COUNT_SPEC)
+    r = CliRunner().invoke(app, ["generate", str(spec), "--out", str(d / "ds")])
+    assert r.exit_code == 0, r.output
+    return spec, d / "ds"
+
+
+@pytest.fixture(scope="module")
 def drun(tmp_path_factory):
     """A finished 2-step diffusion run and its dataset (16 px, tiny UNet): ``(run, data)``; one per
     test module, which may damage it."""

@@ -33,17 +33,6 @@ SPEC = TINY_COUNT_SPEC
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def made(tmp_path_factory):
-    """One tiny imagefolder dataset and its spec, copied by each test that changes it."""
-    d = tmp_path_factory.mktemp("a14")
-    spec = d / "spec.yaml"
-    spec.write_text(SPEC)
-    r = runner.invoke(app, ["generate", str(spec), "--out", str(d / "ds")])
-    assert r.exit_code == 0, r.output
-    return spec, d / "ds"
-
-
 def _copy(made, tmp_path, name="ds") -> Path:
     dst = tmp_path / name
     shutil.copytree(made[1], dst, symlinks=True)

@@ -39,17 +39,6 @@ runner = CliRunner()
 _clean_exit_2 = partial(clean_exit_2, collapse_space=True)
 
 
-@pytest.fixture(scope="module")
-def made(tmp_path_factory):
-    """One tiny imagefolder dataset and its spec."""
-    d = tmp_path_factory.mktemp("a15")
-    spec = d / "spec.yaml"
-    spec.write_text(SPEC)
-    r = runner.invoke(app, ["generate", str(spec), "--out", str(d / "ds")])
-    assert r.exit_code == 0, r.output
-    return spec, d / "ds"
-
-
 # ------------------------------------------------------------------------------------------------
 # (g) / (e) spec files and --set values
 # ------------------------------------------------------------------------------------------------

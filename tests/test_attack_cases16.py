@@ -45,21 +45,10 @@ import torch
 from typer.testing import CliRunner
 
 from mosaic.cli import app
-from tests.conftest import clean_exit_2, TINY_COUNT_SPEC
+from tests.conftest import clean_exit_2
 
 runner = CliRunner()
 _clean_exit_2 = partial(clean_exit_2, collapse_space=True)
-
-
-@pytest.fixture(scope="module")
-def made(tmp_path_factory):
-    """One tiny imagefolder dataset and its spec."""
-    d = tmp_path_factory.mktemp("a16")
-    spec = d / "spec.yaml"
-    spec.write_text(TINY_COUNT_SPEC)
-    r = runner.invoke(app, ["generate", str(spec), "--out", str(d / "ds")])
-    assert r.exit_code == 0, r.output
-    return spec, d / "ds"
 
 
 def _failing_open(monkeypatch, needle: str, code: int) -> None:
