@@ -148,6 +148,15 @@ def check_out(path: Path | None, option: str = "--out", kind: str = "folder", da
         raise MosaicError([(option, f"{str(path)!r} {problem}: give a file path in a writable folder")])
 
 
+def note_workers(workers: int) -> None:
+    """Print the note of a ``--workers`` asking for more processes than the usable CPUs
+    (:func:`mosaic.executors.workers_note`; the pools start no more than that)."""
+    from mosaic.executors import workers_note
+
+    if note := workers_note(workers):
+        console.print(f"[yellow]note[/] {note}", highlight=False)
+
+
 @contextmanager
 def lazy_progress(label: str):
     """A progress bar (bar, done/total, elapsed, remaining) that appears at its first update: a

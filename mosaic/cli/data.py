@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mosaic.cli.common import MAX_SHARD_MB, finite_float, MAX_WORKERS, SpecArg, check_out, console, err_console, fail, lazy_progress, load, set_option
+from mosaic.cli.common import MAX_SHARD_MB, finite_float, MAX_WORKERS, SpecArg, check_out, console, err_console, fail, lazy_progress, load, note_workers, set_option
 from mosaic.errors import MosaicError
 
 SetOpt = set_option("spec", "splits.train=500")
@@ -99,13 +99,13 @@ def generate(
     """Generate a dataset (imagefolder or Parquet): images, records, manifest.json and a dataset card
     (README.md). Resumable; on a finished dataset it checks the files and regenerates damaged samples."""
     try:
-        from mosaic.executors import check_backend, workers_note
+        from mosaic.executors import check_backend
         from mosaic.parquet import check_format
 
         check_format(format)  # bad options fail before anything is read or written
         check_backend(backend)
-        if backend == "local" and (note := workers_note(workers)):
-            console.print(f"[yellow]note[/] {note}", highlight=False)
+        if backend == "local":
+            note_workers(workers)
         check_out(out, dataset=True)  # the dataset itself, not a folder inside another
         from mosaic.dataset import generate as gen, refuse_linked_root
 

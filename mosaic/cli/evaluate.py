@@ -11,7 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mosaic.cli.common import MAX_CHECK_N, MAX_WORKERS, SpecArg, check_out, console, fail, set_option
+from mosaic.cli.common import MAX_CHECK_N, MAX_WORKERS, SpecArg, check_out, console, fail, note_workers, set_option
 from mosaic.errors import MosaicError
 
 evaluator_app = typer.Typer(no_args_is_help=True, help="Train a learned evaluator, or check an evaluator's accuracy on fresh ground-truth renders.")
@@ -23,13 +23,6 @@ WorkersOpt = Annotated[int, typer.Option("--workers", "-w", min=1, max=MAX_WORKE
 BinsOpt = Annotated[str, typer.Option("--position-bins", help=(
     "How the parser reads a position concept: strict (an angle between two bins is unreadable) or nearest (the nearer "
     "bin, as MOSAIC's position classifier answers)"))]
-
-
-def _note_workers(workers: int) -> None:
-    from mosaic.executors import workers_note
-
-    if note := workers_note(workers):  # never more reading processes than CPUs
-        console.print(f"[yellow]note[/] {note}", highlight=False)
 
 
 def _spec_of_folder(images_dir: Path) -> Path:
@@ -126,7 +119,7 @@ def check_command(
 
         check_out(json_out, "--json", kind="file")
         s = load_spec(spec, set_)
-        _note_workers(workers)
+        note_workers(workers)
         ev = load_evaluator(s, evaluator, position_bins=position_bins, workers=workers)
         with _progress("check") as progress:
             task = progress.add_task(f"{ev.name} on {s.name}", total=n)
@@ -232,7 +225,7 @@ def evaluate(
 
             check_before_read(spec if spec.is_dir() else spec.parent)
         s = load_spec(spec, set_)
-        _note_workers(workers)
+        note_workers(workers)
         ev = load_evaluator(s, evaluator, abstain=not no_abstain, position_bins=position_bins, workers=workers)
         other = load_evaluator(s, compare, abstain=not no_abstain, position_bins=position_bins, workers=workers) if compare is not None else None
         import contextlib

@@ -46,6 +46,8 @@ TRAINER_STATE = "trainer_state.json"
 MODEL = "model.safetensors"
 STATE = "state.safetensors"
 WEIGHTS_RECORD = "weights.json"  # exported weights (best/, final/): the run id and every file's sha256
+#: the fix every refusal of exported weights names
+_WEIGHTS_FIX = "restore this run's own weights, or train the run again into a new --out"
 WEIGHTS_FORMAT = "mosaic-weights/1"
 MAX_RECORD_BYTES = 64 << 20  # checkpoint.json is the non-tensor state: small; anything larger is not ours
 
@@ -334,7 +336,6 @@ def check_weights_file(path: Path, weights_dir: Path, rec: dict | None = None) -
     """
     weights_dir = Path(weights_dir)
     rec_path = weights_dir / WEIGHTS_RECORD
-    fix = "restore this run's own weights, or train the run again into a new --out"
     if rec is None:
         rec = read_weights_record(weights_dir)
     if rec is None:
@@ -346,12 +347,12 @@ def check_weights_file(path: Path, weights_dir: Path, rec: dict | None = None) -
                               f"the run's own id the weights cannot be told from another run's; restore {run.identity}, or train the run again into a new --out")
     if own is not None and rec.get("run_id") != own:
         raise CheckpointError(f"{weights_dir} belongs to another run (run id {str(rec.get('run_id'))[:40]!r}, this run is {own!r}): "
-                              f"weights copied in from another run are never loaded as this run's; {fix}")
+                              f"weights copied in from another run are never loaded as this run's; {_WEIGHTS_FIX}")
     info = rec["files"].get(Path(path).relative_to(weights_dir).as_posix())
     data = None if not isinstance(info, dict) or os.path.islink(path) else _read_once(Path(path), info.get("bytes"))
     if data is None or (hashlib.sha256(data).hexdigest(), len(data)) != (info.get("sha256"), info.get("bytes")):
         raise CheckpointError(f"{path} is damaged or replaced: it is not the file {rec_path} records (another size or sha256, "
-                              f"or a link; or the weights were replaced while read: rerun when the training is done): {fix}")
+                              f"or a link; or the weights were replaced while read: rerun when the training is done): {_WEIGHTS_FIX}")
     return data
 
 
@@ -377,7 +378,6 @@ def read_weights_record(weights_dir: Path) -> dict | None:
     rec_path = Path(weights_dir) / WEIGHTS_RECORD
     if not os.path.lexists(rec_path):
         return None
-    fix = "restore this run's own weights, or train the run again into a new --out"
     try:
         if rec_path.is_symlink():
             raise ValueError("a symbolic link, never followed")
@@ -385,7 +385,7 @@ def read_weights_record(weights_dir: Path) -> dict | None:
         if not isinstance(rec, dict) or rec.get("format") != WEIGHTS_FORMAT or not isinstance(rec.get("files"), dict):
             raise ValueError(f"not a record of format {WEIGHTS_FORMAT}")
     except (OSError, ValueError) as e:
-        raise CheckpointError(f"{rec_path} is damaged ({str(e)[:120]}): {fix}") from None
+        raise CheckpointError(f"{rec_path} is damaged ({str(e)[:120]}): {_WEIGHTS_FIX}") from None
     return rec
 
 
