@@ -64,6 +64,21 @@ def srgb_to_linear(rgb) -> np.ndarray:
     return np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4).astype(F)
 
 
+_LINEAR: dict[tuple, np.ndarray] = {}
+_ZERO3 = np.zeros(3, F)
+
+
+def _linear(rgb) -> np.ndarray:
+    """:func:`srgb_to_linear` of one colour, float32 ``[3]``, cached by its bytes (the same values)."""
+    key = tuple(rgb)
+    out = _LINEAR.get(key)
+    if out is None:
+        out = srgb_to_linear(key)
+        if len(_LINEAR) < 4096:
+            _LINEAR[key] = out
+    return out
+
+
 def _pow2k(x: np.ndarray, k: int) -> np.ndarray:
     for _ in range(k):
         x = x * x
@@ -355,7 +370,7 @@ def _shade(scenes: list[Scene3D], s: int) -> list[np.ndarray]:
         shadowed[q[th < dist]] = True
 
     # the ground: lit, or lit less the key lamp where shadowed
-    ground = np.array([srgb_to_linear(sc.background) for sc in scenes], F)  # [B, 3]
+    ground = np.array([_linear(sc.background) for sc in scenes], F)  # [B, 3]
     sh2 = shadowed.reshape(B, s * s, side * side)
     e_sh = (e_all - e_key).reshape(B, 1, side * side)
     e_all = e_all.reshape(B, 1, side * side)
@@ -364,8 +379,7 @@ def _shade(scenes: list[Scene3D], s: int) -> list[np.ndarray]:
     # objects: full shading on their samples only
     if len(q_o):
         # albedo and metal of each object + 1 of each scene, each scene's table after the previous one's
-        alb_tab = np.concatenate([np.concatenate([np.zeros((1, 3), F), srgb_to_linear([o.rgb for o in sc.objects]).reshape(-1, 3)])
-                                  for sc in scenes]).astype(F)
+        alb_tab = np.array([v for sc in scenes for v in [_ZERO3] + [_linear(o.rgb) for o in sc.objects]], F)
         metal_tab = np.array([v for sc in scenes for v in [False] + [getattr(o, "material", "rubber") == "metal" for o in sc.objects]])
         oid = ids_o.astype(np.intp)
         if rs_o is not None:

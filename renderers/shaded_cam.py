@@ -45,6 +45,7 @@ class Cams:
             C.append(v.camera)
             # world point -> (x / z, y / z, z) in the camera frame, scaled to sample units
             self.one.append(SimpleNamespace(n=self.n, _M=np.stack([r, u, f], 1), _k=self.n / (2.0 * t), _C64=np.asarray(v.camera, np.float64)))
+        self._stack = None
         self.C = np.array(C, np.float64).astype(F)
         self.d0, self.dx, self.dy = np.array(d0), np.array(dx), np.array(dy)
         self.d0f, self.dxf, self.dyf = self.d0.astype(F), self.dx.astype(F), self.dy.astype(F)
@@ -61,12 +62,11 @@ class Cams:
         ``plan`` (cast order), each through its own scene's camera."""
         if self.B == 1:
             return rects(self.one[0], pts, clip)
-        out = np.empty((len(pts), 4), np.int64)
-        for b in range(self.B):
-            k = np.flatnonzero(plan.scene == b)
-            if len(k):
-                out[k] = rects(self.one[b], pts[k], clip)
-        return out
+        if self._stack is None:  # every scene's camera as arrays, one row per scene
+            self._stack = SimpleNamespace(n=self.n, _M=np.stack([o._M for o in self.one]), _k=np.array([o._k for o in self.one]),
+                                          _C64=np.stack([o._C64 for o in self.one]))
+        st, sc = self._stack, plan.scene
+        return rects(SimpleNamespace(n=self.n, _M=st._M[sc], _k=st._k[sc, None], _C64=st._C64[sc, None]), pts, clip)
 
     def rays(self, i0: int, i1: int, j0: int, j1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Unit directions of samples rows i0..i1-1, columns j0..j1-1 of every scene (may lie outside

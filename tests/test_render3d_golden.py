@@ -1,0 +1,77 @@
+"""The shaded pipeline's bytes stay the same through speed work: the records (JSON lines) and the
+rendered images of shaded scenes, in the batches ``mosaic generate`` uses, against digests written
+by the code before the renderer's speed changes of 2026-12-06 (issue 25).
+
+Cases: ``clevr_cogent`` (CLEVR camera, metal and rubber, 3-8 objects, the labelled objects' 60 %
+visibility) at 64 and 37 px (an odd side), and ``coverage`` on MOSAIC's top-down camera (the shaded
+quickstart's design). To write the digests from a known-good checkout::
+
+    PYTHONPATH=CHECKOUT python tests/test_render3d_golden.py --write tests/data/render3d_golden.json
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "data" / "render3d_golden.json"
+#: (case, spec, overrides, images): what each digest covers
+CASES = {
+    "clevr_cogent@64": ("clevr_cogent", ["image.size=64"], 48),
+    "clevr_cogent@37": ("clevr_cogent", ["image.size=37"], 24),
+    "coverage_mosaic@48": ("coverage", ["image.size=48", "image.renderer=shaded", "image.camera=mosaic"], 24),
+}
+#: versions that decide the bytes besides mosaic's own code
+PINNED = ("python", "numpy", "pillow", "zlib")
+
+
+def case_digest(case: str) -> str:
+    """sha256[:16] over the JSON line, the PNG and the instance mask of each sample of ``case``, made
+    as ``mosaic generate`` makes them (:func:`mosaic.sampling.prefetch_scenes` in chunks of
+    ``RENDER_CHUNK``, :meth:`render_batch` with masks)."""
+    from mosaic.png import encode_png
+    from mosaic.records import sample_line
+    from mosaic.sampling import prefetch_scenes
+    from mosaic.spec import load_spec
+    from renderers import RENDER_CHUNK, renderer_for
+
+    name, sets, n = CASES[case]
+    spec = load_spec(ROOT / "experiments" / "specs" / f"{name}.yaml", sets)
+    rend = renderer_for(spec)
+    h = hashlib.sha256()
+    for a in range(0, n, RENDER_CHUNK):
+        idx = range(a, min(n, a + RENDER_CHUNK))
+        prefetch_scenes(spec, "train", idx)
+        rows = [sample_line(spec, "train", i, f"masks/{i:06d}.png") for i in idx]
+        for (line, _rec, _scene), (image, mask) in zip(rows, rend.render_batch([r[2] for r in rows], True)):
+            h.update(line.encode())
+            h.update(encode_png(image))
+            h.update(encode_png(mask))
+    return h.hexdigest()[:16]
+
+
+def versions() -> dict[str, str]:
+    from mosaic.records import package_versions
+
+    return package_versions()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_shaded_bytes_unchanged(case):
+    g = json.loads(GOLDEN.read_text())
+    now = versions()
+    differ = {k: (g["versions"].get(k), now.get(k)) for k in PINNED if g["versions"].get(k) != now.get(k)}
+    if differ:
+        pytest.skip(f"golden digests were made with other package builds {differ}: regenerate them from a known-good commit")
+    assert case_digest(case) == g["digests"][case], f"{case}: the shaded records or images changed"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "--write":
+        raise SystemExit("usage: python tests/test_render3d_golden.py --write OUT.json")
+    Path(sys.argv[2]).write_text(json.dumps({"versions": versions(), "digests": {c: case_digest(c) for c in sorted(CASES)}}, indent=1) + "\n")
