@@ -32,7 +32,7 @@ from mosaic.hf import hf_record
 from mosaic.holdout import HELD_OUT, SEEN, combination_of, is_held_out
 from mosaic.labels import _caption, _read_labels, assign_templates
 from mosaic.scene import Scene
-from mosaic.scene3d import scene_from_dict
+from mosaic.scene3d import Scene3D, scene_from_dict
 from mosaic.png import encode_png
 from mosaic.record_form import record_form_check
 from mosaic.record_objects import not_a_dataset_message, object_rules
@@ -299,9 +299,9 @@ def _num(v) -> str:
 
 def scene_graph_json(scene) -> str:
     """``json.dumps(scene_graph(scene), sort_keys=True)``, byte for byte, written straight from the
-    scene for a flat :class:`~mosaic.scene.Scene` (any other scene type: its own ``to_dict``)."""
+    scene for a flat :class:`~mosaic.scene.Scene` and a :class:`~mosaic.scene3d.Scene3D` (its ``graph_json``)."""
     if type(scene) is not Scene:
-        return json.dumps(scene.to_dict(), sort_keys=True)
+        return scene.graph_json() if type(scene) is Scene3D else json.dumps(scene.to_dict(), sort_keys=True)
     side = scene.image_size
     parts = []
     for o in scene.objects:

@@ -21,6 +21,7 @@ projection), :class:`SolidObject`, :class:`Scene3D`. :mod:`renderers.shaded` ren
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -350,10 +351,51 @@ class Scene3D(Scene):
         d["directions"] = self.view.directions()
         return d
 
+    def graph_json(self) -> str:
+        """``json.dumps(self.to_dict(), sort_keys=True)``, byte for byte, written as text (the objects'
+        and relations' parts without building their dicts: a record's largest part)."""
+        side = self.image_size
+        objs = []
+        for o in self.objects:
+            head = _OBJ_TEXT.get((o.color, tuple(o.rgb), o.shape, o.template, o.material))
+            if head is None:
+                head = _obj_text(o)
+            pos, dims = o.position, o.dims
+            box = o.bbox(side)
+            objs.append(f'{{"bbox": [{box[0]}, {box[1]}, {box[2]}, {box[3]}], "center": [{_j(o.center[0])}, {_j(o.center[1])}], '
+                        f'{head[0]}"pixel_coords": [{", ".join(_j(round(float(v), 4)) for v in o.pixel)}], '
+                        f'"position_3d": [{", ".join(_j(round(float(v), 6)) for v in pos)}], {head[1]}"rotation": {_j(o.rotation)}, '
+                        f'"rotation_3d": [0.0, 0.0, {_j(float(o.rotation))}], {head[2]}"size": {_j(o.size)}, '
+                        f'"size_3d": [{", ".join(_j(round(float(v), 6)) for v in dims)}], {head[3]}'
+                        f'"visible_fraction": {_j(round(float(o.visible_fraction), 6))}, "visible_pixels": {int(o.visible_pixels)}}}')
+        rels = ", ".join([f'{{"object": {j}, "relation": "{r}", "subject": {i}}}' for i, r, j in self.relations()])
+        return (f'{{"background": {json.dumps(list(self.background))}, "directions": {json.dumps(self.view.directions(), sort_keys=True)}, '
+                f'"image_size": {json.dumps(side)}, "objects": [{", ".join(objs)}], "relations": [{rels}], '
+                f'"view": {json.dumps(self.view.to_dict(), sort_keys=True)}}}')
+
     @classmethod
     def from_dict(cls, d: dict) -> "Scene3D":
         return cls(int(d["image_size"]), tuple(d["background"]), [SolidObject.from_dict(o) for o in d["objects"]],
                    View.from_dict(d["view"]))
+
+
+def _j(v) -> str:
+    """JSON text of one value as ``json.dumps`` writes it (``repr`` of a finite float or an int)."""
+    return repr(v) if (type(v) is float and v - v == 0) or type(v) is int else json.dumps(v)
+
+
+_OBJ_TEXT: dict[tuple, tuple[str, str, str, str]] = {}  # an object's look -> the JSON text of its fixed fields
+
+
+def _obj_text(o) -> tuple[str, str, str, str]:
+    """The text of an object's fields that depend only on its look (colour, rgb, shape, template,
+    material), in :meth:`Scene3D.graph_json`'s four places, cached."""
+    d = json.dumps
+    t = (f'"color": {d(o.color)}, "material": {d(o.material)}, ', f'"rgb": {d(list(o.rgb))}, ', f'"shape": {d(o.shape)}, ',
+         f'"template": {d(o.template)}, ')
+    if len(_OBJ_TEXT) < 100_000:
+        _OBJ_TEXT[(o.color, tuple(o.rgb), o.shape, o.template, o.material)] = t
+    return t
 
 
 def scene_from_dict(d: dict) -> Scene:

@@ -71,6 +71,26 @@ def test_shaded_bytes_unchanged(case):
     assert case_digest(case) == g["digests"][case], f"{case}: the shaded records or images changed"
 
 
+@pytest.mark.parametrize("name,sets", [("clevr_cogent", ["image.size=64"]), ("clevr_cogent", ["image.size=37"]),
+                                       ("coverage", ["image.size=48", "image.renderer=shaded", "image.camera=mosaic"])])
+def test_graph_json_is_the_json_of_the_scene_graph(name, sets):
+    """:meth:`Scene3D.graph_json` (the record's scene graph written as text) is ``json.dumps`` of
+    :meth:`Scene3D.to_dict` with sorted keys, byte for byte; also with planted names that need
+    escaping, a template and material of None, and integer-valued fields."""
+    import dataclasses
+
+    from mosaic.sampling import sample_scenes
+    from mosaic.spec import load_spec
+
+    spec = load_spec(ROOT / "experiments" / "specs" / f"{name}.yaml", sets)
+    scenes = [r[0] for r in sample_scenes(spec, "train", range(60)) if not isinstance(r, Exception)]
+    odd = dataclasses.replace(scenes[0], objects=[dataclasses.replace(o) for o in scenes[0].objects])
+    odd.objects[0].color, odd.objects[0].template, odd.objects[0].material = 'r\u00f8d <"x">\n', None, None
+    odd.objects[-1].shape, odd.objects[-1].rgb, odd.objects[-1].rotation = "\u2605", (0, 255, 7), 45.0
+    for sc in scenes + [odd]:
+        assert sc.graph_json() == json.dumps(sc.to_dict(), sort_keys=True)
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] != "--write":
         raise SystemExit("usage: python tests/test_render3d_golden.py --write OUT.json")
