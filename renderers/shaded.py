@@ -100,6 +100,17 @@ def _plan(scene: Scene3D) -> Plan:
     """The scene's :class:`~renderers.shaded_geom.Plan`: one :class:`~renderers.shaded_geom.Solid` per
     object and geometry (cached on the object), reused by the mask, image and shadow passes and by
     the layout's tries (an object that did not move keeps its solid)."""
+    out = _solids(scene)
+    plan = scene.__dict__.get("_plan")
+    if plan is None or len(plan.solids) != len(out) or any(a is not b for a, b in zip(plan.solids, out)):
+        plan = Plan(out)
+        scene.__dict__["_plan"] = plan
+    return plan
+
+
+def _solids(scene: Scene3D) -> list[Solid]:
+    """The :class:`~renderers.shaded_geom.Solid` of each object, cached on the object (an object that
+    did not move keeps its solid)."""
     if len(scene.objects) > 255:
         raise ValueError(f"a scene has {len(scene.objects)} objects; masks hold at most 255")
     if getattr(scene, "view", None) is None:
@@ -113,21 +124,16 @@ def _plan(scene: Scene3D) -> Plan:
             c = (key, Solid(o))
             o.__dict__["_solid"] = c
         out.append(c[1])
-    plan = scene.__dict__.get("_plan")
-    if plan is None or len(plan.solids) != len(out) or any(a is not b for a, b in zip(plan.solids, out)):
-        plan = Plan(out)
-        scene.__dict__["_plan"] = plan
-    return plan
+    return out
 
 
 def _plan_of(scenes: list[Scene3D]) -> Plan:
     """One :class:`~renderers.shaded_geom.Plan` of the objects of a batch of scenes (each object's
-    solid is its scene's, :func:`_plan`), with each object's scene and mask id."""
-    plans = [_plan(sc) for sc in scenes]
-    if len(plans) == 1:
-        return plans[0]
-    return Plan([so for p in plans for so in p.solids], [b for b, p in enumerate(plans) for _ in p.solids],
-                [k for p in plans for k in range(len(p.solids))])
+    solid is its scene's, :func:`_solids`), with each object's scene and mask id."""
+    if len(scenes) == 1:
+        return _plan(scenes[0])
+    sols = [_solids(sc) for sc in scenes]
+    return Plan([so for ss in sols for so in ss], [b for b, ss in enumerate(sols) for _ in ss], [k for ss in sols for k in range(len(ss))])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -159,9 +165,10 @@ def _primary(cam: Cams, plan: Plan):
     return q[w], kid[w], tw, Dw, nw, rw
 
 
-def _mask_key(scene: Scene3D, plan: Plan) -> tuple:
+def _mask_key(scene: Scene3D) -> tuple:
+    """What a scene's instance mask depends on: its objects' solids (by identity), camera and size."""
     v = scene.view
-    return (plan, tuple(v.camera), tuple(v.look_at), v.fov, scene.image_size)
+    return (tuple(_solids(scene)), tuple(v.camera), tuple(v.look_at), v.fov, scene.image_size)
 
 
 def instance_mask(scene: Scene3D) -> tuple[np.ndarray, np.ndarray]:
@@ -172,12 +179,11 @@ def instance_mask(scene: Scene3D) -> tuple[np.ndarray, np.ndarray]:
         silhouette: int64 ``[n_objects]``: pixels the object would cover rendered alone, counting
             pixels outside the frame (so an object half out of the frame has visible fraction 1/2).
     """
-    plan = _plan(scene)
-    key = _mask_key(scene, plan)
+    key = _mask_key(scene)
     cached = scene.__dict__.get("_mask")
     if cached is not None and cached[0] == key:  # the layout's check drew it (a copy: callers may write to theirs)
         return cached[1].copy(), cached[2].copy()
-    (mask,), (sil,) = _instance_masks([scene], plan)
+    (mask,), (sil,) = _instance_masks([scene], _plan(scene))
     scene.__dict__["_mask"] = (key, mask.copy(), sil.copy())
     return mask, sil
 
@@ -189,13 +195,13 @@ def prime_masks(scenes: list[Scene3D]) -> None:
     todo = []
     for sc in scenes:
         cached = sc.__dict__.get("_mask")
-        if cached is None or cached[0] != _mask_key(sc, _plan(sc)):
+        if cached is None or cached[0] != _mask_key(sc):
             todo.append(sc)
     if len(todo) < 2 or len({sc.image_size for sc in todo}) != 1:
         return
     masks, sils = _instance_masks(todo, _plan_of(todo))
     for sc, mask, sil in zip(todo, masks, sils):
-        sc.__dict__["_mask"] = (_mask_key(sc, _plan(sc)), mask, sil)
+        sc.__dict__["_mask"] = (_mask_key(sc), mask, sil)
 
 
 def _instance_masks(scenes: list[Scene3D], plan: Plan) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -238,17 +244,25 @@ def visibility(scene: Scene3D) -> np.ndarray:
     return mask
 
 
+#: :func:`annotate_boxes` compares the mask with every id at once up to this many (ids x pixels)
+_BOX_DENSE = 1 << 22
+
+
 def annotate_boxes(scene: Scene3D, mask: np.ndarray) -> None:
     """Fill each object's ``box`` (from the instance ``mask`` of :func:`visibility`) and ``pixel``
     (projected centre) in place."""
     side = scene.image_size
     K = len(scene.objects)
-    rows_any = np.zeros((K + 1, side), bool)
-    cols_any = np.zeros((K + 1, side), bool)
-    ii, jj = np.nonzero(mask)
-    kk = mask[ii, jj]
-    rows_any[kk, ii] = True
-    cols_any[kk, jj] = True
+    if (K + 1) * side * side <= _BOX_DENSE:  # one comparison per id and pixel: [K + 1, H, W] bool
+        eq = mask == np.arange(K + 1, dtype=np.uint8)[:, None, None]
+        rows_any, cols_any = eq.any(2), eq.any(1)
+    else:  # many objects on a large image: by the object pixels
+        rows_any = np.zeros((K + 1, side), bool)
+        cols_any = np.zeros((K + 1, side), bool)
+        ii, jj = np.nonzero(mask)
+        kk = mask[ii, jj]
+        rows_any[kk, ii] = True
+        cols_any[kk, jj] = True
     # first and last row / column of each object (meaningful where it has a pixel)
     r0, r1 = rows_any.argmax(1).tolist(), (side - rows_any[:, ::-1].argmax(1)).tolist()
     c0, c1 = cols_any.argmax(1).tolist(), (side - cols_any[:, ::-1].argmax(1)).tolist()

@@ -44,16 +44,19 @@ class Solid:
         self.planes = None
         if self.poly is not None:
             p = self.poly
-            e = np.concatenate([p[1:], p[:1]]) - p  # edge k: vertex k -> k + 1
-            en = np.concatenate([e[1:], e[:1]])
-            ex, ey = e[:, 0], e[:, 1]
-            if np.all(ex * en[:, 1] - ey * en[:, 0] > 0):  # convex: the solid is the intersection of its wall, top and ground half-spaces
-                ln = np.hypot(ex, ey)
-                nx, ny = ey / ln, -ex / ln
-                pl = np.zeros((len(p) + 1, 4), np.float64)
-                pl[:-1, 0], pl[:-1, 1], pl[:-1, 3] = nx, ny, nx * p[:, 0] + ny * p[:, 1]
-                pl[-1, 2], pl[-1, 3] = 1.0, self.h
-                self.planes = pl.astype(F)  # [P, 4]: (a, b, c, d) of a x + b y + c z <= d
+            # in Python floats (a few vertices): the float64 operations numpy would do element by element
+            v = p.tolist()
+            m = len(v)
+            e = [(v[(k + 1) % m][0] - v[k][0], v[(k + 1) % m][1] - v[k][1]) for k in range(m)]  # edge k: vertex k -> k + 1
+            if all(e[k][0] * e[(k + 1) % m][1] - e[k][1] * e[(k + 1) % m][0] > 0 for k in range(m)):
+                # convex: the solid is the intersection of its wall, top and ground half-spaces
+                ln = np.hypot([a for a, _ in e], [b for _, b in e]).tolist()  # libm's hypot, as before
+                rows = []
+                for (ex, ey), lk, (px, py) in zip(e, ln, v):
+                    nx, ny = ey / lk, -ex / lk
+                    rows.append((nx, ny, 0.0, nx * px + ny * py))
+                rows.append((0.0, 0.0, 1.0, float(self.h)))
+                self.planes = np.array(rows, np.float64).astype(F)  # [P, 4]: (a, b, c, d) of a x + b y + c z <= d
             self.poly = p.astype(F)
         self.group = self.kind if self.kind != "prism" else ("convex", len(self.planes)) if self.planes is not None else ("prism", id(self))
         if self.poly is not None:

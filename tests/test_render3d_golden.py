@@ -91,6 +91,62 @@ def test_graph_json_is_the_json_of_the_scene_graph(name, sets):
         assert sc.graph_json() == json.dumps(sc.to_dict(), sort_keys=True)
 
 
+@pytest.mark.parametrize("dense", [True, False])
+def test_boxes_are_the_masks_extent(monkeypatch, dense):
+    """Each object's ``box`` is the extent of its pixels in the instance mask (x1, y1 exclusive), None
+    when it has none, on both of :func:`renderers.shaded.annotate_boxes`' paths."""
+    import numpy as np
+
+    import renderers.shaded as shaded
+    from mosaic.sampling import sample_scenes
+    from mosaic.spec import load_spec
+
+    monkeypatch.setattr(shaded, "_BOX_DENSE", 1 << 30 if dense else 0)
+    spec = load_spec(ROOT / "experiments" / "specs" / "clevr_cogent.yaml", ["image.size=48"])
+    for sc, _ in sample_scenes(spec, "train", range(24)):
+        mask = shaded.visibility(sc)
+        shaded.annotate_boxes(sc, mask)
+        for k, o in enumerate(sc.objects, start=1):
+            ys, xs = np.nonzero(mask == k)
+            want = (int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1) if len(xs) else None
+            assert o.box == want
+
+
+def test_convex_prisms_planes_bound_their_footprint():
+    """Every convex prism's wall planes (``Solid.planes``) have unit outward normals, pass through
+    their edge's two vertices and hold every vertex inside; the top plane is at the height; the
+    non-convex shapes (star, cross) have none."""
+    import random
+
+    import numpy as np
+
+    from mosaic.scene3d import SolidObject
+    from mosaic.vocab import SHAPES
+    from renderers.shaded_geom import Solid
+
+    rnd = random.Random(0)
+    for shape in [*SHAPES, "cube"]:
+        for _ in range(60):
+            o = SolidObject(shape, "red", (255, 0, 0), round(rnd.uniform(0.02, 0.5), 4),
+                            (round(rnd.uniform(0, 1), 4), round(rnd.uniform(0, 1), 4)), round(rnd.uniform(0, 360), 3), "t")
+            so = Solid(o)
+            if so.poly is None:
+                assert shape == "circle"
+                continue
+            if shape in ("star", "cross"):
+                assert so.planes is None
+                continue
+            pl = so.planes.astype(np.float64)
+            p = o.footprint()
+            walls = pl[:-1]
+            assert np.allclose(np.hypot(walls[:, 0], walls[:, 1]), 1, atol=1e-6) and (walls[:, 2] == 0).all()
+            side = p @ walls[:, :2].T - walls[:, 3]  # [vertex, wall]: <= 0 inside
+            assert (side <= 1e-5).all()
+            for k in range(len(p)):
+                assert abs(side[k, k]) < 1e-5 and abs(side[(k + 1) % len(p), k]) < 1e-5
+            assert tuple(pl[-1]) == (0.0, 0.0, 1.0, float(so.h))
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] != "--write":
         raise SystemExit("usage: python tests/test_render3d_golden.py --write OUT.json")
