@@ -30,6 +30,7 @@ ROOT_NAMES = frozenset({"manifest.json", "README.md", "checksums.sha256", "data"
 _TEMP = re.compile(r"\.?(.+)\.tmp(?:\d+\.[A-Za-z0-9_]{8})?")
 #: a split's merged metadata being written at the root (``.<split>.metadata.jsonl.tmp<pid>.<random>``, mosaic.repair)
 _ROOT_METADATA = re.compile(r"(?:(?:train|val|test|test_id|test_ood)\.)?metadata\.jsonl")
+_ROOT_FILES = frozenset({"manifest.json", "README.md", "checksums.sha256"})
 _IMAGE = re.compile(r"[0-9]{6,}\.png")
 _SHARD = re.compile(r"[^/]+\.parquet")
 
@@ -49,7 +50,7 @@ def foreign_names(root: str | Path, limit: int = 20) -> list[str]:
     root = Path(root)
     out: list[str] = []
 
-    def walk(rel: str, allowed, temp_of=None) -> list[os.DirEntry]:
+    def walk(rel: str, allowed, temp_of=None, files=lambda n: True) -> list[os.DirEntry]:
         temp_of = temp_of or allowed
         entries = _listing(root / rel if rel else root) or []
         kept = []
@@ -57,17 +58,22 @@ def foreign_names(root: str | Path, limit: int = 20) -> list[str]:
             temp = _TEMP.fullmatch(e.name)  # a temporary file of one of mosaic's own names
             if allowed(e.name) or (temp and temp_of(temp.group(1))):
                 kept.append(e)
+                # a folder holding files where mosaic writes a file (train/metadata.jsonl/notes.txt) is a person's,
+                # never deleted (attack round 17: --overwrite deleted it); an empty one is mosaic's to replace
+                if files(e.name) and not temp and not e.is_symlink() and e.is_dir(follow_symlinks=False) \
+                        and _listing(Path(e.path)) and len(out) < limit:
+                    out.append(f"{rel}/{e.name}/" if rel else f"{e.name}/")
             elif len(out) < limit:
                 out.append(f"{rel}/{e.name}" if rel else e.name)
         return kept
 
-    for e in walk("", lambda n: n in ROOT_NAMES, lambda n: n in ROOT_NAMES or bool(_ROOT_METADATA.fullmatch(n))):
+    for e in walk("", lambda n: n in ROOT_NAMES, lambda n: n in ROOT_NAMES or bool(_ROOT_METADATA.fullmatch(n)), _ROOT_FILES.__contains__):
         if e.is_symlink() or not e.is_dir(follow_symlinks=False):
             continue
         if e.name == "data":
             walk("data", _SHARD.fullmatch)
         elif e.name in SPLIT_NAMES:
-            for s in walk(e.name, lambda n: n in ("metadata.jsonl", "images", "masks")):
+            for s in walk(e.name, lambda n: n in ("metadata.jsonl", "images", "masks"), files="metadata.jsonl".__eq__):
                 if s.name in ("images", "masks") and not s.is_symlink() and s.is_dir(follow_symlinks=False):
                     walk(f"{e.name}/{s.name}", _IMAGE.fullmatch)
     return out

@@ -348,11 +348,15 @@ def card_text(spec: Spec, manifest: dict, storage: str) -> str:
         lines += ["Not run."]
     else:
         lines += [f"**{'passed' if lc.get('passed') else 'FAILED'}**", "", "| check | result |", "|---|---|"]
-        lines += [f"| {k} | {'passed' if v.get('passed') else 'failed'} |" for k, v in lc.get("checks", {}).items()]
+        # checks by name and splits in the card's order: the manifest read back from disk (a repair) has its keys
+        # sorted, and the card must be byte for byte the one generate wrote (attack round 17: the rows moved)
+        lines += [f"| {k} | {'passed' if v.get('passed') else 'failed'} |" for k, v in sorted(lc.get("checks", {}).items())]
         counts = lc.get("counts")
         if counts:
+            order = list(manifest["splits"])
             lines += ["", "| split | cells present | samples |", "|---|---|---|"]
-            lines += [f"| {s} | {len(c)} | {sum(c.values())} |" for s, c in counts.items()]
+            lines += [f"| {s} | {len(c)} | {sum(c.values())} |"
+                      for s, c in sorted(counts.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))]
     lines += ["", "## Spec", "", "```yaml", yaml.safe_dump(spec.to_dict(), sort_keys=False).rstrip(), "```", ""]
     return "\n".join(lines)
 

@@ -112,3 +112,41 @@ class Tally:
             })
         report["passed"] = all(c["passed"] for c in checks.values())
         return report
+
+
+def _real(v) -> bool:
+    import math
+
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _cells(v) -> bool:
+    return isinstance(v, list) and all(isinstance(c, list) and all(isinstance(x, (str, int, float)) for x in c) for c in v)
+
+
+def report_shape_problem(lc) -> str | None:
+    """Why a manifest's stored ``leak_check`` is not of the shape :meth:`Tally.report` writes, or None
+    (absent is None): ``verify --repair`` writes the card's leak-check section from it, so a
+    ``coverage`` of ``"abc"``, ``checks`` that are a list or ``counts`` of a number were tracebacks
+    (attack round 17). The message names the field and the value."""
+    if lc is None:
+        return None
+    if not isinstance(lc, dict):
+        return f"leak_check is {str(lc)[:40]!r}, not a mapping"
+    checks = lc.get("checks", {})
+    problems = [
+        ("passed", "passed" in lc and not isinstance(lc["passed"], bool), "true or false"),
+        ("checks", not isinstance(checks, dict) or not all(isinstance(c, dict) and isinstance(c.get("passed"), bool)
+                                                            for c in checks.values()), "a mapping of checks, each with passed true or false"),
+        ("coverage", "coverage" in lc and not _real(lc["coverage"]), "a finite number"),
+        ("concepts", "concepts" in lc and not (isinstance(lc["concepts"], list) and all(isinstance(c, str) for c in lc["concepts"])),
+         "a list of concept names"),
+        *((k, k in lc and not _cells(lc[k]), "a list of combination cells") for k in ("seen", "held_out")),
+        ("counts", "counts" in lc and not (isinstance(lc["counts"], dict) and all(
+            isinstance(c, dict) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in c.values())
+            for c in lc["counts"].values())), "a mapping of splits to per-cell sample counts"),
+    ]
+    for key, bad, want in problems:
+        if bad:
+            return f"leak_check.{key} is {str(lc.get(key))[:40]!r}, not {want}"
+    return None

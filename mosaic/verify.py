@@ -40,6 +40,7 @@ from mosaic.errors import DatasetError, MosaicError
 from mosaic.io import loads_json, read_bounded, unreadable_path
 from mosaic.png import HEADER_BYTES, SIGNATURE, max_png_bytes, png_header_problem, png_structure_problem
 from mosaic.shard_checks import check_shards, spec_image_size  # noqa: F401 - check_shards re-exported
+from mosaic.tally import report_shape_problem
 from mosaic.card_check import card_problem
 from mosaic.hf import CARD
 from mosaic.records import count_problem, no_manifest, record_claims, sample_record, shards_problem, spec_from_data, spec_key, unfinished_hint
@@ -180,7 +181,7 @@ def _record_shape_problem(man: dict) -> str | None:
     for key in ("status", "fingerprint"):
         if key in man and not isinstance(man[key], str):
             return f"{key} is {str(man[key])[:40]!r}, not a string"
-    return None
+    return report_shape_problem(man.get("leak_check"))  # the card's leak-check section is written from it
 
 
 # ------------------------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ MAX_CHECK_N = 1_000_000
 #: the width of output written to a file or a pipe (a sweep's log, `| tee`) when COLUMNS is not set: rich
 #: would take 80 columns and wrap or cut the tables' cells; a terminal keeps its own width
 PIPE_WIDTH = 160
+#: the narrowest COLUMNS taken as the terminal's width; below it (or not a number) PIPE_WIDTH is used
+MIN_WIDTH = 20
 
 
 def _width(stream) -> int | None:
@@ -31,7 +33,13 @@ def _width(stream) -> int | None:
         tty = stream.isatty()
     except (AttributeError, ValueError):
         tty = False
-    return None if tty or os.environ.get("COLUMNS") else PIPE_WIDTH
+    cols = os.environ.get("COLUMNS")
+    if cols is not None and not (cols.isascii() and cols.isdigit() and MIN_WIDTH <= int(cols) <= 10_000):
+        # COLUMNS=0 printed no error at all (click's usage errors neither), COLUMNS=1 one letter a line (attack
+        # round 17): a width no terminal has is dropped for every console, typer's own among them
+        del os.environ["COLUMNS"]
+        cols = None
+    return None if tty or cols else PIPE_WIDTH
 
 
 #: standard output (tables, progress) and standard error (failures, interruptions)
