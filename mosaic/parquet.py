@@ -44,7 +44,7 @@ from mosaic.repair import check_repaired_shards, mark_shards_for_regeneration
 from mosaic.sampling import prefetch_scenes
 from mosaic.spec import Spec
 from mosaic.tally import Tally
-from mosaic.shard_checks import check_shards
+from mosaic.shard_checks import check_shards, layout_problem
 from mosaic.verify import verify as verify_dataset
 from renderers import RENDER_CHUNK, backend_of, get_renderer
 
@@ -373,6 +373,9 @@ def _generate_parquet_locked(spec, out, workers, overwrite, masks, shard_bytes, 
         mark_shards_for_regeneration(out, report)  # then resume below: exactly those shards are written again
         existing = read_manifest(out)
     if existing is not None:
+        if (why := layout_problem(existing)) is not None or not isinstance(existing.get("parquet"), dict):
+            raise DatasetError(f"{out}/{MANIFEST} is damaged ({why or 'no parquet record'}): the shards cannot be written again by "
+                               f"its layout; rerun with --overwrite to start again")  # resumed by an edited layout: deleted shards
         was = existing.get("parquet", {}).get("shard_bytes")
         if was != int(shard_bytes):
             mib = lambda b: format(b / 2**20, ".17g") if isinstance(b, (int, float)) else repr(b)  # noqa: E731 - the CLI's unit

@@ -183,3 +183,38 @@ def _shard_rows(f, where: str, image_size: int, first: int, limit: int = 20) -> 
             if len(problems) >= limit:
                 return problems[:limit]
     return problems
+
+
+def _positive(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def layout_problem(man: dict) -> str | None:
+    """Why a Parquet manifest's ``parquet`` record (``shard_bytes``, ``row_group_rows``, ``rows_per_shard``:
+    the layout ``verify --repair`` and a resumed ``generate`` write the shards again by) is not what mosaic
+    writes, or None: each a whole number > 0, ``rows_per_shard`` a mapping of the manifest's splits, and the
+    manifest's shard list of each split the one that layout gives (shard k holds ``min(r, count - k * r)`` rows).
+    An edited ``rows_per_shard: -1`` had a repair delete the train shard and mark the dataset
+    ``failed_leak_check``; ``0`` divided by zero; a string or null was a traceback (attack round 17)."""
+    lay = man.get("parquet")
+    if lay is None:
+        return None
+    if not isinstance(lay, dict):
+        return f"its parquet record is {str(lay)[:40]!r}, not a mapping of shard_bytes, row_group_rows and rows_per_shard"
+    if missing := [k for k in ("shard_bytes", "row_group_rows", "rows_per_shard") if k not in lay]:
+        return f"its parquet record lacks {', '.join(missing)}"
+    for key in ("shard_bytes", "row_group_rows"):
+        if not _positive(lay[key]):
+            return f"parquet.{key} is {str(lay[key])[:40]!r}, not a whole number > 0"
+    plan = lay["rows_per_shard"]
+    if not isinstance(plan, dict):
+        return f"parquet.rows_per_shard is {str(plan)[:40]!r}, not a mapping of splits to rows per shard"
+    for split, r in plan.items():
+        if split not in man["splits"] or not _positive(r):
+            return f"parquet.rows_per_shard[{str(split)[:40]!r}] is {str(r)[:40]!r}, not a whole number > 0 for a split of the manifest"
+        lst = (man.get("shards") or {}).get(split)
+        n = man["splits"][split].get("count", 0)
+        if lst is not None and [s["rows"] for s in lst] != [min(r, n - k * r) for k in range(-(-n // r))]:
+            return (f"parquet.rows_per_shard[{split!r}] is {r}, but the split's {len(lst)} shard(s) hold "
+                    f"{[s['rows'] for s in lst][:5]} rows: not the layout mosaic wrote")
+    return None

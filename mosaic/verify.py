@@ -39,8 +39,8 @@ from mosaic.checksums import (  # noqa: F401 - write_checksums re-exported: the 
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.io import loads_json, read_bounded, unreadable_path
 from mosaic.png import HEADER_BYTES, SIGNATURE, max_png_bytes, png_header_problem, png_structure_problem
-from mosaic.shard_checks import check_shards, spec_image_size  # noqa: F401 - check_shards re-exported
-from mosaic.tally import report_shape_problem
+from mosaic.shard_checks import check_shards, layout_problem, spec_image_size  # noqa: F401 - check_shards re-exported
+from mosaic.manifest_fields import fields_problem
 from mosaic.card_check import card_problem
 from mosaic.hf import CARD
 from mosaic.records import count_problem, no_manifest, record_claims, sample_record, shards_problem, spec_from_data, spec_key, unfinished_hint
@@ -145,7 +145,7 @@ def read_manifest_checked(root: str | Path) -> dict:
     if odd:
         raise DatasetError(f"{path} is damaged (split name {odd[0]!r} is not a folder name of the dataset): restore the file from "
                            f"a copy, or regenerate with `mosaic generate SPEC --out {root} --overwrite`")
-    why = count_problem(man) or shards_problem(man)  # loops sized by the spec's counts; shard names never paths
+    why = count_problem(man) or shards_problem(man) or layout_problem(man)  # loops sized by the counts; shard names never paths
     if why:
         raise DatasetError(f"{path} is damaged ({why}): restore the file from a copy, or regenerate with `mosaic generate SPEC --out {root} --overwrite`")
     rec = man.get("checksums")
@@ -181,7 +181,7 @@ def _record_shape_problem(man: dict) -> str | None:
     for key in ("status", "fingerprint"):
         if key in man and not isinstance(man[key], str):
             return f"{key} is {str(man[key])[:40]!r}, not a string"
-    return report_shape_problem(man.get("leak_check"))  # the card's leak-check section is written from it
+    return fields_problem(man)  # the card's leak check and the renderer a repair draws with are read from it
 
 
 # ------------------------------------------------------------------------------------------------

@@ -2,11 +2,12 @@
 
 What broke, and the mechanism that closes it:
 
-- **A manifest whose stored ``leak_check`` is of another shape** (``coverage: "abc"``, ``checks`` a
-  list, ``counts`` of a number, ``leak_check`` a string) made ``verify --repair`` (which writes the
-  card's leak-check section from it) a Python traceback, exit 1: the manifest check every reader and
-  writer passes through (``mosaic.verify.read_manifest``) names the field and the value
-  (:func:`mosaic.tally.report_shape_problem`), exit 2.
+- **A manifest whose stored ``leak_check`` or ``renderer`` is of another shape** (``coverage: "abc"``,
+  ``checks`` a list, ``counts`` of a number, ``leak_check`` a string; ``"renderer": null``, an unknown
+  backend, ``shaded`` for a flat spec) made ``verify --repair`` (which writes the card's leak-check
+  section from the one and renders with the other) a Python traceback, exit 1: the manifest check every
+  reader and writer passes through (``mosaic.verify.read_manifest``) names the field and the value
+  (:func:`mosaic.manifest_fields.fields_problem`), exit 2.
 - **``COLUMNS=0``** printed no error at all (exit 2 and an empty terminal; click's usage errors
   too), ``COLUMNS=1`` one letter a line: :func:`mosaic.cli.common._width` drops a ``COLUMNS`` no
   terminal has (not a number, under 20, over 10,000) for every console, typer's own among them.
@@ -17,6 +18,12 @@ What broke, and the mechanism that closes it:
 - **A card written again by ``verify --repair``** was not the one ``generate`` wrote (its leak-check rows
   in the manifest's sorted order), while repair said "byte-identical": :func:`mosaic.hf.card_text` writes
   the checks by name and the splits in the spec's order.
+- **A Parquet manifest's ``parquet`` layout** (``rows_per_shard``, ``shard_bytes``, ``row_group_rows``),
+  by which ``verify --repair`` and a resumed ``generate`` write shards again, was never checked:
+  ``rows_per_shard: -1`` had a repair delete the train shard and mark the dataset ``failed_leak_check``,
+  ``0`` divided by zero, a string was a traceback. :func:`mosaic.shard_checks.layout_problem` (in
+  ``read_manifest`` and before a resume in :mod:`mosaic.parquet`) names it: each a whole number > 0,
+  and each split's shard list the one the layout gives.
 """
 
 from __future__ import annotations
@@ -156,3 +163,94 @@ def test_overwrite_of_a_parquet_dataset_keeps_a_folder_of_files_at_a_shards_name
     r = runner.invoke(app, ["export", str(made[1]), "--out", str(pq), "--format", "parquet", "--overwrite"])
     _clean_exit_2(r, f"data/{shard.name}/")
     assert (shard / "notes.txt").read_text() == "mine"
+
+
+# ------------------------------------------------------------------------------------------------
+# a Parquet manifest's layout is read as data
+# ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pq(made, tmp_path_factory):
+    out = tmp_path_factory.mktemp("pq") / "pq"
+    r = runner.invoke(app, ["export", str(made[1]), "--out", str(out), "--format", "parquet"])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+@pytest.mark.parametrize("value, said", [
+    (-1, "rows_per_shard['train'] is '-1'"), (0, "rows_per_shard['train'] is '0'"), ("x", "rows_per_shard['train'] is 'x'"),
+    (None, "rows_per_shard['train'] is 'None'"), (0.5, "'0.5'"), (True, "'True'"), (float("inf"), "'inf'"),
+    (4, "the split's 1 shard(s) hold [8] rows"),
+], ids=["negative", "zero", "str", "null", "fraction", "bool", "inf", "another_layout"])
+def test_a_repair_by_an_edited_parquet_layout_is_refused_before_any_shard_is_deleted(pq, tmp_path, value, said):
+    """``rows_per_shard: -1`` had ``verify --repair`` of a damaged shard delete the train shard and mark the
+    dataset ``failed_leak_check``; ``0`` divided by zero; a string or null was a traceback."""
+    ds = tmp_path / "pq"
+    shutil.copytree(pq, ds)
+    shard = next((ds / "data").glob("train-*.parquet"))
+    shard.write_bytes(b"")  # damaged: a repair writes it again by the manifest's layout
+    _edit_manifest(ds, lambda m: m["parquet"]["rows_per_shard"].update(train=value))
+    before = _tree(ds)
+    for args in (["verify", str(ds), "--repair"], ["verify", str(ds)]):
+        _clean_exit_2(runner.invoke(app, args), "manifest.json is damaged", said)
+    assert _tree(ds) == before and json.loads((ds / "manifest.json").read_text())["status"] == "complete"
+
+
+@pytest.mark.parametrize("key, value, said", [
+    ("shard_bytes", 0, "parquet.shard_bytes is '0'"), ("row_group_rows", "x", "parquet.row_group_rows is 'x'"),
+    ("rows_per_shard", [1], "parquet.rows_per_shard is '[1]'"),
+])
+def test_a_parquet_layout_field_of_another_type_is_named_by_every_reader(pq, tmp_path, key, value, said):
+    from mosaic.errors import DatasetError
+    from mosaic.torch_data import MosaicDataset
+
+    ds = tmp_path / "pq"
+    shutil.copytree(pq, ds)
+    _edit_manifest(ds, lambda m: m["parquet"].update({key: value}))
+    _clean_exit_2(runner.invoke(app, ["verify", str(ds)]), said)
+    with pytest.raises(DatasetError, match="parquet"):
+        MosaicDataset(ds, "train")
+
+
+def test_a_resumed_parquet_generate_refuses_an_edited_layout_and_then_finishes(made, tmp_path):
+    """An interrupted Parquet ``generate`` resumes by the manifest's layout: an edited one (``-3``, a
+    record without its fields) is named before a shard is written; restored, the rerun finishes."""
+    spec, _ = made
+    out = tmp_path / "p"
+    args = ["generate", str(spec), "--out", str(out), "--format", "parquet", "--set", "splits.train=40", "--shard-mb", "0.002"]
+    assert runner.invoke(app, args).exit_code == 0
+    _edit_manifest(out, lambda m: m.update(status="incomplete"))  # as an interrupted run leaves it
+    good = (out / "manifest.json").read_text()
+    for edit, said in ((lambda m: m["parquet"]["rows_per_shard"].update(train=-3), "rows_per_shard['train'] is '-3'"),
+                       (lambda m: m.update(parquet={"train": 5}), "lacks shard_bytes, row_group_rows, rows_per_shard")):
+        _edit_manifest(out, edit)
+        before = _tree(out)
+        _clean_exit_2(runner.invoke(app, args), "manifest.json is damaged", said, "--overwrite")
+        assert _tree(out) == before
+        (out / "manifest.json").write_text(good)
+    assert runner.invoke(app, args).exit_code == 0
+    assert runner.invoke(app, ["verify", str(out)]).exit_code == 0
+
+
+# ------------------------------------------------------------------------------------------------
+# the manifest's renderer record is read as data
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value, said", [
+    ({"name": "nonexistent", "supersample": 4}, "renderer.name is 'nonexistent', not one of pillow, shaded"),
+    ({"name": 5}, "renderer.name is '5'"),
+    ({"name": "shaded", "supersample": 4}, "the manifest's spec is drawn flat"),
+    ({"name": "pillow", "supersample": -1}, "renderer.supersample is '-1'"),
+    ("pillow", "renderer is 'pillow', not a mapping"),
+    (None, "renderer is 'None', not a mapping"),
+], ids=["unknown", "number", "shaded_on_flat", "supersample", "str", "null"])
+def test_a_renderer_record_of_another_shape_is_named_before_a_repair_renders(made, tmp_path, value, said):
+    """``verify --repair`` renders the damaged samples again with the backend the manifest names: an
+    unknown, null or string record, or ``shaded`` for a flat spec, was a traceback (exit 1)."""
+    ds = _copy(made, tmp_path)
+    (ds / "train" / "images" / "000001.png").unlink()
+    _edit_manifest(ds, lambda m: m.update(renderer=value))
+    before = _tree(ds)
+    for args in (["verify", str(ds), "--repair"], ["verify", str(ds)]):
+        _clean_exit_2(runner.invoke(app, args), "manifest.json is damaged", said)
+    assert _tree(ds) == before
