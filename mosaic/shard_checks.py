@@ -197,7 +197,12 @@ def layout_problem(man: dict) -> str | None:
     An edited ``rows_per_shard: -1`` had a repair delete the train shard and mark the dataset
     ``failed_leak_check``; ``0`` divided by zero; a string or null was a traceback (attack round 17)."""
     lay = man.get("parquet")
-    if lay is None:
+    if man.get("storage") == "parquet":  # null where mosaic writes a record was a traceback
+        if ("shards" in man or man.get("status") == "complete") and not isinstance(man.get("shards"), dict):
+            return f"its shards record is {str(man.get('shards'))[:40]!r}, not a mapping of split -> shard list"
+        if lay is None:
+            return "its parquet record (shard_bytes, row_group_rows, rows_per_shard) is missing or null"
+    elif lay is None:
         return None
     if not isinstance(lay, dict):
         return f"its parquet record is {str(lay)[:40]!r}, not a mapping of shard_bytes, row_group_rows and rows_per_shard"

@@ -254,3 +254,16 @@ def test_a_renderer_record_of_another_shape_is_named_before_a_repair_renders(mad
     for args in (["verify", str(ds), "--repair"], ["verify", str(ds)]):
         _clean_exit_2(runner.invoke(app, args), "manifest.json is damaged", said)
     assert _tree(ds) == before
+
+
+@pytest.mark.parametrize("key", ["parquet", "shards"])
+def test_a_null_layout_or_shard_list_of_a_parquet_manifest_is_named(pq, tmp_path, key):
+    """``"parquet": null`` (verify --repair) and ``"shards": null`` (verify, export) were tracebacks."""
+    ds = tmp_path / "pq"
+    shutil.copytree(pq, ds)
+    next((ds / "data").glob("train-*.parquet")).write_bytes(b"")
+    _edit_manifest(ds, lambda m: m.update({key: None}))
+    before = _tree(ds)
+    for args in (["verify", str(ds), "--repair"], ["export", str(ds), "--out", str(tmp_path / "x"), "-f", "imagefolder"]):
+        _clean_exit_2(runner.invoke(app, args), "manifest.json is damaged", key)
+    assert _tree(ds) == before and not (tmp_path / "x").exists()
