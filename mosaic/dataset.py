@@ -45,9 +45,10 @@ from mosaic.errors import DatasetError, MosaicError
 from mosaic.executors import LocalExecutor, check_backend, make_executor
 from mosaic.hf import mosaic_split, write_card
 from mosaic.holdout import is_held_out
-from mosaic.io import (JSONReadError, atomic_write, atomic_write_json, atomic_writer, clear_temps, loads_json, open_own,
+from mosaic.io import (JSONReadError, atomic_write, atomic_writer, clear_temps, loads_json, open_own,
                        output_dir_problem, own_folders)
 from mosaic.locks import FolderLock
+from mosaic.manifest_io import write_manifest
 from mosaic.png import encode_png
 from mosaic.records import (  # noqa: F401 - re-exported: the dataset API of mosaic.dataset
     FORMAT, MANIFEST, base_manifest, check_out_dir, package_versions, png_bytes, read_manifest, record_claims, sample_line, sample_record,
@@ -381,7 +382,7 @@ def _generate_locked(spec, out, workers, overwrite, masks, shard_size, renderer,
     except DatasetError:
         executor.close(cancel=True)
         raise
-    atomic_write_json(out / MANIFEST, _imagefolder_manifest(spec, masks, renderer, "incomplete", sizes))
+    write_manifest(out / MANIFEST, _imagefolder_manifest(spec, masks, renderer, "incomplete", sizes))
     if on_progress:
         on_progress(done, total)
     spec_data, root = spec.to_dict(), str(out.resolve())
@@ -462,7 +463,7 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow", split
     man["leak_check"] = tally.report()
     if not man["leak_check"]["passed"]:
         man["status"] = "failed_leak_check"
-        atomic_write_json(out / MANIFEST, man)
+        write_manifest(out / MANIFEST, man)
         failed = [k for k, c in man["leak_check"]["checks"].items() if not c["passed"]]
         raise DatasetError(f"the generated dataset at {out} failed its leak check ({', '.join(failed)}); see manifest.json")
     # every file read back and digested (mosaic verify), one line written per file as it is hashed; the
@@ -471,7 +472,7 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow", split
                                        expected={k: _rendered_digests(parts, k, masks) for k in sizes})
     man["status"] = "complete"
     write_card(out, spec, man, "imagefolder")  # the card first: a failure here (a full disk) leaves the dataset unfinished, so a rerun finishes it
-    atomic_write_json(out / MANIFEST, man)
+    write_manifest(out / MANIFEST, man)
     return man
 
 

@@ -21,8 +21,9 @@ from mosaic.checksums import bounded_lines, write_checksums
 from mosaic.errors import DatasetError
 from mosaic.executors import LocalExecutor
 from mosaic.hf import write_card
-from mosaic.io import atomic_text_writer, atomic_write_json, read_json
+from mosaic.io import atomic_text_writer, read_json
 from mosaic.locks import FolderLock
+from mosaic.manifest_io import write_manifest
 from mosaic.parquet import (
     DEFAULT_SHARD_BYTES, ESTIMATE_SAMPLES, check_format, finalize_parquet, iter_records, own_parquet_folders, parquet_manifest,
     plan_rows_per_shard, row_of, row_schema, storage_of, write_shards,
@@ -115,7 +116,7 @@ def _export(src: str | Path, format: str, dst: Path, shard_bytes: int, overwrite
                 plan[split] = plan_rows_per_shard(pa.Table.from_pylist(rows, schema=row_schema(spec, masks)), shard_bytes)
         dst.mkdir(parents=True, exist_ok=True)
         own_parquet_folders(dst)
-        atomic_write_json(dst / MANIFEST, {**parquet_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes),
+        write_manifest(dst / MANIFEST, {**parquet_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes),
                                            "export_source": str(src.resolve())})  # named by verify if this export is interrupted
         spec_data = spec.to_dict()
         write_shards(spec, dst, plan, masks, _table_of_imagefolder_cached(),
@@ -183,7 +184,7 @@ def _parquet_to_imagefolder(spec: Spec, src: Path, dst: Path, man: dict, masks: 
     done = 0
     dst.mkdir(parents=True)
     out_man = base_manifest(spec, masks, renderer, "incomplete", "imagefolder")
-    atomic_write_json(dst / MANIFEST, {**out_man, "export_source": str(src.resolve())})  # named by verify if this export is interrupted
+    write_manifest(dst / MANIFEST, {**out_man, "export_source": str(src.resolve())})  # named by verify if this export is interrupted
     tally = Tally(spec)
     for split, v in man["splits"].items():
         tally.begin(split)
@@ -213,7 +214,7 @@ def _parquet_to_imagefolder(spec: Spec, src: Path, dst: Path, man: dict, masks: 
         order = [s for s in spec.split_sizes() if s in man["splits"]] + [s for s in man["splits"] if s not in spec.split_sizes()]
         out_man["checksums"] = write_checksums(dst, {s: _records_of(dst / s / "metadata.jsonl") for s in order})  # generate's order
     write_card(dst, spec, out_man, "imagefolder")  # the card first: a failure here leaves the export unfinished
-    atomic_write_json(dst / MANIFEST, out_man)
+    write_manifest(dst / MANIFEST, out_man)
     if on_progress:
         on_progress(total, total)
     return out_man

@@ -570,9 +570,21 @@ class SpecFields(StrictModel):
         return self.model_dump(mode="json", exclude_none=True)
 
     def fingerprint(self) -> str:
-        """sha256 (16 hex digits) of the canonical JSON of the resolved spec (computed once: a
-        validated spec is not meant to be mutated; derive a new one with :func:`apply_overrides`)."""
+        """:func:`fingerprint_of` the resolved spec (computed once: a validated spec is not meant to be
+        mutated; derive a new one with :func:`apply_overrides`)."""
         if self._fp is None:
-            self._fp = hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+            self._fp = fingerprint_of(self.to_dict())
         return self._fp
 
+
+def fingerprint_of(spec_data: dict) -> str:
+    """sha256 (16 hex digits) of the canonical JSON of resolved spec data (sorted keys, no spaces),
+    followed, where the concepts are not in sorted order, by their order: sampling draws the concepts
+    in that order, so two specs that differ only in it make other datasets and must not share a
+    fingerprint (nor the caches keyed by it). A spec whose concepts are in sorted order keeps the
+    fingerprint it always had."""
+    text = json.dumps(spec_data, sort_keys=True, separators=(",", ":"))
+    concepts = spec_data.get("concepts") if isinstance(spec_data, dict) else None
+    if isinstance(concepts, dict) and list(concepts) != sorted(concepts):
+        text += "\nconcept order:" + json.dumps(list(concepts))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

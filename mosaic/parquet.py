@@ -39,6 +39,7 @@ from mosaic.executors import check_backend, make_executor
 from mosaic.hf import arrow_schema, feature_tree, hf_record, present_splits, write_card
 from mosaic.io import TEMP_GLOB, atomic_write_json, new_temp_file, own_folders, read_json
 from mosaic.locks import FolderLock
+from mosaic.manifest_io import write_manifest
 from mosaic.records import FORMAT, MANIFEST, base_manifest, check_out_dir, png_bytes, read_manifest, sample_record, spec_from_data
 from mosaic.repair import check_repaired_shards, mark_shards_for_regeneration
 from mosaic.sampling import prefetch_scenes
@@ -387,7 +388,7 @@ def _generate_parquet_locked(spec, out, workers, overwrite, masks, shard_bytes, 
     executor = make_executor(backend, workers, address)
     own_parquet_folders(out)
     _clear_partial(out)
-    atomic_write_json(out / MANIFEST, parquet_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes))
+    write_manifest(out / MANIFEST, parquet_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes))
     spec_data = spec.to_dict()
     try:
         write_shards(spec, out, plan, masks, render_rows, lambda s, a, b: (spec_data, s, a, b, masks, renderer), executor, on_progress)
@@ -432,12 +433,12 @@ def finalize_parquet(spec: Spec, out: Path, masks: bool, renderer: str, plan: di
     man["leak_check"] = tally.report()
     if not man["leak_check"]["passed"]:
         man["status"] = "failed_leak_check"
-        atomic_write_json(out / MANIFEST, man)
+        write_manifest(out / MANIFEST, man)
         failed = [k for k, c in man["leak_check"]["checks"].items() if not c["passed"]]
         raise DatasetError(f"the generated dataset at {out} failed its leak check ({', '.join(failed)}); see manifest.json")
     man["status"] = "complete"
     write_card(out, spec, man, "parquet")  # the card first: a failure here leaves the dataset unfinished, so a rerun finishes it
-    atomic_write_json(out / MANIFEST, man)
+    write_manifest(out / MANIFEST, man)
     return man
 
 

@@ -21,7 +21,8 @@ from typing import Callable
 from mosaic.checksums import CHECKSUMS
 from mosaic.errors import DatasetError
 from mosaic.hf import write_card
-from mosaic.io import atomic_write, atomic_write_json
+from mosaic.io import atomic_write
+from mosaic.manifest_io import write_manifest
 from mosaic.records import package_versions, png_bytes, sample_record, spec_from_data
 from mosaic.verify import MANIFEST, VerifyReport, read_checksums, read_manifest_checked, sha256_file, verify
 from renderers import backend_of, get_renderer
@@ -190,7 +191,7 @@ def mark_shards_for_regeneration(root: str | Path, report: VerifyReport) -> list
                     target = make_room(root, rel)  # a folder or file in the way is cleared (or refused)
                     target.unlink(missing_ok=True)
                 hit.append(s["name"])
-    atomic_write_json(root / MANIFEST, {**man, "status": "incomplete", "repairing": {"shards": hit, "was": man.get("shards")}})
+    write_manifest(root / MANIFEST, {**man, "status": "incomplete", "repairing": {"shards": hit, "was": man.get("shards")}})
     return hit
 
 

@@ -37,6 +37,7 @@ from mosaic.checksums import (  # noqa: F401 - write_checksums re-exported: the 
     write_checksums,
 )
 from mosaic.errors import DatasetError, MosaicError
+from mosaic.grammar import fingerprint_of
 from mosaic.io import loads_json, read_bounded, unreadable_path
 from mosaic.png import HEADER_BYTES, SIGNATURE, max_png_bytes, png_header_problem, png_structure_problem
 from mosaic.shard_checks import check_shards, layout_problem, spec_image_size  # noqa: F401 - check_shards re-exported
@@ -100,11 +101,10 @@ def sha256_file(path: str | Path) -> str:
 
 
 def spec_fingerprint(spec_data: dict) -> str:
-    """The fingerprint of a manifest's stored spec, computed as :meth:`mosaic.spec.Spec.fingerprint`
-    computed it at generation (sha256 of the canonical JSON of the resolved spec, 16 hex digits):
-    the stored spec is that resolved spec, so any edit to it shows as another fingerprint. (It is
-    not re-parsed: a later mosaic that adds defaulted fields still gets the recorded value.)"""
-    return hashlib.sha256(json.dumps(spec_data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+    """The fingerprint of a manifest's stored spec as :meth:`mosaic.spec.Spec.fingerprint` computed it at
+    generation (:func:`mosaic.grammar.fingerprint_of`): any edit to it shows as another fingerprint.
+    (It is not re-parsed: a later mosaic that adds defaulted fields still gets the recorded value.)"""
+    return fingerprint_of(spec_data)
 
 
 #: the most bytes of a manifest read (mosaic's are KB to a few MB: the spec, counts, the leak check's cells)
