@@ -120,6 +120,8 @@ class DiffusionTask(Task):
         check_model_fits(cfg.model, self.model_size)
         self.noise = make_noise_scheduler(m.schedule, latent=self.space is not None)
         self.conditioner = self._conditioner()
+        if not train and run is not None:  # a run read back (sample, analyze): its config must describe its weights
+            self._check_weight_shapes(run)
         self.model = DiffusionModel(build_backbone(m, self.model_size, self.model_channels), self.conditioner, m.backbone,
                                     pooled=m.mmdit_.pooled)
         self.train_data = {}
@@ -319,6 +321,35 @@ class DiffusionTask(Task):
         out_dir.mkdir(parents=True, exist_ok=True)
         model.backbone.save_pretrained(out_dir / "backbone")
         save_file({k: v.detach().cpu().contiguous() for k, v in model.conditioner.state_dict().items()}, str(out_dir / "conditioner.safetensors"))
+
+    def _check_weight_shapes(self, run: RunFolder) -> None:
+        """The backbone the run's ``config.yaml`` describes, built on the meta device (no memory), must
+        have the tensors of the run's exported backbone weights (``best/`` or ``final/``, read from the
+        safetensors header): a config edited to a huge model must not make ``mosaic sample`` allocate it
+        (15 GB and a traceback, attack round 17) before the weights are compared.
+
+        Raises:
+            TrainingError: shapes that differ (the first named), or a header safetensors cannot read."""
+        from safetensors import safe_open
+
+        files = [d / "backbone" / "diffusion_pytorch_model.safetensors" for d in (run.best, run.final)]
+        path = next((f for f in files if f.is_file()), None)
+        if path is None:  # no weights yet: load_weights names what is missing
+            return
+        with torch.device("meta"):
+            want = {k: tuple(v.shape) for k, v in build_backbone(self.cfg.model, self.model_size, self.model_channels).state_dict().items()}
+        try:
+            with safe_open(str(path), "pt") as f:
+                got = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        except Exception as e:  # noqa: BLE001 - a header safetensors cannot read: the file is damaged
+            raise TrainingError(f"{path} does not load ({type(e).__name__}): the run's weights are damaged; train the run "
+                                "again into a new --out") from None
+        bad = sorted(set(want) ^ set(got)) or [k for k in want if want[k] != got[k]]
+        if bad:
+            k = bad[0]
+            raise TrainingError([("model", f"{run.config} does not describe the run's weights {path}: tensor {k!r} is "
+                                  f"{got.get(k, 'absent')} there and {want.get(k, 'absent')} by the config; the config was edited "
+                                  "or the weights come from another run: restore config.yaml, or train the run again into a new --out")])
 
     def load_weights(self, weights_dir: Path) -> None:
         """Load weights written by :meth:`export` into ``self.model``.

@@ -1,0 +1,45 @@
+"""A run read back (``mosaic sample``, ``mosaic analyze``) builds the model its ``config.yaml`` describes
+only after checking it against the run's weights on the meta device: a config edited to a huge model
+used 15.5 GB before the weights were compared (attack round 17)."""
+
+from __future__ import annotations
+
+import yaml
+from typer.testing import CliRunner
+
+from mosaic.cli import app
+from tests.conftest import clean_exit_2
+
+
+def _edit_model(run, **unet):
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg["model"]["unet"].update(unet)
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+
+
+def test_an_edited_model_size_is_refused_before_the_model_is_built(drun, tmp_path, monkeypatch):
+    import mosaic.lab.diffusion.task as task_mod
+
+    run, _ = drun
+    original = (run / "config.yaml").read_text()
+    built = []
+    real = task_mod.build_backbone
+
+    def spy(m, size, channels):  # the real build of the config's model (not on the meta device) must not happen
+        import torch
+
+        if torch.empty(0).device.type != "meta":
+            built.append(list(m.unet.block_out_channels))
+        return real(m, size, channels)
+
+    monkeypatch.setattr(task_mod, "build_backbone", spy)
+    try:
+        _edit_model(run, block_out_channels=[512, 1024])  # ~100x the trained model's tensors
+        res = CliRunner().invoke(app, ["sample", str(run), "--out", str(tmp_path / "s")])
+        clean_exit_2(res, "config.yaml", "does not describe the run's weights")
+        assert built == []
+        assert not (tmp_path / "s").exists()
+    finally:
+        (run / "config.yaml").write_text(original)
+    res = CliRunner().invoke(app, ["sample", str(run), "--out", str(tmp_path / "ok")])  # the restored config samples
+    assert res.exit_code == 0, res.output
