@@ -43,3 +43,22 @@ def test_an_edited_model_size_is_refused_before_the_model_is_built(drun, tmp_pat
         (run / "config.yaml").write_text(original)
     res = CliRunner().invoke(app, ["sample", str(run), "--out", str(tmp_path / "ok")])  # the restored config samples
     assert res.exit_code == 0, res.output
+
+
+def test_a_dataset_path_that_is_not_a_folder_is_named_as_such(tmp_path):
+    """``dataset.path`` at a FIFO or a file: not "generate a dataset there" (attack round 17)."""
+    import os
+
+    import pytest
+
+    from mosaic.errors import DatasetError
+    from mosaic.lab.config import DatasetSection
+    from mosaic.lab.data import resolve_dataset
+
+    fifo, plain = tmp_path / "fifo", tmp_path / "file.txt"
+    os.mkfifo(fifo)
+    plain.write_text("x")
+    for p in (fifo, plain):
+        with pytest.raises(DatasetError) as e:
+            resolve_dataset(DatasetSection(path=p))
+        assert "is not a folder" in str(e.value) and "generate SPEC --out" in str(e.value)

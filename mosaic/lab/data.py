@@ -77,6 +77,9 @@ def resolve_dataset(section: DatasetSection, generate: bool = True, on_progress=
         if not (root / "manifest.json").is_file():
             if (hint := manifest_hint(root)) is not None:  # a split folder, a run: never "generate a dataset there"
                 raise DatasetError([("dataset.path", hint)])
+            if root.exists() and not root.is_dir():  # a file, a FIFO, a device: `generate --out` could not make a dataset there
+                raise DatasetError([("dataset.path", f"{str(root)!r} is not a folder (a file or another kind of entry stands there): "
+                                     "give the folder of a dataset made by `mosaic generate SPEC --out DIR`")])
             raise DatasetError(
                 f"dataset.path {str(root)!r}: no mosaic dataset there (manifest.json is missing). Generate it with "
                 f"`mosaic generate SPEC --out {root}`, or set dataset.spec to generate one on demand"
