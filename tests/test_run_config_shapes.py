@@ -62,3 +62,15 @@ def test_a_dataset_path_that_is_not_a_folder_is_named_as_such(tmp_path):
         with pytest.raises(DatasetError) as e:
             resolve_dataset(DatasetSection(path=p))
         assert "is not a folder" in str(e.value) and "generate SPEC --out" in str(e.value)
+
+
+def test_mosaic_dataset_split_must_be_a_name(made):
+    """``MosaicDataset(root, ['train'])``: a named error, not a TypeError from inside (attack round 17)."""
+    import pytest
+
+    from mosaic.errors import DatasetError
+    from mosaic.torch_data import MosaicDataset
+
+    for bad in (["train"], None, 3, ("train",)):
+        with pytest.raises(DatasetError, match="one split's name"):
+            MosaicDataset(made[1], bad)
