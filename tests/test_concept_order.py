@@ -64,3 +64,17 @@ def test_a_dataset_of_unsorted_concepts_is_its_spec(tmp_path, name, sets, fmt):
     assert list(man["spec"]["concepts"]) == list(load_spec(SPECS / f"{name}.yaml").concepts)
     r = CliRunner().invoke(app, ["verify", str(out), "--against-spec"])
     assert r.exit_code == 0 and "OK" in r.output, r.output
+
+
+def test_a_manifest_whose_concept_order_was_edited_is_refused(tmp_path):
+    """Reordering the stored spec's concepts (the data on disk was drawn in the other order) is an edit
+    of the spec: the fingerprint no longer matches and the quick check names it."""
+    out = tmp_path / "count"
+    r = CliRunner().invoke(app, ["generate", str(SPECS / "count.yaml"), "--out", str(out), "--set", "splits.train=20",
+                                 "--set", "splits.val=4", "--set", "splits.test=4"])
+    assert r.exit_code == 0, r.output
+    man = json.loads((out / "manifest.json").read_text())
+    man["spec"]["concepts"] = dict(reversed(list(man["spec"]["concepts"].items())))  # count, color
+    (out / "manifest.json").write_text(manifest_text(man))
+    r = CliRunner().invoke(app, ["verify", str(out)])
+    assert r.exit_code != 0 and "fingerprint" in r.output, r.output
