@@ -31,7 +31,7 @@ from mosaic.folder_kinds import kind_hint
 from mosaic.hf import hf_record
 from mosaic.holdout import HELD_OUT, SEEN, combination_of, is_held_out
 from mosaic.labels import _caption, _read_labels, assign_templates
-from mosaic.scene import Scene
+from mosaic.scene import Scene, json_number
 from mosaic.scene3d import Scene3D, scene_from_dict
 from mosaic.png import encode_png
 from mosaic.record_form import record_form_check
@@ -292,11 +292,6 @@ def _look_text(o) -> tuple[str, str]:
     return t
 
 
-def _num(v) -> str:
-    """JSON text of a number as ``json.dumps`` writes it (``repr`` for finite floats and ints)."""
-    return repr(v) if (type(v) is float and v - v == 0) or type(v) is int else json.dumps(v)
-
-
 def scene_graph_json(scene) -> str:
     """``json.dumps(scene_graph(scene), sort_keys=True)``, byte for byte, written straight from the
     scene for a flat :class:`~mosaic.scene.Scene` and a :class:`~mosaic.scene3d.Scene3D` (its ``graph_json``)."""
@@ -308,8 +303,8 @@ def scene_graph_json(scene) -> str:
         b = _box(o, side)
         a, m, z = _look_text(o)
         cx, cy = o.center
-        parts.append(f'{{"bbox": [{b[0]}, {b[1]}, {b[2]}, {b[3]}], "center": [{_num(cx)}, {_num(cy)}], {a}{_num(o.rotation)}'
-                     f'{m}{_num(o.size)}{z}')
+        parts.append(f'{{"bbox": [{b[0]}, {b[1]}, {b[2]}, {b[3]}], "center": [{json_number(cx)}, {json_number(cy)}], {a}{json_number(o.rotation)}'
+                     f'{m}{json_number(o.size)}{z}')
     table = _relation_text(len(parts))
     rel = ", ".join([table[q] for q in _pair_codes(scene)])
     return (f'{{"background": {json.dumps(list(scene.background))}, "image_size": {json.dumps(side)}, '

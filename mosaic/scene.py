@@ -8,12 +8,19 @@ camera convention, Jeong et al. 2026 §1.3).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
 from mosaic.vocab import SHAPES
 
 COORD_DECIMALS = 5  # centres, sizes and rotations are rounded so a scene round-trips through JSON exactly
+
+
+def json_number(v) -> str:
+    """JSON text of one value as ``json.dumps`` writes it (``repr`` of a finite float or an int; anything
+    else through ``json.dumps``): the record lines written as text use it."""
+    return repr(v) if (type(v) is float and v - v == 0) or type(v) is int else json.dumps(v)
 
 
 @dataclass

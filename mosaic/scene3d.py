@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mosaic.scene import COORD_DECIMALS, Scene, SceneObject
+from mosaic.scene import COORD_DECIMALS, Scene, SceneObject, json_number
 
 WORLD = 6.0
 #: CLEVR's solids (a shape name of the grammar when ``image.renderer`` is ``shaded``).
@@ -362,12 +362,12 @@ class Scene3D(Scene):
                 head = _obj_text(o)
             pos, dims = o.position, o.dims
             box = o.bbox(side)
-            objs.append(f'{{"bbox": [{box[0]}, {box[1]}, {box[2]}, {box[3]}], "center": [{_j(o.center[0])}, {_j(o.center[1])}], '
-                        f'{head[0]}"pixel_coords": [{", ".join(_j(round(float(v), 4)) for v in o.pixel)}], '
-                        f'"position_3d": [{", ".join(_j(round(float(v), 6)) for v in pos)}], {head[1]}"rotation": {_j(o.rotation)}, '
-                        f'"rotation_3d": [0.0, 0.0, {_j(float(o.rotation))}], {head[2]}"size": {_j(o.size)}, '
-                        f'"size_3d": [{", ".join(_j(round(float(v), 6)) for v in dims)}], {head[3]}'
-                        f'"visible_fraction": {_j(round(float(o.visible_fraction), 6))}, "visible_pixels": {int(o.visible_pixels)}}}')
+            objs.append(f'{{"bbox": [{box[0]}, {box[1]}, {box[2]}, {box[3]}], "center": [{json_number(o.center[0])}, {json_number(o.center[1])}], '
+                        f'{head[0]}"pixel_coords": [{", ".join(json_number(round(float(v), 4)) for v in o.pixel)}], '
+                        f'"position_3d": [{", ".join(json_number(round(float(v), 6)) for v in pos)}], {head[1]}"rotation": {json_number(o.rotation)}, '
+                        f'"rotation_3d": [0.0, 0.0, {json_number(float(o.rotation))}], {head[2]}"size": {json_number(o.size)}, '
+                        f'"size_3d": [{", ".join(json_number(round(float(v), 6)) for v in dims)}], {head[3]}'
+                        f'"visible_fraction": {json_number(round(float(o.visible_fraction), 6))}, "visible_pixels": {int(o.visible_pixels)}}}')
         rels = ", ".join([f'{{"object": {j}, "relation": "{r}", "subject": {i}}}' for i, r, j in self.relations()])
         return (f'{{"background": {json.dumps(list(self.background))}, "directions": {json.dumps(self.view.directions(), sort_keys=True)}, '
                 f'"image_size": {json.dumps(side)}, "objects": [{", ".join(objs)}], "relations": [{rels}], '
@@ -377,11 +377,6 @@ class Scene3D(Scene):
     def from_dict(cls, d: dict) -> "Scene3D":
         return cls(int(d["image_size"]), tuple(d["background"]), [SolidObject.from_dict(o) for o in d["objects"]],
                    View.from_dict(d["view"]))
-
-
-def _j(v) -> str:
-    """JSON text of one value as ``json.dumps`` writes it (``repr`` of a finite float or an int)."""
-    return repr(v) if (type(v) is float and v - v == 0) or type(v) is int else json.dumps(v)
 
 
 _OBJ_TEXT: dict[tuple, tuple[str, str, str, str]] = {}  # an object's look -> the JSON text of its fixed fields

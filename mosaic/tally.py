@@ -112,4 +112,3 @@ class Tally:
             })
         report["passed"] = all(c["passed"] for c in checks.values())
         return report
-
