@@ -336,6 +336,20 @@ class LearnedEvaluator:
             atomic_write(d / REPORT_FILE, json.dumps(self.report, indent=2) + "\n")
 
 
+def shape_difference(path: Path, want: dict[str, tuple]) -> tuple[dict[str, tuple], str | None]:
+    """The tensor shapes a safetensors file's header gives (read without loading a tensor) and the first
+    tensor name whose shape differs from ``want`` (present in one only, or another shape), or None.
+
+    Raises:
+        whatever ``safetensors.safe_open`` raises on a header it cannot read (a damaged file)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        got = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    bad = sorted(set(want) ^ set(got)) or [k for k in want if want[k] != got[k]]
+    return got, (bad[0] if bad else None)
+
+
 def _check_weight_shapes(path: Path, sizes: list[int], cfg: LearnedConfig, fix: str) -> None:
     """The network that ``config.json`` describes (built on the meta device: no memory) must have
     exactly the tensors of the weights file (read from its header): a damaged config cannot make
@@ -343,18 +357,13 @@ def _check_weight_shapes(path: Path, sizes: list[int], cfg: LearnedConfig, fix: 
 
     Raises:
         MosaicError: an unreadable weights header, or shapes that differ (naming the first)."""
-    from safetensors import safe_open
-
     with torch.device("meta"):
         want = {k: tuple(v.shape) for k, v in EvaluatorNet(sizes, cfg.input_size, cfg.width, cfg.hidden).state_dict().items()}
     try:
-        with safe_open(str(path), "pt") as f:
-            got = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        got, k = shape_difference(path, want)
     except Exception as e:  # noqa: BLE001 - a header safetensors cannot read: the file is damaged
         raise MosaicError(f"{path} does not load ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}): {fix}") from None
-    bad = sorted(set(want) ^ set(got)) or [k for k in want if want[k] != got[k]]
-    if bad:
-        k = bad[0]
+    if k is not None:
         raise MosaicError(f"{path.parent / CONFIG_FILE} does not describe {path.name}: tensor {k!r} is {got.get(k, 'absent')} in the "
                           f"weights, the config (input_size {cfg.input_size}, width {cfg.width}, hidden {cfg.hidden}) gives "
                           f"{want.get(k, 'none')}; one of the two files is damaged or from another evaluator: {fix}")

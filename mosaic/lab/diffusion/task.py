@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from mosaic.errors import ConfigError, TrainingError
+from mosaic.evaluation.learned import shape_difference
 from mosaic.lab.data import split_names, to_float
 from mosaic.lab.diffusion.config import DiffusionConfig, FlowSection
 from mosaic.lab.diffusion.model import DiffusionModel, build_backbone, check_model_fits
@@ -330,8 +331,6 @@ class DiffusionTask(Task):
 
         Raises:
             TrainingError: shapes that differ (the first named), or a header safetensors cannot read."""
-        from safetensors import safe_open
-
         files = [d / "backbone" / "diffusion_pytorch_model.safetensors" for d in (run.best, run.final)]
         path = next((f for f in files if f.is_file()), None)
         if path is None:  # no weights yet: load_weights names what is missing
@@ -339,14 +338,11 @@ class DiffusionTask(Task):
         with torch.device("meta"):
             want = {k: tuple(v.shape) for k, v in build_backbone(self.cfg.model, self.model_size, self.model_channels).state_dict().items()}
         try:
-            with safe_open(str(path), "pt") as f:
-                got = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+            got, k = shape_difference(path, want)
         except Exception as e:  # noqa: BLE001 - a header safetensors cannot read: the file is damaged
             raise TrainingError(f"{path} does not load ({type(e).__name__}): the run's weights are damaged; train the run "
                                 "again into a new --out") from None
-        bad = sorted(set(want) ^ set(got)) or [k for k in want if want[k] != got[k]]
-        if bad:
-            k = bad[0]
+        if k is not None:
             raise TrainingError([("model", f"{run.config} does not describe the run's weights {path}: tensor {k!r} is "
                                   f"{got.get(k, 'absent')} there and {want.get(k, 'absent')} by the config; the config was edited "
                                   "or the weights come from another run: restore config.yaml, or train the run again into a new --out")])
