@@ -117,7 +117,7 @@ def _export(src: str | Path, format: str, dst: Path, shard_bytes: int, overwrite
         dst.mkdir(parents=True, exist_ok=True)
         own_parquet_folders(dst)
         write_manifest(dst / MANIFEST, {**parquet_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes),
-                                           "export_source": str(src.resolve())})  # named by verify if this export is interrupted
+                                        "export_source": str(src.resolve())})  # named by verify if this export is interrupted
         spec_data = spec.to_dict()
         write_shards(spec, dst, plan, masks, _table_of_imagefolder_cached(),
                      lambda s, a, b: (spec_data, str(src), s, a, b, masks), LocalExecutor(1), on_progress)

@@ -45,7 +45,9 @@ class Cams:
             C.append(v.camera)
             # world point -> (x / z, y / z, z) in the camera frame, scaled to sample units
             self.one.append(SimpleNamespace(n=self.n, _M=np.stack([r, u, f], 1), _k=self.n / (2.0 * t), _C64=np.asarray(v.camera, np.float64)))
-        self._stack = None
+        # every scene's camera as arrays, one row per scene (:meth:`rects` of a batch reads each object's row)
+        self._stack = SimpleNamespace(_M=np.stack([o._M for o in self.one]), _k=np.array([o._k for o in self.one]),
+                                      _C64=np.stack([o._C64 for o in self.one]))
         self.C = np.array(C, np.float64).astype(F)
         self.d0, self.dx, self.dy = np.array(d0), np.array(dx), np.array(dy)
         self.d0f, self.dxf, self.dyf = self.d0.astype(F), self.dx.astype(F), self.dy.astype(F)
@@ -62,9 +64,6 @@ class Cams:
         ``plan`` (cast order), each through its own scene's camera."""
         if self.B == 1:
             return rects(self.one[0], pts, clip)
-        if self._stack is None:  # every scene's camera as arrays, one row per scene
-            self._stack = SimpleNamespace(n=self.n, _M=np.stack([o._M for o in self.one]), _k=np.array([o._k for o in self.one]),
-                                          _C64=np.stack([o._C64 for o in self.one]))
         st, sc = self._stack, plan.scene
         return rects(SimpleNamespace(n=self.n, _M=st._M[sc], _k=st._k[sc, None], _C64=st._C64[sc, None]), pts, clip)
 
