@@ -80,7 +80,7 @@ def resolve_split(root: str | Path, split: str, manifest: dict | None = None) ->
     """
     man = manifest or read_manifest(root)
     name = mosaic_split(split)
-    if name not in man.get("splits", {}):
+    if not isinstance(name, str) or name not in man.get("splits", {}):  # a list of splits was a TypeError (unhashable)
         order = ["train", "val", "test", "test_id", "test_ood"]
         splits = sorted(man.get("splits", {}).items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0]))
         have = ", ".join(f"{s} ({v['count']})" for s, v in splits)

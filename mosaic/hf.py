@@ -50,8 +50,9 @@ CARD = "README.md"
 
 
 def mosaic_split(name: str) -> str:
-    """The mosaic split name of ``name`` (``validation`` and ``val`` are the same split)."""
-    return SPLIT_ALIASES.get(name, name)
+    """The mosaic split name of ``name`` (``validation`` and ``val`` are the same split); anything but a
+    string comes back as it is, for the caller to name as no split."""
+    return SPLIT_ALIASES.get(name, name) if isinstance(name, str) else name
 
 
 # ----------------------------------------------------------------------------------------------

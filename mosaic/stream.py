@@ -106,7 +106,7 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         spec = _spec_of(spec)
         sizes = spec.split_sizes()
         name = mosaic_split(split)
-        if name not in sizes:
+        if not isinstance(name, str) or name not in sizes:
             have = ", ".join(f"{s} ({n})" for s, n in sizes.items())
             raise DatasetError([("split", f"spec {spec.name!r} has no split {split!r}; its splits: {have}"
                                  + (" (val is also called validation)" if "val" in sizes else ""))])

@@ -50,9 +50,6 @@ class MosaicDataset(torch.utils.data.Dataset):
         for name, v in (("load_masks", load_masks), ("verify", verify)):  # "no" / "False" are true to Python
             if not isinstance(v, (bool, np.bool_)):
                 raise DatasetError([(name, f"{name} must be True or False, got {v!r} ({type(v).__name__})")])
-        if not isinstance(split, str):  # a list of splits was a TypeError (unhashable) from deep inside
-            raise DatasetError([("split", f"split must be one split's name (a string) such as 'train', got {split!r} "
-                                 f"({type(split).__name__}): make one MosaicDataset per split")])
         self.root = Path(root)
         read_manifest_checked(self.root)  # a dataset at all (named otherwise) before a lock file is made beside it
         # the dataset's shared lock from the check to the last image: a `generate --overwrite` can neither start nor

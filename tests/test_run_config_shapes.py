@@ -64,13 +64,17 @@ def test_a_dataset_path_that_is_not_a_folder_is_named_as_such(tmp_path):
         assert "is not a folder" in str(e.value) and "generate SPEC --out" in str(e.value)
 
 
-def test_mosaic_dataset_split_must_be_a_name(made):
-    """``MosaicDataset(root, ['train'])``: a named error, not a TypeError from inside (attack round 17)."""
+def test_a_split_that_is_no_name_is_named_by_the_readers(made):
+    """``MosaicDataset(root, ['train'])`` (and a dict, a tuple): "has no split", as for any other non-split,
+    not a TypeError from inside (attack round 17); the same for StreamingDataset."""
     import pytest
 
     from mosaic.errors import DatasetError
+    from mosaic.stream import StreamingDataset
     from mosaic.torch_data import MosaicDataset
 
-    for bad in (["train"], None, 3, ("train",)):
-        with pytest.raises(DatasetError, match="one split's name"):
+    for bad in (["train"], {"train": 1}, ("train",)):
+        with pytest.raises(DatasetError, match="has no split"):
             MosaicDataset(made[1], bad)
+        with pytest.raises(DatasetError, match="has no split"):
+            StreamingDataset(made[1], split=bad)
