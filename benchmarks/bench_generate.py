@@ -5,8 +5,8 @@
 
 Prints images/s for: sampling + rendering alone (the baseline, one process, no PNG, image and
 instance mask drawn as the issue's baseline was; the image alone, what generation without
-``--masks`` draws, on the next line), the per-image parts of writing (building the record, PNG
-encoding, JSON, creating the file) and the full generation (sampling, rendering, PNG encoding,
+``--masks`` draws, on the next line), the per-image parts of writing (building the record and its JSON line,
+timed on already sampled scenes in rounds alternating with sampling; PNG encoding, JSON, creating the file) and the full generation (sampling, rendering, PNG encoding,
 records, files or Parquet shards, leak check, checksums, card) in both storage forms with each
 ``--workers``, at each ``--px``, every figure as a ratio to the baseline of its resolution.
 Every figure is also given as CPU milliseconds per image (``time.process_time`` for the parts; for
@@ -30,6 +30,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from mosaic.dataset import generate  # noqa: E402
 from mosaic.png import encode_png  # noqa: E402
+from mosaic.recordline import record_line  # noqa: E402
 from mosaic.records import sample_line, sample_record  # noqa: E402
 from mosaic.sampling import sample_scene  # noqa: E402
 from mosaic.spec import apply_overrides, parse_spec, read_yaml  # noqa: E402
@@ -52,6 +54,20 @@ def rate(n: int, fn) -> float:
     t = time.process_time()
     fn()
     return n / max(time.process_time() - t, 1e-9)
+
+
+def alternating_rates(n: int, fns: list, rounds: int = 5) -> list[float]:
+    """images/s of each of ``fns`` (``n`` images each) by CPU time, the median of ``rounds`` rounds that
+    run the functions in turn (A B C A B C ...), so that a drift of the host's speed reaches each alike."""
+    for fn in fns:  # warm-up: caches filled once per spec
+        fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for k, fn in enumerate(fns):
+            t = time.process_time()
+            fn()
+            times[k].append(time.process_time() - t)
+    return [n / max(statistics.median(ts), 1e-9) for ts in times]
 
 
 def load() -> str:
@@ -162,15 +178,21 @@ def main() -> None:
         base_image = rate(m, lambda: [rend.render_image(sample_scene(spec, "train", i)[0]) for i in range(m)])
         images = [rend.render_one(s)[0] for s in scenes]
         recs = [sample_record(spec, "train", i)[0] for i in range(m)]
-        t_sample = rate(m, lambda: [sample_scene(spec, "train", i) for i in range(m)])
-        t_line = rate(m, lambda: [sample_line(spec, "train", i) for i in range(m)])
+        # sampling and the record measured in alternating rounds (medians): on a host whose speed drifts within
+        # a minute, two back-to-back timings differ by more than the record costs, so their difference is noise
+        sampled = [sample_scene(spec, "train", i) for i in range(m)]
+        t_sample, t_line, t_rec = alternating_rates(m, [
+            lambda: [sample_scene(spec, "train", i) for i in range(m)],
+            lambda: [sample_line(spec, "train", i) for i in range(m)],
+            lambda: [record_line(spec, sc, v, "train", i) or sample_line(spec, "train", i) for i, (sc, v) in enumerate(sampled)],
+        ])
         parts = {
             "sample_scene": t_sample,
             "render (drawing + reduce)": rate(m, lambda: [rend.render_one(s) for s in scenes]),
             "render, image only (no mask)": rate(m, lambda: [rend.render_image(s) for s in scenes]),
             "sample + record (dict, sample_record)": rate(m, lambda: [sample_record(spec, "train", i) for i in range(m)]),
             "sample + record + JSON line (sample_line)": t_line,
-            "record + JSON line alone (the difference)": 1.0 / max(1.0 / t_line - 1.0 / t_sample, 1e-9),
+            "record + JSON line alone (record_line)": t_rec,
             "PNG encoding": rate(m, lambda: [encode_png(a) for a in images]),
             "JSON of a record dict (json.dumps)": rate(m, lambda: [json.dumps(r, sort_keys=True) for r in recs]),
             "file creation (open, write, close)": file_creation(images, tmp_root),
