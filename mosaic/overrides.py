@@ -157,7 +157,7 @@ def load_yaml_text(text: str, where: str, error: ErrorFactory) -> Any:
 
     Raises ``error(where, message)`` for a syntax error (line and column), a key named twice in one
     mapping (both lines), a recursive alias or an alias expansion beyond :data:`MAX_YAML_VALUES`
-    values ("billion laughs").
+    values ("billion laughs"), or an integer longer than Python converts (4,300 digits).
     """
     try:
         data = safe_load(text)
@@ -172,6 +172,9 @@ def load_yaml_text(text: str, where: str, error: ErrorFactory) -> Any:
         raise error(where, f"YAML error in {where}: {e}") from None
     except RecursionError:
         raise error(where, f"{where} nests deeper than YAML can read: flatten it") from None
+    except ValueError as e:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise error(where, f"{where} holds a value YAML cannot read as a number ({str(e).split(';')[0]}): "
+                    "write a smaller number (a seed, a count or a size fits in a few digits)") from None
     try:
         yaml_size(data)
     except ValueError as e:
