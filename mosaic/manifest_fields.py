@@ -73,6 +73,26 @@ def renderer_problem(man: dict) -> str | None:
     return None
 
 
+#: the manifest format this mosaic writes and reads (:data:`mosaic.records.FORMAT`; kept here so that the
+#: readers' check does not import the generator)
+FORMAT = "mosaic-dataset/2"
+
+
+def identity_problem(man: dict) -> str | None:
+    """Why the manifest is not one whose files can be vouched for, or None (attack round 18):
+
+    - its ``format`` is not :data:`FORMAT` (``other-tool/1``, ``mosaic-dataset/99``, ``2``): verify and the
+      readers took it as a mosaic dataset while ``generate --overwrite`` refused it;
+    - a complete imagefolder dataset without its ``checksums`` record (absent, null or ``{}``): every
+      imagefolder dataset of this format records the digests of its files, and without the record the
+      full check was skipped, so two swapped images were read as an old dataset's (wrong labels, exit 0)."""
+    if man.get("format") != FORMAT:
+        return f"format is {str(man.get('format'))[:40]!r}: this mosaic reads {FORMAT} datasets only"
+    if man.get("storage", "imagefolder") == "imagefolder" and man.get("status") == "complete" and not man.get("checksums"):
+        return "its checksums record (the digests of every file) is gone, so its files cannot be vouched for"
+    return None
+
+
 def fields_problem(man: dict) -> str | None:
-    """The first problem of :func:`leak_check_problem` and :func:`renderer_problem`, or None."""
-    return leak_check_problem(man.get("leak_check")) or renderer_problem(man)
+    """The first problem of :func:`identity_problem`, :func:`leak_check_problem` and :func:`renderer_problem`, or None."""
+    return identity_problem(man) or leak_check_problem(man.get("leak_check")) or renderer_problem(man)

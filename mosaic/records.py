@@ -42,8 +42,8 @@ from mosaic.spec import Spec, parse_spec, repeat_bounds
 from mosaic.vocab import SHAPES
 from mosaic.foreign_names import foreign_names
 from mosaic.io import MAX_JSON_BYTES, loads_json, output_dir_problem, read_bounded
+from mosaic.manifest_fields import FORMAT  # noqa: F401 - re-exported: the format this mosaic writes
 
-FORMAT = "mosaic-dataset/2"
 MANIFEST = "manifest.json"
 
 

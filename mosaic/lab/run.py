@@ -84,7 +84,22 @@ def finished_metrics(run: RunFolder, config: dict | None = None) -> dict | None:
     if config is not None:
         if [d for d in config_diff(run.read_config(), config) if d not in ("out", "dataset.path")]:
             return None
-    return {**run._read(run.metrics, json.loads), "already_done": True}
+    metrics = run._read(run.metrics, json.loads)
+    was, now = metrics.get("run"), str(run.root)
+    if isinstance(was, str) and was != now:  # a copied or moved run folder: its own paths, never the original's
+        metrics = _moved(metrics, was, now)
+    return {**metrics, "already_done": True}
+
+
+def _moved(value, was: str, now: str):
+    """``value`` (JSON data) with every string that is the path ``was`` or lies under it rewritten under ``now``."""
+    if isinstance(value, str):
+        return now + value[len(was):] if value == was or value.startswith(was.rstrip("/") + "/") else value
+    if isinstance(value, dict):
+        return {k: _moved(v, was, now) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_moved(v, was, now) for v in value]
+    return value
 
 
 def dataset_spec(cfg: RunConfig):
