@@ -175,7 +175,9 @@ def file_name_problem(name) -> str | None:
 def check_held_out(records: list[dict], spec: Spec, where: Path) -> None:
     """Every record's ``held_out`` (when given) must agree with the spec: a combination the spec
     holds out is held out, any other is seen (:func:`mosaic.holdout.is_held_out`). A folder whose
-    flags contradict the spec would be scored as given: refused.
+    flags contradict the spec would be scored as given: refused. A record without a flag (absent or
+    null) gets the spec's (set in ``records``): images of held-out combinations are never scored as
+    seen for want of a flag (attack round 18).
 
     Raises:
         MosaicError: naming the first records that disagree and the fix.
@@ -190,13 +192,15 @@ def check_held_out(records: list[dict], spec: Spec, where: Path) -> None:
     bad = []
     for k, r in enumerate(records):
         conc = r.get("concepts")
-        if r.get("held_out") is None or not isinstance(conc, dict) or any(domain_index(spec.domain(c), conc.get(c)) is None for c in spec.concepts):
+        if not isinstance(conc, dict) or any(domain_index(spec.domain(c), conc.get(c)) is None for c in spec.concepts):
             continue  # a concept missing or not of its domain is named for that by score(), not as a flag the spec contradicts
         try:
             want = bool(is_held_out(spec, r["concepts"]))
         except Exception:  # noqa: BLE001 - values the spec cannot place are refused by check_spec_reads first
             continue
-        if want != r["held_out"]:
+        if r.get("held_out") is None:
+            r["held_out"] = want  # no flag: the spec decides
+        elif want != r["held_out"]:
             bad.append((k, r, want))
     if bad:
         k, r, want = bad[0]

@@ -1,7 +1,7 @@
 """Scores of predicted concept values against intended ones, for every trainer and evaluator.
 
 :func:`score` gives, overall and split into **seen** and **held-out** combinations (a record's
-``held_out`` flag; records without one count as seen):
+``held_out`` flag; a record without one takes the spec's):
 
 - per-concept accuracy, and **joint accuracy** (every concept right);
 - the fraction of unreadable predictions (None) per concept, counted as wrong;
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from mosaic.errors import MosaicError
-from mosaic.holdout import STATUS_NAMES
+from mosaic.holdout import STATUS_NAMES, is_held_out
 from mosaic.io import atomic_text_writer, atomic_write, make_output_dir
 from mosaic.plots import plot_cell_heatmap
 from mosaic.grammar import domain_index
@@ -85,7 +85,7 @@ def score(records: list[dict], predictions: list[dict], spec: Spec) -> dict:
 
     Args:
         records: one dict per image with ``concepts`` (concept -> intended value) and optionally
-            ``held_out`` (bool; absent = seen), as in a dataset's ``metadata.jsonl``.
+            ``held_out`` (bool; absent or null: the spec's holdout decides), as in a dataset's ``metadata.jsonl``.
         predictions: one dict per image, concept -> predicted value or None (unreadable).
         spec: the spec (concept domains and roles, holdout grid).
     Returns:
@@ -135,6 +135,8 @@ def score(records: list[dict], predictions: list[dict], spec: Spec) -> dict:
                     raw[i, j] = float(pv)
                 except (TypeError, ValueError):
                     pass
+        if r.get("held_out") is None and spec.holdout is not None:  # no flag: the spec decides (never seen for want of one)
+            held[i] = bool(is_held_out(spec, conc))
     out = {"n": N, "concepts": concepts}
     for name, mask in (("overall", np.ones(N, bool)), ("seen", ~held), ("held_out", held)):
         out[name] = _summary(mask, T, P, raw, spec, concepts)
