@@ -307,17 +307,55 @@ def load_checkpoint(folder: Path, accelerator, model, optimizer, scheduler, ema,
     return st
 
 
-def write_weights_record(folder: Path, run_id: str | None) -> None:
+def write_weights_record(folder: Path, run_id: str | None, model: dict | None = None) -> None:
     """Write ``weights.json`` into a folder of exported weights (``best/``, ``final/``, filled before
     it is renamed into place): format, the run's id and every file's size and sha256, so that
-    :func:`load_weights_file` refuses weights copied in from another run, or altered."""
+    :func:`load_weights_file` refuses weights copied in from another run, or altered; with ``model``
+    (the task's :meth:`~mosaic.lab.loop.Task.weights_meaning`: the config's ``model`` section) also
+    what the weights mean, which :func:`check_weights_meaning` compares with the config that reads them."""
     folder = Path(folder)
     files = {}
     for p in sorted(folder.rglob("*")):
         if p.is_file() and not p.is_symlink() and p.name != WEIGHTS_RECORD:
             digest, size = _digest(p)
             files[p.relative_to(folder).as_posix()] = {"bytes": size, "sha256": digest}
-    (folder / WEIGHTS_RECORD).write_text(json.dumps({"format": WEIGHTS_FORMAT, "run_id": run_id, "files": files}) + "\n")
+    rec = {"format": WEIGHTS_FORMAT, "run_id": run_id, "files": files}
+    if model is not None:
+        rec["model"] = model
+    (folder / WEIGHTS_RECORD).write_text(json.dumps(rec, sort_keys=True) + "\n")
+
+
+def meaning_difference(recorded: Any, current: Any, field: str = "model") -> tuple[str, Any, Any] | None:
+    """The first dotted field (sorted keys, depth first) whose value differs between the recorded and
+    the current config section, with both values; None when they agree. A key only one side has (a
+    field of another mosaic version) is no difference; a section on one side and a value (null) on
+    the other is."""
+    if isinstance(recorded, dict) and isinstance(current, dict):
+        for k in sorted(set(recorded) & set(current), key=str):
+            d = meaning_difference(recorded[k], current[k], f"{field}.{k}")
+            if d is not None:
+                return d
+        return None
+    return None if recorded == current else (field, recorded, current)
+
+
+def check_weights_meaning(rec: dict | None, model: dict | None, config_path: Path, weights_dir: Path) -> None:
+    """Refuse weights whose record (:func:`read_weights_record`) names another ``model`` section than
+    the config ``config_path`` gives now (``model``): a config edited in what the weights mean (the
+    conditioning, the noise schedule, the prediction type) without changing a tensor's shape. A record
+    without the section (weights exported before it was recorded) is read as before.
+
+    Raises:
+        TrainingError: the first differing field, both values, the fix."""
+    if rec is None or model is None or "model" not in rec:
+        return
+    d = meaning_difference(rec["model"], model)
+    if d is not None:
+        field, old, new = d
+        raise TrainingError([(field, f"{config_path} does not describe the run's weights {weights_dir}: {field} is "
+                              f"{json.dumps(new)[:200]} there, but the weights were trained with {json.dumps(old)[:200]} (recorded in "
+                              f"{Path(weights_dir) / WEIGHTS_RECORD}), so they would be read as another model; restore config.yaml "
+                              "from the run (the recorded value), or train a new run (another --out) with this config")])
 
 
 def check_weights_file(path: Path, weights_dir: Path, rec: dict | None = None) -> bytes | None:

@@ -29,7 +29,9 @@ from mosaic.errors import ConfigError, TrainingError
 from mosaic.io import atomic_dir, clear_temps, discard, new_temp_dir, own_folders, replace_path
 from mosaic.lab.config import TrainingSection
 from mosaic.lab.data import BatchPlan, step_seed
-from mosaic.lab.checkpoint import CheckpointError, load_checkpoint, save_checkpoint as write_checkpoint, write_weights_record
+from mosaic.lab.checkpoint import (
+    CheckpointError, check_weights_meaning, load_checkpoint, read_weights_record, save_checkpoint as write_checkpoint, write_weights_record,
+)
 from mosaic.lab.run_folder import RunFolder
 
 
@@ -66,6 +68,12 @@ class Task:
         mode, EMA weights swapped in. Called on every process (split the work with
         ``accelerator.split_between_processes``); the main process's result is logged."""
         return {}
+
+    def weights_meaning(self) -> dict | None:
+        """What the exported weights mean beyond their shapes (the config's ``model`` section, as
+        JSON), recorded in their ``weights.json`` and compared by every reader
+        (:func:`mosaic.lab.checkpoint.check_weights_meaning`); None: nothing recorded."""
+        return None
 
     def export(self, model: torch.nn.Module, out_dir: Path) -> None:
         """Write the weights of ``model`` (unwrapped, EMA weights in) to ``out_dir`` (main process)."""
@@ -220,6 +228,18 @@ def load_latest_good_checkpoint(run: RunFolder, accelerator, state: dict, say: C
     return None
 
 
+def _check_resumed_meaning(task: Task, run: RunFolder) -> None:
+    """A resumed run's config must mean what its exported weights (``best/``, ``final/``) were trained
+    with (:func:`check_weights_meaning`); a damaged record is left to the export that replaces it."""
+    meaning = task.weights_meaning()
+    for d in (run.best, run.final):
+        try:
+            rec = read_weights_record(d) if meaning is not None and d.is_dir() else None
+        except CheckpointError:
+            rec = None
+        check_weights_meaning(rec, meaning, run.config, d)
+
+
 def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log: Callable[[str], None] | None = None) -> dict:
     """Train ``task`` for ``cfg.steps`` optimizer steps, resuming from the run's latest checkpoint.
 
@@ -274,6 +294,7 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
 
     state = {"step": 0, "best": None, "best_step": None, "train_time_s": 0.0, "val": {}}
     resumed_at = 0
+    _check_resumed_meaning(task, run)
     ckpt = load_latest_good_checkpoint(run, accelerator, state, say, (model, optimizer, lr_sched, ema))
     if ckpt is not None:
         resumed_at = state["step"]
@@ -302,7 +323,8 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
             clear_temps(dest)  # an interrupted export, or a link planted at its temporary name: removed, never followed
             with atomic_dir(dest) as tmp:  # a unique new folder; what stands at dest (a link) is removed, never written through
                 task.export(inner, tmp)
-                write_weights_record(tmp, run.run_id())  # the run's id and every file's sha256: weights of another run are refused
+                # the run's id, every file's sha256 and the model section: weights of another run, or read under an edited config, are refused
+                write_weights_record(tmp, run.run_id(), task.weights_meaning())
 
     def validate(step: int):
         swap_in_ema()

@@ -18,7 +18,7 @@ from mosaic.lab.data import split_names, to_float
 from mosaic.lab.diffusion.config import DiffusionConfig, FlowSection
 from mosaic.lab.diffusion.model import DiffusionModel, build_backbone, check_model_fits
 from mosaic.lab.diffusion.sampling import generate, load_evaluator, sample_seeds
-from mosaic.lab.checkpoint import load_weights_file, read_weights_record
+from mosaic.lab.checkpoint import check_weights_meaning, load_weights_file, read_weights_record
 from mosaic.lab.loop import Task
 from mosaic.lab.run_folder import RunFolder
 from mosaic.dataset import read_metadata, spec_of
@@ -108,6 +108,10 @@ class DiffusionTask(Task):
 
     def __init__(self, cfg: DiffusionConfig, dataset_root: Path, run: RunFolder | None = None, train: bool = True):
         self.cfg, self.root, self.run = cfg, Path(dataset_root), run
+        if not train and run is not None:  # a run read back: its config must mean what its weights were trained with
+            for d in (run.best, run.final):
+                if d.is_dir():
+                    check_weights_meaning(read_weights_record(d), self.weights_meaning(), run.config, d)
         self.spec = spec_of(self.root)
         self.image_size = self.spec.image.size
         self.concepts = list(self.spec.concepts)
@@ -315,6 +319,18 @@ class DiffusionTask(Task):
             out["val/joint_accuracy"] = float(np.mean([all(ok[c][i] for c in self.concepts) for i in range(len(recs))]))
         return out
 
+    def weights_meaning(self) -> dict:
+        """The ``model`` section as JSON, less where the autoencoder lies and how it is trained or
+        checked (``latent.path``, ``latent.root``, the autoencoder's device, checkpoint_every, check_n,
+        threshold, evaluator: a moved or re-checked autoencoder means the same)."""
+        m = self.cfg.model.model_dump(mode="json")
+        if isinstance(m.get("latent"), dict):
+            for k in ("path", "root"):
+                m["latent"].pop(k, None)
+            for k in ("device", "checkpoint_every", "check_n", "threshold", "evaluator"):
+                m["latent"].get("autoencoder", {}).pop(k, None)
+        return m
+
     def export(self, model, out_dir: Path) -> None:
         """``out_dir/backbone`` (diffusers ``save_pretrained``) and ``out_dir/conditioner.safetensors``."""
         from safetensors.torch import save_file
@@ -359,6 +375,8 @@ class DiffusionTask(Task):
         if not bb.is_file() or not cf.is_file():
             raise TrainingError(f"no exported weights in {weights_dir} (expected backbone/ and conditioner.safetensors)")
         rec = read_weights_record(weights_dir)  # one record for both files: a best/ replaced between them is named
+        config = self.run.config if self.run is not None else Path(weights_dir).parent / "config.yaml"
+        check_weights_meaning(rec, self.weights_meaning(), config, weights_dir)
         load_weights_file(self.model.backbone, bb, weights_dir, rec)
         load_weights_file(self.model.conditioner, cf, weights_dir, rec)
 
