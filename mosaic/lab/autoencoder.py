@@ -51,7 +51,7 @@ from mosaic.lab.config import EMASection
 from mosaic.schema import Seed, StrictModel
 from mosaic.evaluation import check_evaluator, load_evaluator
 from mosaic.io import atomic_dir, atomic_write, clear_temps, discard, own_folders
-from mosaic.lab.autoencoder_files import load_vae, read_check, read_record, vae_digest
+from mosaic.lab.autoencoder_files import load_vae, read_check, read_record, vae_identity
 from mosaic.locks import FolderLock
 from mosaic.sampling import sample_scene
 from renderers import get_renderer
@@ -434,7 +434,7 @@ def _train(sec, spec, out: Path, images, say, progress: bool) -> dict:
            "scaling_factor": scale, "shift_factor": shift,
            # the posterior's spread against the latents' spread: why the cache stores the mean (docs/latent.md)
            "posterior_std_over_latent_std": float(stds.mean()) / max(std, 1e-12),
-           "vae_sha256": vae_digest(out)}  # load_space refuses a vae/ with other weights
+           **vae_identity(out)}  # load_space refuses a vae/ with other weights, or an edited vae/config.json
     atomic_write(out / "autoencoder.json", json.dumps(rec, indent=2) + "\n")
     discard(partial)
     say(f"autoencoder: {rec['params'] / 1e6:.2f} M parameters, {sec.steps} steps in {rec['train_s']:.0f} s, loss {rec['final_loss']:.4f} "
@@ -526,17 +526,17 @@ def check_key(sec: AutoencoderSection, spec) -> str:
 
 def checked(folder: Path, sec: AutoencoderSection, spec, space: LatentSpace | None = None, say=print) -> dict:
     """The quality check of the autoencoder in ``folder`` on ``spec`` (``check-<key>.json``): computed once per
-    weights (the record names their sha256; a damaged record, or one of other weights, is measured again)."""
+    weights and vae/config.json (the record names both sha256; a damaged record, one of other weights or config, is measured again)."""
 
     path = Path(folder) / f"check-{check_key(sec, spec)}.json"
     space = space or load_space(folder)
-    digest = vae_digest(Path(folder))
-    saved = read_check(path, digest)  # damaged, or measured on other weights: measured again
+    identity = vae_identity(Path(folder))  # the weights' and vae/config.json's sha256
+    saved = read_check(path, identity)  # damaged, or measured on other weights or another config: measured again
     if saved is not None:
         return saved
     say(f"autoencoder: the {sec.evaluator} evaluator reads reconstructions of {sec.check_n} fresh renders")
     res = check_autoencoder(space, spec, n=sec.check_n, evaluator=sec.evaluator, threshold=sec.threshold, device=str(space.device))
-    res["vae_sha256"] = digest
+    res.update(identity)
     atomic_write(path, json.dumps(res, indent=2, sort_keys=True, default=str) + "\n")
     return res
 

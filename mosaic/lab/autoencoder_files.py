@@ -3,10 +3,12 @@
 - ``autoencoder.json`` (what was trained) and ``check-<key>.json`` (the quality check) are read with
   mosaic's one JSON reader (:func:`mosaic.io.read_json`): a damaged record is a named
   :class:`~mosaic.errors.TrainingError` with the file and the fix, never a traceback.
-- Both records carry ``vae_sha256``, the sha256 of ``vae/diffusion_pytorch_model.safetensors``.
-  A ``vae/`` whose weights are not the ones ``autoencoder.json`` records (copied in from another
-  autoencoder, altered) is refused; a quality check measured on other weights, or damaged, is not
-  believed: it is measured again.
+- Both records carry ``vae_sha256``, the sha256 of ``vae/diffusion_pytorch_model.safetensors``,
+  and ``config_sha256``, that of ``vae/config.json`` (what the weights compute: ``act_fn``, the
+  latent ``scaling_factor``...). A ``vae/`` whose weights or config are not the ones
+  ``autoencoder.json`` records (copied in from another autoencoder, edited) is refused; a quality
+  check (or a latent cache) of other weights or another config, one saved before checks recorded
+  the config, or a damaged one, is not believed: it is measured (encoded) again.
 - ``vae/`` is loaded only when it holds what ``save_pretrained(safe_serialization=True)`` writes:
   ``config.json`` and ``diffusion_pytorch_model.safetensors``, regular files, no links. A pickle
   (``diffusion_pytorch_model.bin``) is refused unread: unpickling can run code.
@@ -75,9 +77,11 @@ def vae_problem(vae: Path) -> str | None:
     return None
 
 
-def vae_digest(folder: Path) -> str:
-    """The sha256 of ``folder/vae``'s weights file."""
-    return digest_file(folder / "vae" / VAE_WEIGHTS)[0]
+def vae_identity(folder: Path) -> dict[str, str]:
+    """``{"vae_sha256", "config_sha256"}``: the sha256 of ``folder/vae``'s weights and of its
+    ``config.json``; a quality check or cached latents are of this autoencoder only when they record both."""
+    vae = Path(folder) / "vae"
+    return {"vae_sha256": digest_file(vae / VAE_WEIGHTS)[0], "config_sha256": digest_file(vae / "config.json")[0]}
 
 
 def load_vae(folder: Path):
@@ -102,26 +106,29 @@ def load_vae(folder: Path):
         raise TrainingError(f"{vae / 'config.json'} is not an AutoencoderKL config (_class_name "
                             f"{cfg.get('_class_name')!r}); {_retrain(folder)}")
     if (folder / "autoencoder.json").exists():
-        want = read_record(folder / "autoencoder.json", "record").get("vae_sha256")
-        if want is not None and vae_digest(folder) != want:
-            raise TrainingError(f"{vae / VAE_WEIGHTS} is not the file {folder / 'autoencoder.json'} records (another sha256: "
-                                f"copied in from another autoencoder, or altered); {_retrain(folder)}")
+        rec = read_record(folder / "autoencoder.json", "record")
+        have = vae_identity(folder)
+        for key, name, what in (("vae_sha256", VAE_WEIGHTS, "altered"),
+                                ("config_sha256", "config.json", "edited: act_fn, scaling_factor... change what the weights compute")):
+            if rec.get(key) is not None and have[key] != rec.get(key):  # None: recorded before the record named it
+                raise TrainingError(f"{vae / name} is not the file {folder / 'autoencoder.json'} records (another sha256: "
+                                    f"copied in from another autoencoder, or {what}); {_retrain(folder)}")
     try:
         return AutoencoderKL.from_pretrained(str(vae), use_safetensors=True)
     except (OSError, ValueError, RuntimeError, TypeError, KeyError) as e:
         raise TrainingError(f"{vae} does not load ({type(e).__name__}: {str(e)[:200]}); {_retrain(folder)}") from None
 
 
-def read_check(path: Path, digest: str) -> dict[str, Any] | None:
-    """The saved quality check ``path`` when it was measured on the weights of ``digest``, else None
-    (missing, damaged, of other weights, or saved before checks recorded their weights): the caller
-    measures it again."""
+def read_check(path: Path, identity: dict[str, str]) -> dict[str, Any] | None:
+    """The saved quality check ``path`` when it was measured on the autoencoder ``identity``
+    (:func:`vae_identity`: its weights' and its config's sha256), else None (missing, damaged, of
+    other weights or another config, or saved before checks recorded both): the caller measures it again."""
     if not path.is_file():
         return None
     try:
         rec = read_record(path, "quality check")
     except TrainingError:
         return None
-    if rec.get("vae_sha256") != digest or not isinstance(rec.get("passed"), bool):
+    if any(rec.get(k) != v for k, v in identity.items()) or not isinstance(rec.get("passed"), bool):
         return None
     return rec

@@ -23,7 +23,7 @@ from mosaic.lab.autoencoder import LatentSpace
 from mosaic.lab.data import manifest_fingerprint, to_float
 from mosaic.checksums import digest_file
 from mosaic.io import atomic_write, own_folders, read_json
-from mosaic.lab.autoencoder_files import VAE_WEIGHTS, vae_digest
+from mosaic.lab.autoencoder_files import VAE_WEIGHTS, vae_identity
 
 
 def encode_images(space: LatentSpace, images: torch.Tensor, batch_size: int = 256, progress=None) -> torch.Tensor:
@@ -42,9 +42,11 @@ def cached_latents(space: LatentSpace, dataset_root: Path, split: str, images: t
     cache or encoded and written to it (atomically; only one writer needs to win).
 
     A cached file is used only when its record (``<split>.json``) names this split, the sha256 of
-    the file itself and of the autoencoder's weights (``vae_sha256``), at least ``n`` latents, and
-    the file holds latents of that shape: another split's file copied over it (held-out latents in
-    training), latents of other weights, or a damaged file are encoded again, never read as these."""
+    the file itself and of the autoencoder's weights and ``vae/config.json`` (``vae_sha256``,
+    ``config_sha256``: an edited ``scaling_factor`` scales latents otherwise), at least ``n`` latents,
+    and the file holds latents of that shape: another split's file copied over it (held-out latents
+    in training), latents of other weights or another config, or a damaged file are encoded again,
+    never read as these."""
     from safetensors.torch import load_file, save
 
     fp = manifest_fingerprint(dataset_root)
@@ -52,12 +54,13 @@ def cached_latents(space: LatentSpace, dataset_root: Path, split: str, images: t
     path, meta = folder / f"{split}.safetensors", folder / f"{split}.json"
     n = len(images)
     side = space.size(images.shape[-1])
-    vae = vae_digest(space.folder) if space.folder is not None and (space.folder / "vae" / VAE_WEIGHTS).is_file() else None
+    known = space.folder is not None and all((space.folder / "vae" / n).is_file() for n in (VAE_WEIGHTS, "config.json"))
+    vae = vae_identity(space.folder) if known else {"vae_sha256": None, "config_sha256": None}
     if path.is_file() and meta.is_file():
         try:
             info = read_json(meta)
             if (isinstance(info, dict) and isinstance(info.get("n"), int) and info["n"] >= n and info.get("split") == split
-                    and info.get("vae_sha256") == vae and info.get("sha256") == digest_file(path)[0]):
+                    and all(info.get(k) == v for k, v in vae.items()) and info.get("sha256") == digest_file(path)[0]):
                 z = load_file(str(path))["latents"]
                 if z.dtype == torch.float32 and list(z.shape) == [info["n"], space.channels, side, side]:
                     return z[:n]
@@ -69,7 +72,7 @@ def cached_latents(space: LatentSpace, dataset_root: Path, split: str, images: t
     blob = save({"latents": z.contiguous()})
     atomic_write(path, blob)  # a unique O_EXCL temporary file: never written through a link
     atomic_write(meta, json.dumps({"n": n, "split": split, "dataset": fp, "stored": "posterior mean (shifted, scaled)",
-                                   "shape": list(z.shape), "sha256": hashlib.sha256(blob).hexdigest(), "vae_sha256": vae},
+                                   "shape": list(z.shape), "sha256": hashlib.sha256(blob).hexdigest(), **vae},
                                   indent=2) + "\n")
     return z
 
