@@ -242,8 +242,6 @@ def test_a_count_given_as_true_is_not_read_as_one(made, tmp_path):
     _clean_exit_2(runner.invoke(app, ["evaluate", str(ev), "--spec", str(made[0]), "--check-n", "0"]), "count = True (bool)")
 
 
-@pytest.mark.xfail(strict=True, reason="attack18: records of held-out combinations without a held_out flag are scored as seen "
-                                       "(seen n=3, held-out n=0) though the spec holds them out")
 @pytest.mark.parametrize("flag", ["absent", "null"])
 def test_images_of_held_out_combinations_without_flags_are_never_scored_as_seen(made, tmp_path, flag):
     """Every image of the dataset's test_ood split (all held out by the spec) given without ``held_out``:
@@ -615,8 +613,6 @@ print(json.dumps({"own_image": bool((got == own).all()), "own_caption": ds["trai
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="attack18: the dataset card's own loading example (plain datasets.load_dataset) on a "
-                                       "copied dataset gives the original's images (regenerated since) under the copy's labels")
 def test_the_cards_loading_example_on_a_copied_dataset_gives_its_own_images(made, tmp_path):
     """Dataset A loaded as its card says (``datasets.load_dataset("PATH")``), copied to ``p2/ds`` (B, the same
     folder name), B loaded the same way; then A regenerated with another seed. B's files are untouched, but
