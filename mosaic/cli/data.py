@@ -138,17 +138,18 @@ def generate(
 
 def preview(
     spec: SpecArg,
-    out: Annotated[Path, typer.Option("--out", "-o", help="PNG file to write")] = Path("data/preview.png"),
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="PNG file to write (default data/preview-<spec name>.png)")] = None,
     n: Annotated[int, typer.Option("--n", min=1, max=400, help="Number of samples")] = 16,
     split: Annotated[str, typer.Option("--split", help="Split whose first samples are shown")] = "train",
     set_: SetOpt = None,
 ) -> None:
     """Render the first samples of a split to a contact sheet with captions (writes nothing else)."""
     try:
+        s = load(spec, set_)
+        out = out if out is not None else Path("data") / f"preview-{s.name}.png"  # one file per spec: another spec's preview is kept
         check_out(out, kind="file")
         if out.suffix.lower() != ".png":
             raise MosaicError([("--out", f"{str(out)!r} does not end in .png: the preview is a PNG file; give a path such as data/preview.png")])
-        s = load(spec, set_)
         from mosaic.dataset import sample_record
         from mosaic.preview import contact_sheet, rendered_tiles
         from renderers import get_renderer
