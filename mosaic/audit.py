@@ -52,7 +52,7 @@ def find_scored_samples(root: str | Path) -> list[Path]:
                           "samples/): give "
                           "the folder `mosaic train`, `mosaic sample`, `mosaic sweep` or `mosaic reproduce` wrote")
     found = sorted({p.parent for p in root.rglob("predictions.jsonl") if (p.parent / "metadata.jsonl").is_file()
-                    and not _linked(root, p) and not _linked(root, p.parent / "metadata.jsonl")})  # never another folder's rows
+                    and not linked_part(root, p) and not linked_part(root, p.parent / "metadata.jsonl")})  # never another folder's rows
     if not found:
         raise MosaicError(f"{root} holds no scored samples (a folder with predictions.jsonl and metadata.jsonl): "
                           "sample and score the run first (`mosaic sample RUN`)")
@@ -340,7 +340,39 @@ def _audit_items(out: Path) -> tuple[str, list[dict]]:
     if bad is not None:
         raise MosaicError(f"{out / 'items.json'} is damaged (item {bad} is not an item with an integer id, source and file_name): "
                           "re-make the audit page with `mosaic audit`")
+    _check_items(out, aid, items, data["meta"])
     return aid, items
+
+
+def _check_items(out: Path, aid: str, items: list[dict], meta: dict) -> None:
+    """``items.json``'s items must be the audit's own sample (attack round 19: 1,000 invented items, or
+    every verdict edited to "right", were counted as agreement): their ids 0..n-1 in order, the audit id
+    recomputed from the seed and the (source, file_name) list (:func:`audit_id`), and each item's
+    ``verdict`` the evaluator's verdict of its row in the run's ``predictions.jsonl`` (:func:`verdict_of`),
+    the run being the folder the audit folder lies in (``RUN/audit``) or, for an ``--out`` elsewhere,
+    ``meta.run``.
+
+    Raises:
+        MosaicError: naming ``items.json``, the first item that is not the audit's, and the fix."""
+    where, fix = out / "items.json", "re-make the audit page with `mosaic audit RUN` (the marks of its audit.json are kept)"
+    seed = meta.get("seed")
+    if [it["id"] for it in items] != list(range(len(items))) or type(seed) is not int or audit_id(items, seed) != aid:
+        raise MosaicError(f"{where} is not the sample of audit {aid[:40]!r} (its ids, seed or images were changed): {fix}")
+    roots = [out.parent] + ([Path(meta["run"])] if isinstance(meta.get("run"), str) and meta["run"] else [])
+    rows: dict[str, dict] = {}
+    for it in items:
+        if it["source"] not in rows:
+            found = next((r / it["source"] / "predictions.jsonl" for r in roots
+                          if Path(it["source"]).parts[:1] != ("..",) and (r / it["source"] / "predictions.jsonl").is_file()), None)
+            if found is None:
+                raise MosaicError(f"{where}: item {it['id']}'s samples folder {it['source']!r} holds no predictions.jsonl beside the "
+                                  f"audit, so its verdicts cannot be checked: {fix}")
+            rows[it["source"]] = {r.get("file_name"): r for _, r in read_rows(found)}
+        row = rows[it["source"]].get(it["file_name"])
+        if row is None or it.get("verdict") != verdict_of(row):
+            got = "no such scored image" if row is None else f"the evaluator's verdict is {verdict_of(row)!r}"
+            raise MosaicError(f"{where}: item {it['id']} ({it['source']}/{it['file_name']}) says verdict {str(it.get('verdict'))[:20]!r}, "
+                              f"but {got}: the items were edited; {fix}")
 
 
 def import_audit(root: str | Path, file: str | Path, out: str | Path | None = None) -> Path:
@@ -406,13 +438,13 @@ def audit_summary(path: str | Path) -> dict:
 def find_audit_files(root: str | Path) -> list[Path]:
     """Every saved ``audit/audit.json`` under ``root`` (itself included), sorted; one reached through a
     symbolic link (a linked ``audit/``: another sweep's audit) is not this folder's and is left out."""
-    return sorted(p for p in Path(root).rglob(f"{AUDIT_DIR}/audit.json") if not _linked(Path(root), p))
+    return sorted(p for p in Path(root).rglob(f"{AUDIT_DIR}/audit.json") if not linked_part(Path(root), p))
 
 
-def _linked(root: Path, p: Path) -> bool:
-    """Whether ``p`` (found under ``root``) or a folder between them is a symbolic link."""
+def linked_part(root: Path, p: Path) -> Path | None:
+    """The first of ``p`` (found under ``root``) and the folders between them that is a symbolic link, or None."""
     rel = p.relative_to(root)
-    return any((root / Path(*rel.parts[:k])).is_symlink() for k in range(1, len(rel.parts) + 1))
+    return next((root / Path(*rel.parts[:k]) for k in range(1, len(rel.parts) + 1) if (root / Path(*rel.parts[:k])).is_symlink()), None)
 
 
 _PAGE = r"""<!doctype html>

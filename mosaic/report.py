@@ -11,10 +11,11 @@ from typing import Callable
 from mosaic.errors import MosaicError
 from mosaic.folder_kinds import kind_hint
 from mosaic.plots import plot_curves
-from mosaic.audit import audit_summary, find_audit_files
+from mosaic.audit import audit_summary, find_audit_files, linked_part
 from mosaic.verdicts import check_sweep_claims, write_claims
 from mosaic.evaluation.agreement import wilson_interval
-from mosaic.io import atomic_copy, atomic_write, discard, own_folders, read_bounded
+from mosaic.io import atomic_write, discard, own_folders, read_bounded, read_own_file
+from mosaic.png import png_size
 from pydantic import ValidationError
 
 from mosaic.overrides import read_yaml_file, validation_problems
@@ -24,10 +25,46 @@ from mosaic.preview import sample_sheet
 from mosaic.vocab import closest
 
 
-def _sample_sheet(run: Path, out: Path, n: int = 16) -> Path | None:
-    """A contact sheet of a run's first samples folder (held-out combinations first)."""
+#: the most pixels a figure copied onto the page may have (mosaic's own figures are at most a few megapixels)
+FIGURE_PIXELS = 4096 * 4096
+
+
+def _refuse(reason: str) -> MosaicError:
+    return MosaicError(f"{reason}: `mosaic report` copies only the sweep's own figures and samples onto its page; remove it (or "
+                       "put back what mosaic wrote there), then rerun")
+
+
+def _own_figure(path: Path, root: Path) -> bytes:
+    """The bytes of the sweep's own PNG figure ``path`` (below ``root``).
+
+    Raises:
+        MosaicError: a symbolic link on its path, not a regular file with one name (:func:`read_own_file`:
+            a hard link, a FIFO), not a PNG (an SVG with a script renamed .png), or more than
+            :data:`FIGURE_PIXELS` pixels by its header (a decompression bomb is never copied for a
+            browser to decode)."""
+    link = linked_part(root, path)
+    if link is not None:
+        raise _refuse(f"{link} is a symbolic link (to {os.readlink(link)!r})")
+    try:
+        data = read_own_file(path)
+    except OSError as e:
+        raise _refuse(f"{path} cannot be read as a file of the sweep's own ({e.strerror or e})") from None
+    size = png_size(data[:24])
+    if size is None:
+        raise _refuse(f"{path} is not a PNG file")
+    if size[0] * size[1] > FIGURE_PIXELS:
+        raise _refuse(f"{path} claims {size[0]} x {size[1]} pixels, more than a figure of mosaic's ({FIGURE_PIXELS:,})")
+    return data
+
+
+def _sample_sheet(run: Path, out: Path, root: Path, n: int = 16) -> Path | None:
+    """A contact sheet of a run's first samples folder (held-out combinations first). Raises MosaicError:
+    the samples folder is reached through a symbolic link."""
 
     for meta in sorted(run.glob("samples/*/metadata.jsonl")):
+        link = linked_part(root, meta)
+        if link is not None:
+            raise _refuse(f"{link} is a symbolic link (to {os.readlink(link)!r})")
         return sample_sheet(meta.parent, out, n=n)
     return None
 
@@ -194,15 +231,14 @@ def write_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = Non
     for tdir in sorted((sweep_dir / "trials").iterdir()) if (sweep_dir / "trials").is_dir() else []:
         run = tdir / "run"
         item = {"id": tdir.name, "heatmaps": [], "samples": None}
-        for k, hm in enumerate(sorted(run.glob("**/*heatmap*.png"))[:2]):
-            dst = out / f"{tdir.name}-heatmap{k}.png"
-            atomic_copy(hm, dst)
-            item["heatmaps"].append(dst.name)
-        for fig in sorted((run / "analysis").glob("*.png"))[:4]:  # the diagnostics' figures (mosaic analyze)
-            dst = out / f"{tdir.name}-analysis-{fig.stem}.png"
-            atomic_copy(fig, dst)
-            item["heatmaps"].append(dst.name)
-        sheet = _sample_sheet(run, out / f"{tdir.name}-samples.png")
+        if (link := linked_part(sweep_dir, run)) is not None:  # a linked trial or run folder: someone else's files
+            raise _refuse(f"{link} is a symbolic link (to {os.readlink(link)!r})")
+        own = [(f"{tdir.name}-heatmap{k}.png", hm) for k, hm in enumerate(sorted(run.glob("**/*heatmap*.png"))[:2])]
+        own += [(f"{tdir.name}-analysis-{fig.stem}.png", fig) for fig in sorted((run / "analysis").glob("*.png"))[:4]]  # mosaic analyze's
+        for name, src in own:
+            atomic_write(out / name, _own_figure(src, sweep_dir))
+            item["heatmaps"].append(name)
+        sheet = _sample_sheet(run, out / f"{tdir.name}-samples.png", sweep_dir)
         if sheet:
             item["samples"] = sheet.name
         if item["heatmaps"] or item["samples"]:

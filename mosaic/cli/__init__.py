@@ -42,7 +42,7 @@ def _errnos(*names: str) -> frozenset:
 #: errors of the file system or the device under it (a failing disk, a network mount gone stale, no permission, too
 #: many open files): whichever reader or writer met one, it is named with the path and errno, never a traceback
 _IO_ERRNOS = _errnos("EIO", "ESTALE", "EREMOTEIO", "ENXIO", "ENODEV", "ENOMEDIUM", "EMEDIUMTYPE", "ENOTCONN", "ETIMEDOUT",
-                     "EHOSTDOWN", "EHOSTUNREACH", "ENOLINK", "ECOMM", "EACCES", "EPERM", "EROFS", "EMFILE", "ENFILE")
+                     "EHOSTDOWN", "EHOSTUNREACH", "ENOLINK", "ECOMM", "EACCES", "EPERM", "EROFS", "EMFILE", "ENFILE", "ELOOP")
 
 
 def io_failure(e: OSError) -> str:
@@ -52,6 +52,9 @@ def io_failure(e: OSError) -> str:
     code = errno.errorcode.get(e.errno, str(e.errno))
     if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         fix = "make it readable (and its folder writable where mosaic writes), or give another path"
+    elif e.errno == errno.ELOOP:  # O_NOFOLLOW met a link where mosaic reads or writes only its own files, or a loop of links
+        fix = ("it is a symbolic link (or a loop of them) where mosaic opens only a file of its own: replace the link with the "
+               "file itself, or remove it, then rerun")
     elif e.errno in (errno.EMFILE, errno.ENFILE):
         fix = "close other programs or raise the open-file limit (ulimit -n), then rerun"
     else:
