@@ -274,7 +274,6 @@ def test_a_repair_or_overwrite_of_a_hard_linked_copy_never_changes_the_original(
     assert runner.invoke(app, ["verify", str(ds)]).exit_code == 0
 
 
-@pytest.mark.xfail(strict=True, reason="attack19: train on a cp -al dataset copy stops on dataset_manifest.json after writing config.yaml/dataset.json/run.json; the rerun finishes without it")
 def test_training_on_a_hard_linked_copy_of_a_dataset_is_whole_or_writes_nothing(tmp_path):
     """``cp -al data copy`` (the copy verifies OK), ``dataset.path: copy``: ``RunFolder`` writes
     ``config.yaml``, ``dataset.json`` and ``run.json``, then ``atomic_copy(manifest.json)`` refuses the

@@ -111,7 +111,10 @@ def test_choose_records_cycles_within_each_combination():
 def test_run_folder_refuses_foreign_folders_and_other_configs(tmp_path, monkeypatch):
     import mosaic.lab.run_folder as run_folder
 
-    monkeypatch.setattr(run_folder, "manifest_fingerprint", lambda root: {"fingerprint": "f", "manifest_sha256": "h", "splits": {}})
+    import hashlib
+
+    # the fingerprint of the manifest written below (the run copies those bytes and checks they are what was digested)
+    monkeypatch.setattr(run_folder, "manifest_fingerprint", lambda root: {"fingerprint": "f", "manifest_sha256": hashlib.sha256(b"{}").hexdigest(), "splits": {}})
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "manifest.json").write_text("{}")
     foreign = tmp_path / "foreign"

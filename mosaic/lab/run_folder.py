@@ -31,11 +31,11 @@ from pathlib import Path
 import yaml
 
 from mosaic.errors import DatasetError, TrainingError
-from mosaic.io import MAX_JSON_BYTES, atomic_copy, atomic_write, file_kind, open_append, read_bounded
+from mosaic.io import MAX_JSON_BYTES, atomic_write, file_kind, open_append, read_bounded
 from mosaic.lab.config import config_diff
 from mosaic.lab.data import manifest_fingerprint
 from mosaic.overrides import load_yaml_text
-from mosaic.verify import check_before_read
+from mosaic.verify import MANIFEST_LIMIT, check_before_read
 
 LOG_FIELDS = ("step", "loss", "lr", "grad_norm", "images_per_s", "time_s")
 
@@ -245,15 +245,18 @@ class RunFolder:
                     atomic_write(self.dataset, json.dumps(current, indent=2) + "\n")
             if is_main and not self.identity.exists() and not self.identity.is_symlink():  # a run of an older mosaic: it gets its id now
                 self._write_identity()
+            if is_main and not os.path.lexists(self.root / "dataset_manifest.json"):  # a run started by a mosaic that stopped before it
+                atomic_write(self.root / "dataset_manifest.json", _manifest_bytes(dataset_root, current))
             return "done" if self.is_done() else "resume"
         if self.root.exists() and any(self.root.iterdir()):
             raise TrainingError(f"{self.root} exists, is not empty and holds no run (config.yaml missing): give an empty or new --out")
         if is_main:
+            manifest = _manifest_bytes(dataset_root, current)  # read before the run has a file: a refusal leaves no half run
             self.root.mkdir(parents=True, exist_ok=True)
             atomic_write(self.config, yaml.safe_dump(config, sort_keys=False))
             self._write_identity()
             atomic_write(self.dataset, json.dumps(current, indent=2) + "\n")
-            atomic_copy(Path(dataset_root) / "manifest.json", self.root / "dataset_manifest.json")
+            atomic_write(self.root / "dataset_manifest.json", manifest)
             link = self.root / "dataset"
             if not link.exists() and not link.is_symlink():
                 try:
@@ -341,3 +344,20 @@ class RunFolder:
 
     def mark_done(self) -> None:
         atomic_write(self.done, time.strftime("%Y-%m-%dT%H:%M:%S") + "\n")
+
+
+def _manifest_bytes(dataset_root: Path, current: dict) -> bytes:
+    """The dataset's ``manifest.json`` as :func:`mosaic.lab.data.manifest_fingerprint` digested it (``current``), for
+    the run's own copy (``dataset_manifest.json``, which ``mosaic evaluate RUN/samples/X`` reads the spec from). Read
+    as data, not as a file of mosaic's own: a dataset copied with ``cp -al`` is hard links throughout and is trained
+    on (it was refused after the run's first files were written, attack round 19).
+
+    Raises:
+        DatasetError: the manifest changed since it was digested a moment before (a generate racing the run)."""
+    import hashlib
+
+    data = read_bounded(Path(dataset_root) / "manifest.json", MANIFEST_LIMIT)
+    if hashlib.sha256(data).hexdigest() != current["manifest_sha256"]:
+        raise DatasetError(f"{Path(dataset_root) / 'manifest.json'} changed while the run started (another `mosaic generate` "
+                           "writing the dataset?): wait for it to finish, then rerun")
+    return data
