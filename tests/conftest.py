@@ -124,3 +124,38 @@ objects:
     repeat: {concept: count}
 splits: {train: 10, val: 2, test: 2}
 """
+
+
+def copy_dataset(made, tmp_path: Path, name: str = "ds") -> Path:
+    """A private copy of the ``made`` fixture's dataset under ``tmp_path`` (tests damage copies, never the fixture)."""
+    import shutil
+
+    ds = tmp_path / name
+    shutil.copytree(made[1], ds)
+    return ds
+
+
+def edit_manifest(ds: Path, edit) -> None:
+    """Apply ``edit(manifest dict)`` to ``ds/manifest.json`` and write it back as mosaic writes it (sorted, indented)."""
+    import json
+
+    p = ds / "manifest.json"
+    man = json.loads(p.read_text())
+    edit(man)
+    p.write_text(json.dumps(man, indent=2, sort_keys=True) + "\n")
+
+
+def tiny_autoencoder(tmp_path_factory, name: str, steps: int):
+    """A tiny trained autoencoder folder (16 px, factor 4, ``steps`` steps) with its quality check saved:
+    ``(folder, section, spec, saved check)``."""
+    from mosaic.lab.autoencoder import AutoencoderSection, checked, train_autoencoder
+    from mosaic.spec import parse_spec
+    from tests.test_latent import SPEC as L_SPEC
+
+    spec = parse_spec(L_SPEC)
+    sec = AutoencoderSection(factor=4, block_out_channels=[8, 16, 16], norm_num_groups=4, steps=steps, batch_size=4, check_n=4,
+                             device="cpu", threshold=0)
+    out = tmp_path_factory.mktemp(name) / "ae"
+    train_autoencoder(sec, spec, out, say=lambda m: None, progress=False)
+    saved = checked(out, sec, spec, say=lambda m: None)
+    return out, sec, spec, saved

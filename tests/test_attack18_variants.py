@@ -22,22 +22,12 @@ import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli import app
-from tests.conftest import clean_exit_2
+from tests.conftest import clean_exit_2, copy_dataset, edit_manifest
 
 runner = CliRunner()
 
 
-def _copy(made, tmp_path) -> Path:
-    ds = tmp_path / "ds"
-    shutil.copytree(made[1], ds)
-    return ds
-
-
-def _edit(ds: Path, edit) -> None:
-    p = ds / "manifest.json"
-    man = json.loads(p.read_text())
-    edit(man)
-    p.write_text(json.dumps(man, indent=2, sort_keys=True) + "\n")
+_copy, _edit = copy_dataset, edit_manifest
 
 
 @pytest.mark.parametrize("value", [[], False, "", 0])

@@ -40,23 +40,13 @@ import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli import app
-from tests.conftest import ROOT, clean_exit_2
+from tests.conftest import ROOT, clean_exit_2, copy_dataset, edit_manifest
 
 runner = CliRunner()
 _clean_exit_2 = partial(clean_exit_2, collapse_space=True)
 
 
-def _copy(made, tmp_path, name="ds") -> Path:
-    ds = tmp_path / name
-    shutil.copytree(made[1], ds)
-    return ds
-
-
-def _edit_manifest(ds: Path, edit) -> None:
-    p = ds / "manifest.json"
-    man = json.loads(p.read_text())
-    edit(man)
-    p.write_text(json.dumps(man, indent=2, sort_keys=True) + "\n")
+_copy, _edit_manifest = copy_dataset, edit_manifest
 
 
 def _tree(ds: Path) -> dict:

@@ -32,23 +32,13 @@ import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli import app
-from tests.conftest import ROOT, clean_exit_2
+from tests.conftest import ROOT, clean_exit_2, copy_dataset, edit_manifest
 
 runner = CliRunner()
 _clean_exit_2 = partial(clean_exit_2, collapse_space=True)
 
 
-def _copy(made, tmp_path, name="ds") -> Path:
-    ds = tmp_path / name
-    shutil.copytree(made[1], ds)
-    return ds
-
-
-def _edit_manifest(ds: Path, edit) -> None:
-    p = ds / "manifest.json"
-    man = json.loads(p.read_text())
-    edit(man)
-    p.write_text(json.dumps(man, indent=2, sort_keys=True) + "\n")
+_copy, _edit_manifest = copy_dataset, edit_manifest
 
 
 def _tree(root: Path) -> dict:
@@ -313,17 +303,9 @@ def test_a_run_config_edited_in_what_its_weights_mean_is_refused_by_sample(drun,
 @pytest.fixture(scope="module")
 def ae_folder(tmp_path_factory):
     """A tiny trained autoencoder folder (3 steps, 16 px) and its section and spec, with its saved check."""
-    from mosaic.lab.autoencoder import AutoencoderSection, checked, train_autoencoder
-    from mosaic.spec import parse_spec
-    from tests.test_latent import SPEC as L_SPEC
+    from tests.conftest import tiny_autoencoder
 
-    spec = parse_spec(L_SPEC)
-    sec = AutoencoderSection(factor=4, block_out_channels=[8, 16, 16], norm_num_groups=4, steps=3, batch_size=4, check_n=4,
-                             device="cpu", threshold=0)
-    out = tmp_path_factory.mktemp("ae18") / "ae"
-    train_autoencoder(sec, spec, out, say=lambda m: None, progress=False)
-    saved = checked(out, sec, spec, say=lambda m: None)
-    return out, sec, spec, saved
+    return tiny_autoencoder(tmp_path_factory, "ae18", steps=3)
 
 
 @pytest.mark.parametrize("key, value", [("act_fn", "relu"), ("scaling_factor", 30.0)])

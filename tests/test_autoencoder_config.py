@@ -13,17 +13,9 @@ from mosaic.errors import TrainingError
 
 @pytest.fixture(scope="module")
 def ae(tmp_path_factory):
-    from mosaic.lab.autoencoder import AutoencoderSection, checked, train_autoencoder
-    from mosaic.spec import parse_spec
-    from tests.test_latent import SPEC as L_SPEC
+    from tests.conftest import tiny_autoencoder
 
-    spec = parse_spec(L_SPEC)
-    sec = AutoencoderSection(factor=4, block_out_channels=[8, 16, 16], norm_num_groups=4, steps=2, batch_size=4, check_n=4,
-                             device="cpu", threshold=0)
-    out = tmp_path_factory.mktemp("aem") / "ae"
-    train_autoencoder(sec, spec, out, say=lambda m: None, progress=False)
-    checked(out, sec, spec, say=lambda m: None)
-    return out, sec, spec
+    return tiny_autoencoder(tmp_path_factory, "aem", steps=2)[:3]
 
 
 def _measured(monkeypatch):
