@@ -3,6 +3,8 @@ types and spec loading. Imports nothing heavy (no numpy, torch or spec module at
 
 from __future__ import annotations
 
+import os
+
 import re
 import sys
 from contextlib import contextmanager
@@ -154,6 +156,23 @@ def check_out(path: Path | None, option: str = "--out", kind: str = "folder", da
     problem = output_file_problem(path)
     if problem:
         raise MosaicError([(option, f"{str(path)!r} {problem}: give a file path in a writable folder")])
+    if option == "--json" and os.path.lexists(path):
+        _refuse_foreign_json(path, option)
+
+
+def _refuse_foreign_json(path: Path, option: str) -> None:
+    """A ``--json`` report is written over an earlier report only (a JSON mapping): the command's own spec
+    (``mosaic evaluator check SPEC --json SPEC``) or a person's notes at that path were overwritten, exit 0
+    (attack round 20). Raises MosaicError naming the option, the file and the fix."""
+    from mosaic.io import read_json
+
+    try:
+        data = read_json(path)
+    except (OSError, ValueError):  # not a regular file, not UTF-8, not JSON (a YAML spec, notes)
+        data = None
+    if not isinstance(data, dict) or not any(k in data for k in ("accuracy", "joint_accuracy", "evaluator", "thresholds", "rejected")):
+        raise MosaicError([(option, f"{str(path)!r} already holds a file that is not a report of this command (JSON with its "
+                                    "accuracies): it is never overwritten; give another path, or move that file away")])
 
 
 def note_workers(workers: int) -> None:

@@ -51,7 +51,7 @@ from mosaic.lab.config import EMASection
 from mosaic.schema import Seed, StrictModel
 from mosaic.evaluation import check_evaluator, load_evaluator
 from mosaic.io import atomic_dir, atomic_write, clear_temps, discard, own_folders
-from mosaic.lab.autoencoder_files import load_vae, read_check, read_record, vae_identity
+from mosaic.lab.autoencoder_files import VAE_FILES, load_vae, own_training_folder, read_check, read_record, vae_identity
 from mosaic.locks import FolderLock
 from mosaic.sampling import sample_scene
 from renderers import get_renderer
@@ -338,11 +338,11 @@ def train_autoencoder(sec: AutoencoderSection, spec, out: str | Path, images=Non
     """
     import torch
 
-    out = Path(out)
     check_fits(sec, spec.image.size)
-    with FolderLock(out, TrainingError, "autoencoder folder", wait=True):
+    with FolderLock(out := Path(out), TrainingError, "autoencoder folder", wait=True):
+        own_training_folder(out)  # a person's vae/ or partial/ is never replaced or deleted
         record = out / "autoencoder.json"
-        if record.is_file() and (out / "vae" / "config.json").is_file():
+        if record.is_file() and all((out / "vae" / f).is_file() for f in VAE_FILES):  # weights gone: trained again
             return {**read_record(record), "already_trained": True}
         with torch.random.fork_rng(devices=[]):
             return _train(sec, spec, out, images, say, progress)

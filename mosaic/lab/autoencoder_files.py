@@ -16,13 +16,15 @@
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import stat
 from pathlib import Path
 from typing import Any
 
 from mosaic.checksums import digest_file
 from mosaic.errors import TrainingError
-from mosaic.io import JSONReadError, file_kind, read_json
+from mosaic.io import TEMP_GLOB, JSONReadError, file_kind, read_json
 
 VAE_FILES = ("config.json", "diffusion_pytorch_model.safetensors")
 VAE_WEIGHTS = "diffusion_pytorch_model.safetensors"
@@ -131,4 +133,46 @@ def read_check(path: Path, identity: dict[str, str]) -> dict[str, Any] | None:
         return None
     if any(rec.get(k) != v for k, v in identity.items()) or not isinstance(rec.get("passed"), bool):
         return None
+    if rec["passed"] != _passes(rec):  # "passed" must follow from the record's own accuracies and threshold (attack round 20)
+        return None
     return rec
+
+
+def _passes(rec: dict) -> bool | None:
+    """Whether every concept's accuracy in a check record reaches its threshold (what ``passed`` means), or None
+    when the record holds no such numbers (``accuracy`` a mapping of numbers or nulls, ``threshold`` a number)."""
+    acc, thr = rec.get("accuracy"), rec.get("threshold")
+    if not isinstance(acc, dict) or not acc or isinstance(thr, bool) or not isinstance(thr, (int, float)):
+        return None
+    if any(v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))) for v in acc.values()):
+        return None
+    return all(v is not None and v >= thr for v in acc.values())
+
+
+#: what a training writes in its folder (and replaces or removes on a rerun), beside the checks and the latent cache
+VAE_FILES = {"config.json", "diffusion_pytorch_model.safetensors"}
+_CHECKPOINT_FILES = {"state.json", "state.safetensors"}
+
+
+def own_training_folder(out: Path) -> Path:
+    """``out`` when every file an autoencoder training replaces or removes there is its own, else TrainingError
+    naming the first that is not (attack round 20: a person's ``vae/notes.txt`` and ``partial/p.txt`` were
+    deleted). ``vae/`` (replaced whole) must hold only the weights and config, and lie beside an
+    ``autoencoder.json`` or an unfinished training's ``partial/checkpoint/state.json``; ``partial/`` (removed at
+    the end) only ``checkpoint/`` with its two files, and temporary names."""
+    def foreign(d: Path, names: set[str]) -> str | None:
+        if not os.path.lexists(d):
+            return None
+        if d.is_symlink() or not d.is_dir():
+            return None  # a link or a file at the name is replaced, never followed (own_folders, atomic_dir)
+        return next((f"{d / n}" for n in sorted(os.listdir(d)) if n not in names and not fnmatch.fnmatch(n, TEMP_GLOB)), None)
+
+    ck = out / "partial" / "checkpoint"
+    bad = foreign(out / "partial", {"checkpoint"}) or foreign(ck, _CHECKPOINT_FILES) or foreign(out / "vae", VAE_FILES)
+    if bad is None and (out / "vae").is_dir() and not (out / "vae").is_symlink() \
+            and not (out / "autoencoder.json").is_file() and not (ck / "state.json").is_file():
+        bad = f"{out / 'vae'} (no autoencoder.json or unfinished training of mosaic's beside it)"
+    if bad is not None:
+        raise TrainingError([(str(out), f"holds {bad}, which an autoencoder training did not write and would replace or delete: "
+                              "move it away, or give another --out (a new or empty folder)")])
+    return out

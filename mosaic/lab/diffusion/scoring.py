@@ -11,13 +11,14 @@ from pathlib import Path
 import numpy as np
 
 from mosaic.errors import DatasetError, TrainingError
-from mosaic.io import atomic_dir, clear_temps, own_folders, read_json
+from mosaic.io import atomic_dir, clear_temps, own_folders, read_bounded, read_json
 from mosaic.lab.diffusion.sampling import check_sampler_steps, choose_records, generate, load_evaluator, repeated_splits, sample_seeds
 from mosaic.lab.diffusion.task import DiffusionTask
 from mosaic.lab.loop import progress_kwargs
 from mosaic.lab.run_folder import RunFolder
 from mosaic.dataset import png_bytes, read_metadata
 from mosaic.evaluation import check_evaluator, metrics as M, prediction_rows, write_prediction_rows
+from mosaic.evaluation.folder import MAX_METADATA_BYTES
 from mosaic.evaluation.quality import quality_summary, read_images
 from mosaic.preview import sample_sheet
 
@@ -53,10 +54,27 @@ def refuse_other_samples(out: Path, key: dict) -> None:
                            "or delete that folder to replace them")
     # the folder is replaced whole: what a person put there (an audit with its marks, notes) is never deleted with it
     foreign = sorted(n for n in os.listdir(out) if n not in SAMPLES_NAMES)
+    foreign += [f"images/{n}" for n in _foreign_images(out)]  # images/ is replaced whole too: only the images it lists are mosaic's
     if foreign:
         raise DatasetError(f"{out} holds {', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}, which mosaic sample did not "
                            "write there and would delete with the old samples (an audit's marks among them): move it out of the "
                            "folder, or give another --out")
+
+
+def _foreign_images(out: Path) -> list[str]:
+    """The names in ``out/images`` that are not images the folder's ``metadata.jsonl`` lists (a person's photo,
+    notes or sub-folder, or a PNG mosaic did not write), sorted; every name when the list cannot be read (attack
+    round 20: a rerun replaced ``images/`` whole and deleted them, exit 0)."""
+    d = out / "images"
+    if d.is_symlink() or not d.is_dir():
+        return []  # a link or file there is replaced, never followed; its target is untouched
+    names = sorted(os.listdir(d))
+    try:
+        listed = {str(json.loads(ln).get("file_name")) for ln in read_bounded(out / "metadata.jsonl", MAX_METADATA_BYTES).decode().splitlines()
+                  if ln.strip()}
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return names
+    return [n for n in names if f"images/{n}" not in listed or not (d / n).is_file() or (d / n).is_symlink()]
 
 
 #: every name ``mosaic sample`` writes in a samples folder (:func:`_sample_into`)
