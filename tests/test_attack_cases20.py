@@ -411,14 +411,18 @@ def test_evaluator_check_never_writes_its_json_report_over_its_own_spec(made, tm
     _clean_exit_2(r, "--json")
 
 
-@pytest.mark.parametrize("where, said", [("ds/manifest.json", "is the mosaic dataset"), ("ds/train/x.json", "lies inside the mosaic dataset"),
-                                         ("run/metrics.json", "training run folder")])
-def test_evaluator_check_json_never_lands_in_a_dataset_or_a_run(made, drun, tmp_path, where, said):
+def _in_dataset_or_run(made, drun, tmp_path, where: str):
+    """A copy of the dataset and the run; the path ``where`` (``ds/...`` or ``run/...``) in them; their files now."""
     ds = tmp_path / "ds"
     shutil.copytree(made[1], ds)
     run = drun[0]
-    target = {"ds": ds, "run": run}[where.split("/")[0]].joinpath(*where.split("/")[1:])
-    before = {p: _tree(p) for p in (ds, run)}
+    return ds, run, {"ds": ds, "run": run}[where.split("/")[0]].joinpath(*where.split("/")[1:]), {p: _tree(p) for p in (ds, run)}
+
+
+@pytest.mark.parametrize("where, said", [("ds/manifest.json", "is the mosaic dataset"), ("ds/train/x.json", "lies inside the mosaic dataset"),
+                                         ("run/metrics.json", "training run folder")])
+def test_evaluator_check_json_never_lands_in_a_dataset_or_a_run(made, drun, tmp_path, where, said):
+    ds, run, target, before = _in_dataset_or_run(made, drun, tmp_path, where)
     _clean_exit_2(runner.invoke(app, ["evaluator", "check", str(made[0]), "--n", "4", "--json", str(target)]), "--json", said)
     assert {p: _tree(p) for p in (ds, run)} == before
 
@@ -426,11 +430,7 @@ def test_evaluator_check_json_never_lands_in_a_dataset_or_a_run(made, drun, tmp_
 @pytest.mark.parametrize("where", ["ds", "ds/train", "run", "run/best"])
 @pytest.mark.parametrize("command", ["autoencoder", "evaluator"])
 def test_an_autoencoder_or_evaluator_out_never_names_a_dataset_or_a_run(made, drun, tmp_path, where, command):
-    ds = tmp_path / "ds"
-    shutil.copytree(made[1], ds)
-    run = drun[0]
-    out = {"ds": ds, "run": run}[where.split("/")[0]].joinpath(*where.split("/")[1:])
-    before = {p: _tree(p) for p in (ds, run)}
+    ds, run, out, before = _in_dataset_or_run(made, drun, tmp_path, where)
     args = (["autoencoder", "train", str(made[0]), "--ae", "steps=1", "--ae", "device=cpu"] if command == "autoencoder"
             else ["evaluator", "train", str(made[0])])
     _clean_exit_2(runner.invoke(app, [*args, "--out", str(out)]), "--out")
