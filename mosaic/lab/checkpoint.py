@@ -449,3 +449,27 @@ def load_weights_file(module: torch.nn.Module, path: Path, weights_dir: Path, re
         module.load_state_dict(state)
     except RuntimeError as e:
         raise TrainingError(f"weights in {weights_dir} do not fit the run's model config: {str(e).splitlines()[0]}") from None
+
+
+def foreign_file(folder: Path, record: str) -> Path | None:
+    """The first file under ``folder`` (a checkpoint, or exported weights) that its own record (``record``:
+    :data:`RECORD` or :data:`WEIGHTS_RECORD`, whose ``files`` lists every file it wrote) does not list, a
+    symbolic link anywhere in it included; None when every file is listed, or when there is no readable
+    record (a folder of an older mosaic: nothing to tell its files by). A folder mosaic replaces or prunes
+    (a resumed run's ``best/`` and ``final/``, checkpoints past ``keep_checkpoints``) holding such a file is a
+    person's too: it is kept (attack round 21: ``best/notes.txt`` was deleted by a resumed run, exit 0)."""
+    folder = Path(folder)
+    if folder.is_symlink() or not folder.is_dir():
+        return None
+    try:
+        listed = read_json(folder / record).get("files")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(listed, dict):
+        return None
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder).as_posix()
+        if p.is_symlink() or (p.is_file() and rel != record and rel not in listed) or (
+                p.is_dir() and not any(k.startswith(rel + "/") for k in listed)):
+            return p
+    return None

@@ -30,7 +30,8 @@ from mosaic.io import atomic_dir, clear_temps, discard, new_temp_dir, own_folder
 from mosaic.lab.config import TrainingSection
 from mosaic.lab.data import BatchPlan, step_seed
 from mosaic.lab.checkpoint import (
-    CheckpointError, check_weights_meaning, load_checkpoint, read_weights_record, save_checkpoint as write_checkpoint, write_weights_record,
+    RECORD, WEIGHTS_RECORD, CheckpointError, check_weights_meaning, foreign_file, load_checkpoint, read_weights_record,
+    save_checkpoint as write_checkpoint, write_weights_record,
 )
 from mosaic.lab.run_folder import RunFolder
 
@@ -230,7 +231,8 @@ def load_latest_good_checkpoint(run: RunFolder, accelerator, state: dict, say: C
 
 def _check_resumed_meaning(task: Task, run: RunFolder) -> None:
     """A resumed run's config must mean what its exported weights (``best/``, ``final/``) were trained
-    with (:func:`check_weights_meaning`); a damaged record is left to the export that replaces it."""
+    with (:func:`check_weights_meaning`), and those folders may hold only what was exported (:func:`foreign_file`:
+    a person's file there would be deleted by the next export); a damaged record is left to the export that replaces it."""
     meaning = task.weights_meaning()
     for d in (run.best, run.final):
         try:
@@ -238,6 +240,9 @@ def _check_resumed_meaning(task: Task, run: RunFolder) -> None:
         except CheckpointError:
             rec = None
         check_weights_meaning(rec, meaning, run.config, d)
+        if (bad := foreign_file(d, WEIGHTS_RECORD)) is not None:  # refused before a step is trained: the export would delete it
+            raise TrainingError([(str(bad), f"is not one of the files {d.name}/ was exported with (its {WEIGHTS_RECORD} does not list it), "
+                                  f"and the resumed run would export {d.name}/ again and delete it: move it out of {d}, then rerun")])
 
 
 def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log: Callable[[str], None] | None = None) -> dict:
@@ -320,6 +325,9 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
 
     def export(dest: Path):
         if accelerator.is_main_process:
+            if (bad := foreign_file(dest, WEIGHTS_RECORD)) is not None:  # replaced whole: a person's file in it is never deleted
+                raise TrainingError([(str(bad), f"is not one of the files {dest.name}/ was exported with (its {WEIGHTS_RECORD} does not list it), "
+                                      f"and exporting again would delete it: move it out of {dest}, then rerun")])
             clear_temps(dest)  # an interrupted export, or a link planted at its temporary name: removed, never followed
             with atomic_dir(dest) as tmp:  # a unique new folder; what stands at dest (a link) is removed, never written through
                 task.export(inner, tmp)
@@ -366,7 +374,8 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
             if accelerator.is_main_process:
                 replace_path(tmp, dest)  # what stands at dest (a damaged copy, a link) is removed, not followed
                 for _, old in run.checkpoint_list()[:-cfg.keep_checkpoints]:
-                    discard(old)  # an old checkpoint that will not go is no reason to stop
+                    if foreign_file(old, RECORD) is None:  # one holding a person's file is kept, never pruned with it
+                        discard(old)  # an old checkpoint that will not go is no reason to stop
         except OSError as e:  # a full disk (ENOSPC), a read-only folder: the unfinished checkpoint goes, the last good one stays
             failed = e
             if tmp is not None and accelerator.is_main_process:

@@ -53,7 +53,9 @@ def refuse_other_samples(out: Path, key: dict) -> None:
         raise DatasetError(f"{out} holds samples made with other settings ({'; '.join(diff)}): they are kept; give another --out, "
                            "or delete that folder to replace them")
     # the folder is replaced whole: what a person put there (an audit with its marks, notes) is never deleted with it
-    foreign = sorted(n for n in os.listdir(out) if n not in SAMPLES_NAMES)
+    # a name of mosaic's holding something else (a person's folder at heatmap.png, a file at images) is a person's too
+    foreign = sorted(n for n in os.listdir(out) if n not in SAMPLES_NAMES or (not os.path.islink(out / n) and (
+        (out / n).is_dir() != (n == "images"))))
     foreign += [f"images/{n}" for n in _foreign_images(out)]  # images/ is replaced whole too: only the images it lists are mosaic's
     if foreign:
         raise DatasetError(f"{out} holds {', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}, which mosaic sample did not "
