@@ -51,7 +51,8 @@ from mosaic.lab.config import EMASection
 from mosaic.schema import Seed, StrictModel
 from mosaic.evaluation import check_evaluator, load_evaluator
 from mosaic.io import atomic_dir, atomic_write, clear_temps, discard, own_folders
-from mosaic.lab.autoencoder_files import VAE_FILES, load_vae, own_training_folder, read_check, read_record, vae_identity
+from mosaic.lab.autoencoder_files import (VAE_FILES, checkpoint_problem, load_vae, own_training_folder, read_check, read_record,
+                                          refuse_other_training, training_identity, vae_identity)
 from mosaic.locks import FolderLock
 from mosaic.sampling import sample_scene
 from renderers import get_renderer
@@ -277,15 +278,15 @@ def _device(sec: AutoencoderSection):
     return torch.device("cuda" if sec.device != "cpu" and torch.cuda.is_available() else "cpu")
 
 
-def _save_checkpoint(path: Path, step: int, vae, opt, ema, losses: list) -> None:
-    """``path/`` = ``state.safetensors`` (weights, EMA, AdamW moments) + ``state.json``; atomic."""
+def _save_checkpoint(path: Path, step: int, vae, opt, ema, losses: list, ident: dict) -> None:
+    """``path/`` = ``state.safetensors`` (weights, EMA, AdamW moments) + ``state.json`` (with ``ident``: spec, section); atomic."""
     path.parent.mkdir(parents=True, exist_ok=True)
     clear_temps(path)  # an unfinished checkpoint, or a link planted at its name: removed, never followed (the folder is locked)
     with atomic_dir(path) as tmp:  # a unique new folder that replaces path (a link there is removed, not written through)
-        _write_checkpoint(tmp, step, vae, opt, ema, losses)
+        _write_checkpoint(tmp, step, vae, opt, ema, losses, ident)
 
 
-def _write_checkpoint(tmp: Path, step: int, vae, opt, ema, losses: list) -> None:
+def _write_checkpoint(tmp: Path, step: int, vae, opt, ema, losses: list, ident: dict) -> None:
     from safetensors.torch import save_file
 
     t = {f"vae.{k}": v.detach().cpu().contiguous() for k, v in vae.state_dict().items()}
@@ -296,14 +297,15 @@ def _write_checkpoint(tmp: Path, step: int, vae, opt, ema, losses: list) -> None
         for k, v in st.items():
             t[f"opt.{i}.{k}"] = v.detach().cpu().contiguous() if hasattr(v, "detach") else __import__("torch").tensor(v)
     save_file(t, str(tmp / "state.safetensors"))
-    meta = {"step": step, "ema_optimization_step": ema.optimization_step, "param_groups": osd["param_groups"], "losses": losses}
+    meta = {"step": step, "ema_optimization_step": ema.optimization_step, "param_groups": osd["param_groups"], "losses": losses, **ident}
     (tmp / "state.json").write_text(json.dumps(meta) + "\n")
 
 
-def _load_checkpoint(path: Path, vae, opt, ema) -> tuple[int, list]:
+def _load_checkpoint(path: Path, vae, opt, ema, steps: int, ident: dict) -> tuple[int, list]:
     from safetensors.torch import load_file
 
-    meta = read_record(path / "state.json", "checkpoint")
+    if (problem := checkpoint_problem(meta := read_record(path / "state.json", "checkpoint"), steps, ident)) is not None:
+        raise TrainingError(problem)  # a step past the losses it saved, or of another spec or section (attack round 21)
     t = load_file(str(path / "state.safetensors"))
     vae.load_state_dict({k[4:]: v for k, v in t.items() if k.startswith("vae.")})
     dev = next(vae.parameters()).device
@@ -316,7 +318,7 @@ def _load_checkpoint(path: Path, vae, opt, ema) -> tuple[int, list]:
             _, i, name = k.split(".", 2)
             state.setdefault(int(i), {})[name] = v.to(dev) if name != "step" else v
     opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-    return int(meta["step"]), list(meta.get("losses", []))
+    return meta["step"], list(meta["losses"])
 
 
 def train_autoencoder(sec: AutoencoderSection, spec, out: str | Path, images=None, say: Callable[[str], None] = print,
@@ -341,9 +343,9 @@ def train_autoencoder(sec: AutoencoderSection, spec, out: str | Path, images=Non
     check_fits(sec, spec.image.size)
     with FolderLock(out := Path(out), TrainingError, "autoencoder folder", wait=True):
         own_training_folder(out)  # a person's vae/ or partial/ is never replaced or deleted
-        record = out / "autoencoder.json"
-        if record.is_file() and all((out / "vae" / f).is_file() for f in VAE_FILES):  # weights gone: trained again
-            return {**read_record(record), "already_trained": True}
+        if (record := out / "autoencoder.json").is_file() and all((out / "vae" / f).is_file() for f in VAE_FILES):  # else trained again
+            refuse_other_training(rec := read_record(record), training_identity(sec, spec), out)  # another spec or section: refused
+            return {**rec, "already_trained": True}
         with torch.random.fork_rng(devices=[]):
             return _train(sec, spec, out, images, say, progress)
 
@@ -363,16 +365,15 @@ def _train(sec, spec, out: Path, images, say, progress: bool) -> dict:
     ema = EMAModel(params, decay=sec.ema.decay, use_ema_warmup=sec.ema.warmup, power=sec.ema.power,
                    update_after_step=sec.ema.update_after_step)
     ema.to(dev)
-    partial = out / "partial"
-    ck = partial / "checkpoint"
+    ck = (partial := out / "partial") / "checkpoint"
     start, losses = 0, []
     own_folders(out, ["partial"])  # a link at partial/ is removed: never resumed from, nor written into, another folder
     if (ck / "state.json").is_file():
         try:
-            start, losses = _load_checkpoint(ck, vae, opt, ema)
+            start, losses = _load_checkpoint(ck, vae, opt, ema, sec.steps, training_identity(sec, spec))
             say(f"autoencoder: resumed from {ck} (step {start})")
-        except Exception as e:  # noqa: BLE001 - a damaged checkpoint: start over
-            say(f"autoencoder: checkpoint {ck} is damaged ({type(e).__name__}: {str(e)[:200]}); starting over")
+        except Exception as e:  # noqa: BLE001 - a damaged checkpoint, or one of another spec or section: start over
+            say(f"autoencoder: checkpoint {ck} is damaged or not this training's ({type(e).__name__}: {str(e)[:200]}); starting over")
             discard(ck)  # a link at its name is removed, never followed
             start, losses = 0, []
     n = len(pool)
@@ -408,7 +409,7 @@ def _train(sec, spec, out: Path, images, say, progress: bool) -> dict:
             if (bar is None or not bar[0].console.is_terminal) and (step % max(1, sec.steps // 20) == 0 or step == sec.steps):
                 say(f"autoencoder step {step}/{sec.steps}: loss {loss.item():.4f} ({t_train:.0f} s)")  # a log file gets lines
             if step % sec.checkpoint_every == 0 and step < sec.steps:
-                _save_checkpoint(ck, step, vae, opt, ema, losses)
+                _save_checkpoint(ck, step, vae, opt, ema, losses, training_identity(sec, spec))
     finally:
         if bar is not None:
             bar[0].stop()
@@ -527,7 +528,6 @@ def check_key(sec: AutoencoderSection, spec) -> str:
 def checked(folder: Path, sec: AutoencoderSection, spec, space: LatentSpace | None = None, say=print) -> dict:
     """The quality check of the autoencoder in ``folder`` on ``spec`` (``check-<key>.json``): computed once per
     weights and vae/config.json (the record names both sha256; a damaged record, one of other weights or config, is measured again)."""
-
     path = Path(folder) / f"check-{check_key(sec, spec)}.json"
     space = space or load_space(folder)
     identity = vae_identity(Path(folder))  # the weights' and vae/config.json's sha256

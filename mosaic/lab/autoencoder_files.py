@@ -176,3 +176,39 @@ def own_training_folder(out: Path) -> Path:
         raise TrainingError([(str(out), f"holds {bad}, which an autoencoder training did not write and would replace or delete: "
                               "move it away, or give another --out (a new or empty folder)")])
     return out
+
+
+def training_identity(sec, spec) -> dict[str, str]:
+    """``{"spec_fingerprint", "weights_key"}``: what a training's checkpoint and ``autoencoder.json`` record of the
+    spec and the section (``sec.weights_key()``: every field that changes the weights)."""
+    return {"spec_fingerprint": spec.fingerprint(), "weights_key": sec.weights_key()}
+
+
+def checkpoint_problem(meta: dict, steps: int, identity: dict[str, str]) -> str | None:
+    """Why a checkpoint's ``state.json`` (``meta``) is not resumed by a training of ``steps`` steps of ``identity``
+    (:func:`training_identity`), or None (attack round 21): its ``step`` must be a JSON integer (not a bool), at
+    least 0 and below ``steps`` (a checkpoint is saved before the last step only), agree with its saved ``losses``
+    (one per step), and it must record the spec fingerprint and the section's weights key asked for (a checkpoint
+    of another spec or section, or one saved before checkpoints recorded them, is not resumed from)."""
+    for k, v in identity.items():
+        if meta.get(k) != v:
+            return (f"it records {k} {meta.get(k)!r}, not this training's {v!r}" if k in meta else
+                    f"it records no {k} (saved by an older mosaic): not known to be of this spec and section")
+    step, losses = meta.get("step"), meta.get("losses")
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < steps:
+        return f"its step {step!r} is not a whole number from 0 to {steps - 1} (the steps of this training, less the last)"
+    if not isinstance(losses, list) or len(losses) != step:
+        return f"its step {step} does not agree with its {len(losses) if isinstance(losses, list) else 'missing'} saved losses"
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in losses):
+        return "its saved losses are not all numbers"
+    return None
+
+
+def refuse_other_training(rec: dict, identity: dict[str, str], out: Path) -> None:
+    """TrainingError when the finished autoencoder in ``out`` (its ``autoencoder.json`` ``rec``) is not the one asked
+    for (:func:`training_identity`): another spec or section is never returned as "already trained", nor trained over."""
+    diff = [f"{k} {rec.get(k)!r} (asked for: {v!r})" for k, v in identity.items() if rec.get(k) != v]
+    if diff:
+        raise TrainingError([(str(out), f"holds an autoencoder of another spec or section: its autoencoder.json records "
+                              f"{'; '.join(diff)}. Give another --out (a new or empty folder), or delete {out} to train "
+                              "this one there")])
