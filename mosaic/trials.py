@@ -2,9 +2,8 @@
 subprocess and run folder (locally in threads, or as Ray tasks), its status file, and the results
 table (``results.csv`` / ``results.parquet``, one row per trial).
 
-A finished trial is skipped on rerun; a failed one is recorded with its error and does not stop the
-others; a trial folder whose config changed since it ran is refused.
-"""
+A finished trial (its run's DONE beside it) is skipped on rerun; a failed one is recorded with its error and does not
+stop the others; a trial folder whose config changed since it ran is refused."""
 
 from __future__ import annotations
 
@@ -370,21 +369,15 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def result_row(tdir: Path, cells: dict | None = None) -> dict:
-    """One results row: the trial's axis values, status, run time, and its metrics (flattened).
-
-    Standard columns (when the run reports them): ``seen.<metric>`` and ``held_out.<metric>``,
-    the run's seen / held-out table (:func:`mosaic.evaluation.table.table_columns`; e.g.
-    ``seen.<concept>``, ``held_out.joint``), and ``evaluator.joint`` (the evaluator's own joint
-    accuracy, :func:`mosaic.evaluation.table.check_row`), and ``analysis.<...>``, the run's
-    representation diagnostics (:func:`mosaic.diagnostics.columns.analysis_columns`), and
-    ``value.<concept>.<value>``, the joint accuracy over every test image whose intended value of
-    the concept is that value (diffusion; :func:`mosaic.evaluation.metrics.score`'s ``by_value``):
-    e.g. ``value.shape.cross`` scores the tail value of a skewed shape distribution; and with
-    ``cells`` (the sweep's ``report.cells``) ``cells.<name>.*``, the scores over a fixed set of
-    combinations (:func:`mosaic.evaluation.cell_sets.cell_set_columns`).
-    """
+    """One results row: the trial's axis values, status, run time, and its metrics (flattened): ``seen.<metric>`` /
+    ``held_out.<metric>`` (:func:`mosaic.evaluation.table.table_columns`), ``evaluator.joint``
+    (:func:`~mosaic.evaluation.table.check_row`), ``analysis.<...>`` (:func:`mosaic.diagnostics.columns.analysis_columns`),
+    ``value.<concept>.<value>`` (the joint accuracy over the test images of that intended value: ``scores.by_value``,
+    e.g. a skewed distribution's tail value) and with ``cells`` (``report.cells``) ``cells.<name>.*``
+    (:func:`mosaic.evaluation.cell_sets.cell_set_columns`). Raises TypeError & co. on records of other JSON types
+    (:func:`_row` names them)."""
     st = read_status(tdir)
-    row: dict[str, Any] = {"trial": st.get("id", tdir.name), "status": st.get("status"), "time_s": st.get("time_s"),
+    row: dict[str, Any] = {"trial": st.get("id", tdir.name), "status": st.get("status"), "time_s": None if st.get("time_s") is None else float(st["time_s"]),
                            "error": (st.get("error") or "")[-500:] or None}
     row.update(st.get("values", {}))
     mpath = tdir / "run" / "metrics.json"
@@ -394,7 +387,6 @@ def result_row(tdir: Path, cells: dict | None = None) -> dict:
         if bad is not None:
             raise SweepError([(str(mpath), f"damaged: {bad}, and an accuracy is a fraction in [0, 1] (NaN or null when not measured): "
                                            f"restore it, or delete the trial folder {tdir} and rerun `mosaic sweep` to redo the trial")])
-
         row.update(table_columns(m.get("table")))
         # the parser's match quality and abstention (diffusion; mosaic.evaluation.quality.quality_summary):
         # <group>.quality, <group>.raw.<concept> / .raw.joint (accuracy before abstention), abstention.*
@@ -412,7 +404,6 @@ def result_row(tdir: Path, cells: dict | None = None) -> dict:
         if "verdicts_changed" in q:
             row["abstention.abstained"] = q["abstained"]
             row["abstention.verdicts_changed"] = q["verdicts_changed"]
-
         row.update(cell_set_columns((m.get("scores") or {}).get("grid"), cells or {}))
         row.update(analysis_columns(m.get("analysis")))  # the representation diagnostics (mosaic analyze)
         joint = check_row(m.get("evaluator_check")).get("joint")
@@ -532,6 +523,15 @@ def _foreign_run(tdir: Path, sweep: SweepSpec, values: dict) -> str | None:
     return None
 
 
+def _row(tdir: Path, cells) -> dict:
+    """:func:`result_row`, a ``trial.json`` / ``metrics.json`` field of another JSON type named (attack round 21)."""
+    try:
+        return result_row(tdir, cells)
+    except (TypeError, AttributeError, ValueError, KeyError) as e:
+        raise SweepError([(str(tdir), f"trial.json or run/metrics.json is damaged ({type(e).__name__}: {str(e)[:100]}): restore it, or "
+                                      "delete the trial folder and rerun `mosaic sweep` to redo the trial")]) from None
+
+
 def collect(out: Path) -> "pd.DataFrame":  # noqa: F821
     """Gather every trial of a sweep folder into ``results.csv`` and ``results.parquet``.
 
@@ -543,7 +543,7 @@ def collect(out: Path) -> "pd.DataFrame":  # noqa: F821
     dirs = [d for d in sorted((out / "trials").iterdir()) if d.is_dir()] if (out / "trials").is_dir() else []
     check_trial_folders(out, dirs)
     sweep = folder_sweep(out)[1]
-    rows = [result_row(d, sweep.report.cells if sweep is not None else None) for d in dirs]
+    rows = [_row(d, sweep.report.cells if sweep is not None else None) for d in dirs]
     df = pd.DataFrame(rows)
     axes = [c for c in df.columns if c.startswith(("spec.", "training.", "model.", "dataset.", LABEL)) or c == "seed"]
     sortable = [c for c in axes if df[c].map(lambda v: isinstance(v, (int, float))).all()]
@@ -576,7 +576,8 @@ def run_sweep(sweep: SweepSpec, out: Path, backend: str = "local", workers: int 
 def prepare_todo(sweep: SweepSpec, out: Path, on_progress=None) -> tuple[list[dict], list[dict]]:
     """:func:`prepare`, then the trials still to run, each marked with its sweep's kind and timeout."""
     trials = prepare(sweep, out, on_progress)
-    todo = [t for t in trials if read_status(t["dir"]).get("status") != "done"]
+    todo = [t for t in trials if read_status(t["dir"]).get("status") != "done"  # done only with its run finished beside it
+            or not ((t["dir"] / "run" / "DONE").is_file() and (t["dir"] / "run" / "metrics.json").is_file())]
     for t in todo:
         write_status(t["dir"], {**read_status(t["dir"]), "kind": sweep.kind})
         t.update(kind=sweep.kind, timeout_s=sweep.timeout_s)
