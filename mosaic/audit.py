@@ -69,7 +69,7 @@ def read_rows(path: Path, what: str = "predictions file") -> list[tuple[int, dic
     """The rows of a samples folder's ``predictions.jsonl`` (or ``metadata.jsonl``: ``what``) with
     their line numbers, each checked to be a row: a JSON object whose ``file_name`` names a file inside the folder
     (:func:`mosaic.evaluation.folder.file_name_problem`) and whose ``intended``/``read`` are
-    mappings, ``reasons`` a list, ``held_out``/``correct`` booleans (each may be missing).
+    mappings (``concepts`` too, in a ``metadata.jsonl``), ``reasons`` a list, ``held_out``/``correct`` booleans (each may be missing).
 
     Raises:
         MosaicError: too large, not UTF-8, not JSON, nested too deep, or a row of the wrong shape,
@@ -100,7 +100,7 @@ def read_rows(path: Path, what: str = "predictions file") -> list[tuple[int, dic
         problem = file_name_problem(r.get("file_name"))
         if problem:
             raise MosaicError([(where, f"file_name {str(r.get('file_name'))[:80]!r} {problem}; {fix}")])
-        for key, kinds, what in (("intended", dict, "a mapping"), ("read", dict, "a mapping"), ("reasons", list, "a list"),
+        for key, kinds, what in (("intended", dict, "a mapping"), ("read", dict, "a mapping"), ("concepts", dict, "a mapping"), ("reasons", list, "a list"),
                                  ("held_out", bool, "a boolean"), ("correct", bool, "a boolean")):
             if r.get(key) is not None and not isinstance(r[key], kinds):
                 raise MosaicError([(where, f"{key} = {str(r[key])[:40]!r} ({type(r[key]).__name__}) must be {what}; {fix}")])
@@ -213,7 +213,11 @@ def audit_page(items: list[dict], meta: dict, marks: dict | None = None) -> str:
         ``{"version", "audit_id", "run", "seed", "saved", "marks": [{"id", "source", "file_name",
         "verdict", "mark", "note"}]}``.
     """
-    data = {"version": AUDIT_VERSION, "meta": meta, "items": items, "marks": {str(k): v for k, v in (marks or {}).items()}}
+    # the browser keeps unsaved marks under a key of the audit and of the verdicts it shows: a page made again after the
+    # samples were scored again (other verdicts) never restores marks given on the old ones
+    verdicts = hashlib.sha256(json.dumps([it.get("verdict") for it in items]).encode()).hexdigest()[:12]
+    data = {"version": AUDIT_VERSION, "meta": meta, "items": items, "marks": {str(k): v for k, v in (marks or {}).items()},
+            "store": f"mosaic-audit-{meta.get('audit_id')}-{verdicts}"}
     blob = script_json(data)
     title = f"mosaic audit: {meta.get('run', '')}"
     return _PAGE.replace("%%TITLE%%", html.escape(title)).replace("%%DATA%%", blob)
@@ -254,8 +258,12 @@ def _write_audit(root: Path, out: Path, items: list[dict], aid: str, seed: int) 
         try:
             old = read_json(saved)  # a regular file of at most MAX_JSON_BYTES (mosaic.io.read_bounded)
             if isinstance(old, dict) and old.get("audit_id") == aid and isinstance(old.get("marks"), list):
+                # a mark is kept only on the verdict it was given on: samples scored again since (another evaluator)
+                # have other verdicts, and "correct" on "right" is no agreement with "wrong" (attack round 21)
+                now = {it["id"]: it["verdict"] for it in items}
                 marks = {m["id"]: {"mark": m.get("mark"), "note": m.get("note", "") if isinstance(m.get("note", ""), str) else ""}
-                         for m in old["marks"] if isinstance(m, dict) and type(m.get("id")) is int and m.get("mark") in ("correct", "incorrect")}
+                         for m in old["marks"] if isinstance(m, dict) and type(m.get("id")) is int and m.get("mark") in ("correct", "incorrect")
+                         and m.get("verdict") is not None and m.get("verdict") == now.get(m["id"])}
         except (ValueError, KeyError, TypeError, RecursionError, OSError):
             marks = {}
     meta = {"audit_id": aid, "run": str(root), "seed": seed, "n": len(items), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -474,7 +482,7 @@ downloads them, then run <code>mosaic audit RUN --import audit.json</code>.</div
 <script>
 "use strict";
 const DATA = JSON.parse(document.getElementById("audit-data").textContent);
-const KEY = "mosaic-audit-" + DATA.meta.audit_id;
+const KEY = DATA.store || ("mosaic-audit-" + DATA.meta.audit_id);
 let marks = Object.assign({}, DATA.marks);
 try { Object.assign(marks, JSON.parse(localStorage.getItem(KEY) || "{}")); } catch (e) {}
 function esc(s) { return String(s).replace(/[&<>"']/g, c => ({"&":"&amp;","<":"&lt;",">":"&gt;","\"":"&quot;","'":"&#39;"}[c])); }

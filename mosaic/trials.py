@@ -24,7 +24,7 @@ from mosaic.claims import sweep_claim_problems
 from mosaic.diagnostics.columns import analysis_columns
 from mosaic.errors import MosaicError, SweepError
 from mosaic.evaluation.cell_sets import cell_set_columns
-from mosaic.evaluation.table import check_row, table_columns
+from mosaic.evaluation.table import check_row, table_columns, table_problem
 from mosaic.io import atomic_write, atomic_writer, make_output_dir, open_append, own_folders, read_json
 from mosaic.lab.config import config_diff, read_config_yaml, validate_config
 from mosaic.locks import FolderLock
@@ -180,26 +180,6 @@ def _trial_file(p: Path) -> dict:
         raise SweepError([(str(p), f"damaged (a {type(data).__name__}, not a mapping): restore it, or delete the trial folder and rerun "
                                    "`mosaic sweep` to redo the trial")])
     return data
-
-
-def _table_problem(table) -> str | None:
-    """Why a metrics.json ``table`` is not one mosaic wrote (:mod:`mosaic.evaluation.table`), or None:
-    a group that is not a mapping, an ``n`` that is not a count, or a metric that is not a fraction in
-    [0, 1], NaN or null (``Infinity``, ``1.5``, ``"0.9"`` would be reported, or silently left out)."""
-    if table is None:
-        return None
-    if not isinstance(table, dict):
-        return f"table is a {type(table).__name__}, not a mapping"
-    for g, row in table.items():
-        if not isinstance(row, dict):
-            return f"table.{g} is a {type(row).__name__}, not a mapping"
-        for k, v in row.items():
-            if k == "n":
-                if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-                    return f"table.{g}.n = {str(v)[:40]!r} is not a count"
-            elif v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not (v != v or 0 <= v <= 1)):
-                return f"table.{g}.{k} = {str(v)[:40]!r}"
-    return None
 
 
 def read_status(tdir: Path) -> dict:
@@ -383,7 +363,7 @@ def result_row(tdir: Path, cells: dict | None = None) -> dict:
     mpath = tdir / "run" / "metrics.json"
     if mpath.is_file():
         m = _trial_file(mpath)
-        bad = _table_problem(m.get("table"))
+        bad = table_problem(m.get("table"))
         if bad is not None:
             raise SweepError([(str(mpath), f"damaged: {bad}, and an accuracy is a fraction in [0, 1] (NaN or null when not measured): "
                                            f"restore it, or delete the trial folder {tdir} and rerun `mosaic sweep` to redo the trial")])
@@ -527,6 +507,8 @@ def _row(tdir: Path, cells) -> dict:
     """:func:`result_row`, a ``trial.json`` / ``metrics.json`` field of another JSON type named (attack round 21)."""
     try:
         return result_row(tdir, cells)
+    except MosaicError:  # named already (a MosaicError is a ValueError too)
+        raise
     except (TypeError, AttributeError, ValueError, KeyError) as e:
         raise SweepError([(str(tdir), f"trial.json or run/metrics.json is damaged ({type(e).__name__}: {str(e)[:100]}): restore it, or "
                                       "delete the trial folder and rerun `mosaic sweep` to redo the trial")]) from None

@@ -12,6 +12,7 @@ from mosaic.diagnostics.analyze import _jsonable, analyze_task
 from mosaic.diagnostics.applies import resolve_what
 from mosaic.diagnostics.config import AnalysisSection
 from mosaic.errors import TrainingError
+from mosaic.evaluation.table import table_problem
 from mosaic.io import read_json
 from mosaic.locks import FolderLock
 from mosaic.dataset import spec_of
@@ -108,6 +109,9 @@ def _analyze_run(run_dir, what, options, checkpoint, device, write, say) -> dict
     if not isinstance(metrics, dict):  # checked before any diagnostic runs: the results are written into it
         why = f"{type(metrics).__name__}: {str(metrics)[:80]}" if isinstance(metrics, Exception) else f"not a JSON mapping but {json.dumps(metrics)[:40]}"
         raise TrainingError(f"{run.metrics} is damaged ({why}): it holds the run's results; restore it from a copy, "
+                            "or train the run again into a new --out")
+    if (bad := table_problem(metrics.get("table"))) is not None:  # the figures read it (a list was a traceback, attack round 21)
+        raise TrainingError(f"{run.metrics} is damaged ({bad}): it holds the run's results; restore it from a copy, "
                             "or train the run again into a new --out")
     # the applicability check comes before the (slow) task is built
 

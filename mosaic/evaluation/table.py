@@ -165,5 +165,25 @@ def print_table(table: Mapping, title: str = "accuracy of generated images (eval
     console.print(t)
 
 
-__all__ = ["GROUPS", "SPLIT_GROUP", "build_table", "accuracy_row", "table_from_scores", "table_from_splits", "check_row",
+__all__ = ["table_problem", "GROUPS", "SPLIT_GROUP", "build_table", "accuracy_row", "table_from_scores", "table_from_splits", "check_row",
            "table_columns", "fmt_fraction", "render_table", "print_table"]
+
+
+def table_problem(table) -> str | None:
+    """Why a metrics.json ``table`` is not one mosaic wrote (:mod:`mosaic.evaluation.table`), or None:
+    a group that is not a mapping, an ``n`` that is not a count, or a metric that is not a fraction in
+    [0, 1], NaN or null (``Infinity``, ``1.5``, ``"0.9"`` would be reported, or silently left out)."""
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        return f"table is a {type(table).__name__}, not a mapping"
+    for g, row in table.items():
+        if not isinstance(row, dict):
+            return f"table.{g} is a {type(row).__name__}, not a mapping"
+        for k, v in row.items():
+            if k == "n":
+                if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                    return f"table.{g}.n = {str(v)[:40]!r} is not a count"
+            elif v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not (v != v or 0 <= v <= 1)):
+                return f"table.{g}.{k} = {str(v)[:40]!r}"
+    return None
