@@ -397,8 +397,6 @@ def test_a_rerun_of_a_run_stopped_before_done_never_deletes_a_persons_file_in_fi
 # exported weights: every file weights.json records
 # ------------------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="attack21 (low): best/backbone/config.json altered or emptied is never checked against "
-                                       "the sha256 weights.json records for it; sample succeeds, exit 0")
 @pytest.mark.parametrize("content", [b"", b'{"_class_name": "UNet2DConditionModel", "norm_num_groups": 2}'])
 def test_sample_refuses_best_weights_whose_backbone_config_was_altered(drun, tmp_path, content):
     run = tmp_path / "run"

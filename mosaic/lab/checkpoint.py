@@ -391,6 +391,13 @@ def check_weights_file(path: Path, weights_dir: Path, rec: dict | None = None) -
     if data is None or (hashlib.sha256(data).hexdigest(), len(data)) != (info.get("sha256"), info.get("bytes")):
         raise CheckpointError(f"{path} is damaged or replaced: it is not the file {rec_path} records (another size or sha256, "
                               f"or a link; or the weights were replaced while read: rerun when the training is done): {_WEIGHTS_FIX}")
+    for name, other in rec["files"].items():  # the folder's small files too (a backbone's config.json: what outside readers build)
+        if name != Path(path).relative_to(weights_dir).as_posix() and isinstance(other, dict) and isinstance(other.get("bytes"), int) \
+                and other["bytes"] <= 1 << 20:
+            got = _read_once(weights_dir / name, other["bytes"]) if not os.path.islink(weights_dir / name) else None
+            if got is None or hashlib.sha256(got).hexdigest() != other.get("sha256"):
+                raise CheckpointError(f"{weights_dir / name} is damaged or replaced: it is not the file {rec_path} records (another size "
+                                      f"or sha256, or a link): {_WEIGHTS_FIX}")
     return data
 
 
