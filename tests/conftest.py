@@ -159,3 +159,73 @@ def tiny_autoencoder(tmp_path_factory, name: str, steps: int):
     train_autoencoder(sec, spec, out, say=lambda m: None, progress=False)
     saved = checked(out, sec, spec, say=lambda m: None)
     return out, sec, spec, saved
+
+
+def stopped_autoencoder(tmp_path_factory, name: str, section, spec, after: int = 2):
+    """The folder of an autoencoder training (``section``: ``checkpoint_every=1``) stopped by a KeyboardInterrupt
+    in its step ``after + 1``, so that ``partial/checkpoint`` holds step ``after``."""
+    import mosaic.lab.autoencoder as ae
+
+    out = tmp_path_factory.mktemp(name) / "ae"
+    real, calls = ae.reconstruction_loss, []
+
+    def boom(*a, **k):
+        calls.append(1)
+        if len(calls) == after + 1:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    ae.reconstruction_loss = boom
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ae.train_autoencoder(section, spec, out, say=lambda m: None, progress=False)
+    finally:
+        ae.reconstruction_loss = real
+    return out
+
+
+def two_trial_sweep(tmp_path_factory, name: str):
+    """A finished sweep of two trials (``training.lr`` 0.001 and 0.002, 2 training steps each): ``(sweep file, folder)``."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from mosaic.cli import app
+    from tests.test_sweep_e2e import make_sweep
+
+    base = tmp_path_factory.mktemp(name)
+    p = make_sweep(base)
+    d = yaml.safe_load(p.read_text())
+    d["grid"] = {"training.lr": [0.001, 0.002]}
+    p.write_text(yaml.safe_dump(d))
+    r = CliRunner().invoke(app, ["sweep", str(p), "--out", str(base / "out"), "--no-report"])
+    assert r.exit_code == 0, r.output
+    return p, base / "out"
+
+
+def unscored_samples(drun, tmp_path: Path) -> Path:
+    """A copy of the ``drun`` run's samples folder without its scores (metrics, heatmap, predictions)."""
+    import shutil
+
+    (src,) = [p for p in (drun[0] / "samples").iterdir() if p.is_dir()]
+    s = tmp_path / "s"
+    shutil.copytree(src, s)
+    for n in ("metrics.json", "metrics.csv", "heatmap.png", "predictions.jsonl"):
+        if (s / n).exists():
+            (s / n).unlink()
+    return s
+
+
+#: `mosaic sample` arguments of a quick unscored samples folder of the ``drun`` run
+QUICK_SAMPLE = ["--split", "test_ood", "-k", "1", "--steps", "2", "--device", "cpu", "--no-score"]
+
+
+def sampled(drun, tmp_path: Path):
+    """``(run, samples folder)``: the ``drun`` run sampled once into ``tmp_path/s`` (:data:`QUICK_SAMPLE`)."""
+    from typer.testing import CliRunner
+
+    from mosaic.cli import app
+
+    out = tmp_path / "s"
+    r = CliRunner().invoke(app, ["sample", str(drun[0]), *QUICK_SAMPLE, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    return drun[0], out

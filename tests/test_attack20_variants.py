@@ -22,18 +22,15 @@ import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli import app
-from tests.conftest import clean_exit_2, tiny_autoencoder
+from tests.conftest import QUICK_SAMPLE, clean_exit_2, sampled, tiny_autoencoder
 
 runner = CliRunner()
-_SAMPLE = ["--split", "test_ood", "-k", "1", "--steps", "2", "--device", "cpu", "--no-score"]
+_SAMPLE = QUICK_SAMPLE
 
 
 @pytest.fixture
 def samples(drun, tmp_path):
-    out = tmp_path / "s"
-    r = runner.invoke(app, ["sample", str(drun[0]), *_SAMPLE, "--out", str(out)])
-    assert r.exit_code == 0, r.output
-    return drun[0], out
+    return sampled(drun, tmp_path)
 
 
 def test_sample_again_keeps_a_png_its_list_does_not_name(samples):

@@ -31,7 +31,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli import app
-from tests.conftest import clean_exit_2
+from tests.conftest import QUICK_SAMPLE, clean_exit_2
 
 runner = CliRunner()
 _clean_exit_2 = partial(clean_exit_2, collapse_space=True)
@@ -215,7 +215,7 @@ def test_a_learned_evaluators_inflated_report_is_never_shown_as_checked(made, tm
 # sample / analyze on edited run folders and hostile --out
 # ------------------------------------------------------------------------------------------------
 
-_SAMPLE = ["--split", "test_ood", "-k", "1", "--steps", "2", "--device", "cpu", "--no-score"]
+_SAMPLE = QUICK_SAMPLE
 
 
 @pytest.mark.parametrize("where, said", [
@@ -328,19 +328,10 @@ def test_an_audit_page_of_a_hostile_samples_folder_name_holds_only_its_own_scrip
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
-    """A finished one-trial sweep (2 training steps)."""
-    import yaml
+    """A finished two-trial sweep (2 training steps each)."""
+    from tests.conftest import two_trial_sweep
 
-    from tests.test_sweep_e2e import make_sweep
-
-    base = tmp_path_factory.mktemp("a20sw")
-    p = make_sweep(base)
-    d = yaml.safe_load(p.read_text())
-    d["grid"] = {"training.lr": [0.001, 0.002]}
-    p.write_text(yaml.safe_dump(d))
-    r = runner.invoke(app, ["sweep", str(p), "--out", str(base / "out"), "--no-report"])
-    assert r.exit_code == 0, r.output
-    return p, base / "out"
+    return two_trial_sweep(tmp_path_factory, "a20sw")
 
 
 def test_a_report_and_a_rerun_never_take_an_edited_results_table(swept, tmp_path):

@@ -17,11 +17,11 @@ import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli import app
-from tests.conftest import clean_exit_2
+from tests.conftest import QUICK_SAMPLE, clean_exit_2, sampled, unscored_samples
 
 runner = CliRunner()
 _clean_exit_2 = partial(clean_exit_2, collapse_space=True)
-_SAMPLE = ["--split", "test_ood", "-k", "1", "--steps", "2", "--device", "cpu", "--no-score"]
+_SAMPLE = QUICK_SAMPLE
 
 
 def _tree(root: Path) -> dict:
@@ -67,10 +67,7 @@ def test_a_resumed_run_never_deletes_a_persons_file_in_its_best_weights(drun, tm
 
 @pytest.fixture
 def samples(drun, tmp_path):
-    out = tmp_path / "s"
-    r = runner.invoke(app, ["sample", str(drun[0]), *_SAMPLE, "--out", str(out)])
-    assert r.exit_code == 0, r.output
-    return drun[0], out
+    return sampled(drun, tmp_path)
 
 
 @pytest.mark.parametrize("name", ["heatmap.png", "metrics.csv", "samples.png", "predictions.jsonl"])
@@ -93,18 +90,9 @@ def test_sample_again_never_deletes_a_persons_folder_at_a_file_name_it_writes(sa
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
     """A finished two-trial sweep (2 training steps each)."""
-    import yaml
+    from tests.conftest import two_trial_sweep
 
-    from tests.test_sweep_e2e import make_sweep
-
-    base = tmp_path_factory.mktemp("a21sw")
-    p = make_sweep(base)
-    d = yaml.safe_load(p.read_text())
-    d["grid"] = {"training.lr": [0.001, 0.002]}
-    p.write_text(yaml.safe_dump(d))
-    r = runner.invoke(app, ["sweep", str(p), "--out", str(base / "out"), "--no-report"])
-    assert r.exit_code == 0, r.output
-    return p, base / "out"
+    return two_trial_sweep(tmp_path_factory, "a21sw")
 
 
 def _sweep_copy(swept, tmp_path) -> Path:
@@ -203,25 +191,12 @@ def _ae_section(**kw):
 @pytest.fixture(scope="module")
 def ae_partial(tmp_path_factory):
     """An autoencoder training of the latent test spec (4 steps) stopped after step 2's checkpoint: its folder."""
-    import mosaic.lab.autoencoder as ae
     from mosaic.spec import parse_spec
     from tests.test_latent import SPEC as L_SPEC
 
-    out = tmp_path_factory.mktemp("a21ae") / "ae"
-    real, calls = ae.reconstruction_loss, []
+    from tests.conftest import stopped_autoencoder
 
-    def boom(*a, **k):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
-    ae.reconstruction_loss = boom
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            ae.train_autoencoder(_ae_section(), parse_spec(L_SPEC), out, say=lambda m: None, progress=False)
-    finally:
-        ae.reconstruction_loss = real
+    out = stopped_autoencoder(tmp_path_factory, "a21ae", _ae_section(), parse_spec(L_SPEC))
     assert json.loads((out / "partial" / "checkpoint" / "state.json").read_text())["step"] == 2
     return out
 
@@ -455,12 +430,7 @@ def test_report_names_a_samples_record_whose_concepts_are_no_mapping(swept, tmp_
 @pytest.mark.parametrize("concepts, said", [([1], "concepts"), ("red", "concepts"), ({"color": [1]}, "is not a value")])
 def test_evaluate_names_a_samples_record_whose_concepts_are_of_another_type(drun, tmp_path, concepts, said):
     run, data = drun
-    (src,) = [p for p in (run / "samples").iterdir() if p.is_dir()]
-    s = tmp_path / "s"
-    shutil.copytree(src, s)
-    for n in ("metrics.json", "metrics.csv", "heatmap.png", "predictions.jsonl"):
-        if (s / n).exists():
-            (s / n).unlink()
+    s = unscored_samples(drun, tmp_path)
     _edit_rows(s / "metadata.jsonl", lambda r: r["concepts"].update(color=concepts["color"]) if isinstance(concepts, dict)
                else r.__setitem__("concepts", concepts))
     r = runner.invoke(app, ["evaluate", str(s), "--spec", str(data), "--out", str(tmp_path / "ev"), "--check-n", "0"])
@@ -484,12 +454,7 @@ def test_an_audit_made_again_after_a_rescore_never_carries_marks_to_other_verdic
     from mosaic.evaluation.learned import LearnedConfig, train_evaluator
 
     run, data = drun
-    (src,) = [p for p in (run / "samples").iterdir() if p.is_dir()]
-    s = tmp_path / "s"
-    shutil.copytree(src, s)
-    for n in ("metrics.json", "metrics.csv", "heatmap.png", "predictions.jsonl"):
-        if (s / n).exists():
-            (s / n).unlink()
+    s = unscored_samples(drun, tmp_path)
     for r in map(json.loads, (s / "metadata.jsonl").read_text().splitlines()):  # the renders the samples intend: read right
         shutil.copy(data / r["split"] / "images" / f"{r['source_index']:06d}.png", s / r["file_name"])
     ev = ["evaluate", str(s), "--out", str(s), "--spec", str(data), "--check-n", "0"]

@@ -35,23 +35,10 @@ def _spec():
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory):
     """A 4-step training stopped after step 2's checkpoint."""
-    import mosaic.lab.autoencoder as ae
 
-    out = tmp_path_factory.mktemp("aeid") / "ae"
-    real, calls = ae.reconstruction_loss, []
+    from tests.conftest import stopped_autoencoder
 
-    def boom(*a, **k):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
-    ae.reconstruction_loss = boom
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            ae.train_autoencoder(_section(), _spec(), out, say=lambda m: None, progress=False)
-    finally:
-        ae.reconstruction_loss = real
+    out = stopped_autoencoder(tmp_path_factory, "aeid", _section(), _spec())
     return out
 
 
