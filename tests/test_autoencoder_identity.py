@@ -95,6 +95,11 @@ def test_a_finished_folder_of_another_section_is_refused_naming_both_values(stop
     msg = str(e.value)
     assert str(tmp_path / "ae") in msg and rec["weights_key"] in msg and other.weights_key() in msg and "--out" in msg
     assert json.loads((tmp_path / "ae" / "autoencoder.json").read_text())["weights_key"] == rec["weights_key"]  # not trained over
+    # its weights file gone: the folder is still another training's, refused, not trained over with this section
+    (tmp_path / "ae" / "vae" / "diffusion_pytorch_model.safetensors").unlink()
+    with pytest.raises(TrainingError, match="another spec or section"):
+        ae.train_autoencoder(other, _spec(), tmp_path / "ae", say=lambda m: None, progress=False)
+    assert json.loads((tmp_path / "ae" / "autoencoder.json").read_text())["weights_key"] == rec["weights_key"]
 
 
 def test_helpers_on_records_of_other_kinds(tmp_path):

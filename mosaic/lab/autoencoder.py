@@ -332,8 +332,7 @@ def train_autoencoder(sec: AutoencoderSection, spec, out: str | Path, images=Non
         images: uint8 ``[N, 3, S, S]`` train-split images (the dataset's), or None to render them.
         progress: a rich progress bar.
     Returns:
-        ``autoencoder.json``'s record: ``spec``, ``spec_fingerprint``, ``section``, ``params``,
-        ``image_size``, ``latent_shape``, ``steps``, ``train_s``, ``final_loss``, ``scaling_factor``,
+        ``autoencoder.json``'s record: ``spec``, ``spec_fingerprint``, ``section``, ``params``, ``image_size``, ``latent_shape``, ``steps``, ``train_s``, ``final_loss``, ``scaling_factor``,
         ``shift_factor``, ``posterior_std_over_latent_std``; ``already_trained`` when it was there.
     Raises:
         ConfigError: a factor that does not fit the image size, cuda without a GPU.
@@ -343,9 +342,10 @@ def train_autoencoder(sec: AutoencoderSection, spec, out: str | Path, images=Non
     check_fits(sec, spec.image.size)
     with FolderLock(out := Path(out), TrainingError, "autoencoder folder", wait=True):
         own_training_folder(out)  # a person's vae/ or partial/ is never replaced or deleted
-        if (record := out / "autoencoder.json").is_file() and all((out / "vae" / f).is_file() for f in VAE_FILES):  # else trained again
-            refuse_other_training(rec := read_record(record), training_identity(sec, spec), out)  # another spec or section: refused
-            return {**rec, "already_trained": True}
+        if (record := out / "autoencoder.json").is_file():  # another spec or section: refused, even with its weights gone
+            refuse_other_training(rec := read_record(record), training_identity(sec, spec), out)
+            if all((out / "vae" / f).is_file() for f in VAE_FILES):  # else trained again
+                return {**rec, "already_trained": True}
         with torch.random.fork_rng(devices=[]):
             return _train(sec, spec, out, images, say, progress)
 
