@@ -461,8 +461,9 @@ def load_weights_file(module: torch.nn.Module, path: Path, weights_dir: Path, re
 def foreign_file(folder: Path, record: str) -> Path | None:
     """The first file under ``folder`` (a checkpoint, or exported weights) that its own record (``record``:
     :data:`RECORD` or :data:`WEIGHTS_RECORD`, whose ``files`` lists every file it wrote) does not list, a
-    symbolic link anywhere in it included; None when every file is listed, or when there is no readable
-    record (a folder of an older mosaic: nothing to tell its files by). A folder mosaic replaces or prunes
+    symbolic link anywhere in it included; the record's own path when the folder holds files but no readable
+    record (missing or damaged: nothing tells its files from a person's); None when every file is listed or the
+    folder is empty or absent. A folder mosaic replaces or prunes
     (a resumed run's ``best/`` and ``final/``, checkpoints past ``keep_checkpoints``) holding such a file is a
     person's too: it is kept (attack round 21: ``best/notes.txt`` was deleted by a resumed run, exit 0)."""
     folder = Path(folder)
@@ -471,9 +472,9 @@ def foreign_file(folder: Path, record: str) -> Path | None:
     try:
         listed = read_json(folder / record).get("files")
     except (OSError, ValueError, AttributeError):
-        return None
-    if not isinstance(listed, dict):
-        return None
+        listed = None
+    if not isinstance(listed, dict):  # no readable record: nothing in it can be vouched for as mosaic's (attack round 22)
+        return (folder / record) if any(folder.iterdir()) else None
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder).as_posix()
         if p.is_symlink() or (p.is_file() and rel != record and rel not in listed) or (

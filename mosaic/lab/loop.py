@@ -229,6 +229,15 @@ def load_latest_good_checkpoint(run: RunFolder, accelerator, state: dict, say: C
     return None
 
 
+def _foreign_export(bad: Path, d: Path) -> TrainingError:
+    """The refusal of exporting ``d`` (``best/``, ``final/``) again over ``bad`` (:func:`foreign_file`)."""
+    if bad.name == WEIGHTS_RECORD and bad.parent == d:
+        return TrainingError([(str(bad), f"is missing or damaged, so nothing tells the files of {d.name}/ from a person's, and exporting "
+                               f"{d.name}/ again would delete them: restore it, or move {d} out of the run, then rerun")])
+    return TrainingError([(str(bad), f"is not one of the files {d.name}/ was exported with (its {WEIGHTS_RECORD} does not list it), and "
+                           f"exporting {d.name}/ again would delete it: move it out of {d}, then rerun")])
+
+
 def _check_resumed_meaning(task: Task, run: RunFolder) -> None:
     """A resumed run's config must mean what its exported weights (``best/``, ``final/``) were trained
     with (:func:`check_weights_meaning`), and those folders may hold only what was exported (:func:`foreign_file`:
@@ -241,8 +250,7 @@ def _check_resumed_meaning(task: Task, run: RunFolder) -> None:
             rec = None
         check_weights_meaning(rec, meaning, run.config, d)
         if (bad := foreign_file(d, WEIGHTS_RECORD)) is not None:  # refused before a step is trained: the export would delete it
-            raise TrainingError([(str(bad), f"is not one of the files {d.name}/ was exported with (its {WEIGHTS_RECORD} does not list it), "
-                                  f"and the resumed run would export {d.name}/ again and delete it: move it out of {d}, then rerun")])
+            raise _foreign_export(bad, d)
 
 
 def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log: Callable[[str], None] | None = None) -> dict:
@@ -326,8 +334,7 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
     def export(dest: Path):
         if accelerator.is_main_process:
             if (bad := foreign_file(dest, WEIGHTS_RECORD)) is not None:  # replaced whole: a person's file in it is never deleted
-                raise TrainingError([(str(bad), f"is not one of the files {dest.name}/ was exported with (its {WEIGHTS_RECORD} does not list it), "
-                                      f"and exporting again would delete it: move it out of {dest}, then rerun")])
+                raise _foreign_export(bad, dest)
             clear_temps(dest)  # an interrupted export, or a link planted at its temporary name: removed, never followed
             with atomic_dir(dest) as tmp:  # a unique new folder; what stands at dest (a link) is removed, never written through
                 task.export(inner, tmp)
