@@ -197,15 +197,7 @@ def test_a_resumed_generate_refuses_a_part_file_claiming_a_held_out_label_on_tra
 # resumed training: exported weights whose record is damaged or missing
 # ------------------------------------------------------------------------------------------------
 
-def _interrupted_run(drun, tmp_path) -> Path:
-    run = tmp_path / "run"
-    shutil.copytree(drun[0], run, symlinks=True)
-    for n in ("DONE", "metrics.json"):
-        (run / n).unlink()
-    shutil.rmtree(run / "checkpoints" / "checkpoint-0000002")
-    shutil.rmtree(run / "samples")
-    shutil.rmtree(run / "final")
-    return run
+from tests.test_attack_cases21 import _interrupted_run  # noqa: E402 - the run stopped after step 1 (best/ exported)
 
 
 @pytest.mark.parametrize("record", [b"not json", None], ids=["damaged", "missing"])
