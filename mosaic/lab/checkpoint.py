@@ -391,13 +391,6 @@ def check_weights_file(path: Path, weights_dir: Path, rec: dict | None = None) -
     if data is None or (hashlib.sha256(data).hexdigest(), len(data)) != (info.get("sha256"), info.get("bytes")):
         raise CheckpointError(f"{path} is damaged or replaced: it is not the file {rec_path} records (another size or sha256, "
                               f"or a link; or the weights were replaced while read: rerun when the training is done): {_WEIGHTS_FIX}")
-    for name, other in rec["files"].items():  # the folder's small files too (a backbone's config.json: what outside readers build)
-        if name != Path(path).relative_to(weights_dir).as_posix() and isinstance(other, dict) and isinstance(other.get("bytes"), int) \
-                and other["bytes"] <= 1 << 20:
-            got = _read_once(weights_dir / name, other["bytes"]) if not os.path.islink(weights_dir / name) else None
-            if got is None or hashlib.sha256(got).hexdigest() != other.get("sha256"):
-                raise CheckpointError(f"{weights_dir / name} is damaged or replaced: it is not the file {rec_path} records (another size "
-                                      f"or sha256, or a link): {_WEIGHTS_FIX}")
     return data
 
 
@@ -416,10 +409,12 @@ def _read_once(path: Path, size) -> bytes | None:
 
 
 def read_weights_record(weights_dir: Path) -> dict | None:
-    """``weights_dir``'s ``weights.json`` (read once for every file of the folder), or None when there is none.
+    """``weights_dir``'s ``weights.json`` (read once for every file of the folder), or None when there is none; the
+    folder's files of at most 1 MiB that it lists (configs, which mosaic does not load itself) are checked against it
+    here, once, and the weights files when loaded (:func:`check_weights_file`).
 
     Raises:
-        CheckpointError: a link, damaged, or not a record of :data:`WEIGHTS_FORMAT`."""
+        CheckpointError: a link, damaged, or not a record of :data:`WEIGHTS_FORMAT`; a small file it lists altered."""
     rec_path = Path(weights_dir) / WEIGHTS_RECORD
     if not os.path.lexists(rec_path):
         return None
@@ -431,6 +426,12 @@ def read_weights_record(weights_dir: Path) -> dict | None:
             raise ValueError(f"not a record of format {WEIGHTS_FORMAT}")
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{rec_path} is damaged ({str(e)[:120]}): {_WEIGHTS_FIX}") from None
+    for name, info in rec["files"].items():  # the folder's small files, once a folder (a backbone's config.json: what outside readers build)
+        if isinstance(info, dict) and isinstance(info.get("bytes"), int) and info["bytes"] <= 1 << 20:
+            got = None if os.path.islink(Path(weights_dir) / name) else _read_once(Path(weights_dir) / name, info["bytes"])
+            if got is None or hashlib.sha256(got).hexdigest() != info.get("sha256"):
+                raise CheckpointError(f"{Path(weights_dir) / name} is damaged or replaced: it is not the file {rec_path} records "
+                                      f"(another size or sha256, or a link): {_WEIGHTS_FIX}")
     return rec
 
 

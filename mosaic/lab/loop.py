@@ -241,7 +241,7 @@ def _foreign_export(bad: Path, d: Path) -> TrainingError:
 def _check_resumed_meaning(task: Task, run: RunFolder) -> None:
     """A resumed run's config must mean what its exported weights (``best/``, ``final/``) were trained
     with (:func:`check_weights_meaning`), and those folders may hold only what was exported (:func:`foreign_file`:
-    a person's file there would be deleted by the next export); a damaged record is left to the export that replaces it."""
+    a person's file there would be deleted by the next export, and so would files beside a missing or damaged record)."""
     meaning = task.weights_meaning()
     for d in (run.best, run.final):
         try:
