@@ -34,6 +34,12 @@ def _refuse(reason: str) -> MosaicError:
                        "put back what mosaic wrote there), then rerun")
 
 
+def _refuse_link(root: Path, path: Path) -> None:
+    """Refuse ``path`` (below ``root``) when it, or a folder between them, is a symbolic link: someone else's files."""
+    if (link := linked_part(root, path)) is not None:
+        raise _refuse(f"{link} is a symbolic link (to {os.readlink(link)!r})")
+
+
 def _own_figure(path: Path, root: Path) -> bytes:
     """The bytes of the sweep's own PNG figure ``path`` (below ``root``).
 
@@ -42,9 +48,7 @@ def _own_figure(path: Path, root: Path) -> bytes:
             a hard link, a FIFO), not a PNG (an SVG with a script renamed .png), or more than
             :data:`FIGURE_PIXELS` pixels by its header (a decompression bomb is never copied for a
             browser to decode)."""
-    link = linked_part(root, path)
-    if link is not None:
-        raise _refuse(f"{link} is a symbolic link (to {os.readlink(link)!r})")
+    _refuse_link(root, path)
     try:
         data = read_own_file(path)
     except OSError as e:
@@ -62,9 +66,7 @@ def _sample_sheet(run: Path, out: Path, root: Path, n: int = 16) -> Path | None:
     the samples folder is reached through a symbolic link."""
 
     for meta in sorted(run.glob("samples/*/metadata.jsonl")):
-        link = linked_part(root, meta)
-        if link is not None:
-            raise _refuse(f"{link} is a symbolic link (to {os.readlink(link)!r})")
+        _refuse_link(root, meta)
         return sample_sheet(meta.parent, out, n=n)
     return None
 
@@ -231,8 +233,7 @@ def write_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = Non
     for tdir in sorted((sweep_dir / "trials").iterdir()) if (sweep_dir / "trials").is_dir() else []:
         run = tdir / "run"
         item = {"id": tdir.name, "heatmaps": [], "samples": None}
-        if (link := linked_part(sweep_dir, run)) is not None:  # a linked trial or run folder: someone else's files
-            raise _refuse(f"{link} is a symbolic link (to {os.readlink(link)!r})")
+        _refuse_link(sweep_dir, run)  # a linked trial or run folder
         own = [(f"{tdir.name}-heatmap{k}.png", hm) for k, hm in enumerate(sorted(run.glob("**/*heatmap*.png"))[:2])]
         own += [(f"{tdir.name}-analysis-{fig.stem}.png", fig) for fig in sorted((run / "analysis").glob("*.png"))[:4]]  # mosaic analyze's
         for name, src in own:

@@ -4,7 +4,6 @@ types and spec loading. Imports nothing heavy (no numpy, torch or spec module at
 from __future__ import annotations
 
 import os
-
 import re
 import sys
 from contextlib import contextmanager

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import numpy as np
 
-from mosaic.errors import DatasetError, TrainingError
-from mosaic.io import atomic_dir, clear_temps, own_folders, read_bounded, read_json
+from mosaic.audit import read_rows
+from mosaic.errors import DatasetError, MosaicError, TrainingError
+from mosaic.io import atomic_dir, clear_temps, own_folders, read_json
 from mosaic.lab.diffusion.sampling import check_sampler_steps, choose_records, generate, load_evaluator, repeated_splits, sample_seeds
 from mosaic.lab.diffusion.task import DiffusionTask
 from mosaic.lab.loop import progress_kwargs
 from mosaic.lab.run_folder import RunFolder
 from mosaic.dataset import png_bytes, read_metadata
 from mosaic.evaluation import check_evaluator, metrics as M, prediction_rows, write_prediction_rows
-from mosaic.evaluation.folder import MAX_METADATA_BYTES
 from mosaic.evaluation.quality import quality_summary, read_images
 from mosaic.preview import sample_sheet
 
@@ -72,9 +72,8 @@ def _foreign_images(out: Path) -> list[str]:
         return []  # a link or file there is replaced, never followed; its target is untouched
     names = sorted(os.listdir(d))
     try:
-        listed = {str(json.loads(ln).get("file_name")) for ln in read_bounded(out / "metadata.jsonl", MAX_METADATA_BYTES).decode().splitlines()
-                  if ln.strip()}
-    except (OSError, ValueError, AttributeError, RecursionError):
+        listed = {r["file_name"] for _, r in read_rows(out / "metadata.jsonl", "samples list")}  # bounded, each row checked
+    except MosaicError:  # missing, damaged, rows of another shape: nothing tells mosaic's images from a person's
         return names
     return [n for n in names if f"images/{n}" not in listed or not (d / n).is_file() or (d / n).is_symlink()]
 
