@@ -371,7 +371,8 @@ def _check_items(out: Path, aid: str, items: list[dict], meta: dict) -> None:
     for it in items:
         if it["source"] not in rows:
             found = next((r / it["source"] / "predictions.jsonl" for r in roots
-                          if Path(it["source"]).parts[:1] != ("..",) and (r / it["source"] / "predictions.jsonl").is_file()), None)
+                          if ".." not in Path(it["source"]).parts and not Path(it["source"]).is_absolute()
+                          and (r / it["source"] / "predictions.jsonl").is_file()), None)
             if found is None:
                 raise MosaicError(f"{where}: item {it['id']}'s samples folder {it['source']!r} holds no predictions.jsonl beside the "
                                   f"audit, so its verdicts cannot be checked: {fix}")
@@ -451,8 +452,12 @@ def find_audit_files(root: str | Path) -> list[Path]:
 
 def linked_part(root: Path, p: Path) -> Path | None:
     """The first of ``p`` (found under ``root``) and the folders between them that is a symbolic link, or None."""
-    rel = p.relative_to(root)
-    return next((root / Path(*rel.parts[:k]) for k in range(1, len(rel.parts) + 1) if (root / Path(*rel.parts[:k])).is_symlink()), None)
+    node = root
+    for part in p.relative_to(root).parts:
+        node = node / part
+        if node.is_symlink():
+            return node
+    return None
 
 
 _PAGE = r"""<!doctype html>

@@ -149,9 +149,8 @@ def _passes(rec: dict) -> bool | None:
     return all(v is not None and v >= thr for v in acc.values())
 
 
-#: what a training writes in its folder (and replaces or removes on a rerun), beside the checks and the latent cache
-VAE_FILES = {"config.json", "diffusion_pytorch_model.safetensors"}
-_CHECKPOINT_FILES = {"state.json", "state.safetensors"}
+#: what an unfinished training writes in partial/checkpoint/ (vae/ holds VAE_FILES)
+_CHECKPOINT_FILES = ("state.json", "state.safetensors")
 
 
 def own_training_folder(out: Path) -> Path:
@@ -160,7 +159,7 @@ def own_training_folder(out: Path) -> Path:
     deleted). ``vae/`` (replaced whole) must hold only the weights and config, and lie beside an
     ``autoencoder.json`` or an unfinished training's ``partial/checkpoint/state.json``; ``partial/`` (removed at
     the end) only ``checkpoint/`` with its two files, and temporary names."""
-    def foreign(d: Path, names: set[str]) -> str | None:
+    def foreign(d: Path, names) -> str | None:
         if not os.path.lexists(d):
             return None
         if d.is_symlink() or not d.is_dir():
@@ -168,7 +167,7 @@ def own_training_folder(out: Path) -> Path:
         return next((f"{d / n}" for n in sorted(os.listdir(d)) if n not in names and not fnmatch.fnmatch(n, TEMP_GLOB)), None)
 
     ck = out / "partial" / "checkpoint"
-    bad = foreign(out / "partial", {"checkpoint"}) or foreign(ck, _CHECKPOINT_FILES) or foreign(out / "vae", VAE_FILES)
+    bad = foreign(out / "partial", ("checkpoint",)) or foreign(ck, _CHECKPOINT_FILES) or foreign(out / "vae", VAE_FILES)
     if bad is None and (out / "vae").is_dir() and not (out / "vae").is_symlink() \
             and not (out / "autoencoder.json").is_file() and not (ck / "state.json").is_file():
         bad = f"{out / 'vae'} (no autoencoder.json or unfinished training of mosaic's beside it)"

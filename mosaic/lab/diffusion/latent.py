@@ -23,7 +23,7 @@ from mosaic.lab.autoencoder import LatentSpace
 from mosaic.lab.data import manifest_fingerprint, to_float
 from mosaic.checksums import digest_file
 from mosaic.io import atomic_write, own_folders, read_json
-from mosaic.lab.autoencoder_files import VAE_WEIGHTS, vae_identity
+from mosaic.lab.autoencoder_files import VAE_FILES, vae_identity
 
 
 def encode_images(space: LatentSpace, images: torch.Tensor, batch_size: int = 256, progress=None) -> torch.Tensor:
@@ -54,7 +54,7 @@ def cached_latents(space: LatentSpace, dataset_root: Path, split: str, images: t
     path, meta = folder / f"{split}.safetensors", folder / f"{split}.json"
     n = len(images)
     side = space.size(images.shape[-1])
-    known = space.folder is not None and all((space.folder / "vae" / n).is_file() for n in (VAE_WEIGHTS, "config.json"))
+    known = space.folder is not None and all((space.folder / "vae" / n).is_file() for n in VAE_FILES)
     vae = vae_identity(space.folder) if known else {"vae_sha256": None, "config_sha256": None}
     if path.is_file() and meta.is_file():
         try:
