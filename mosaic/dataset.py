@@ -44,11 +44,11 @@ from mosaic.checksums import (
 from mosaic.errors import DatasetError, MosaicError
 from mosaic.executors import LocalExecutor, check_backend, make_executor
 from mosaic.hf import mosaic_split, write_card
-from mosaic.holdout import is_held_out
-from mosaic.io import (JSONReadError, atomic_write, atomic_writer, clear_temps, loads_json, open_own,
+from mosaic.io import (atomic_write, atomic_writer, clear_temps, open_own,
                        output_dir_problem, own_folders)
 from mosaic.locks import FolderLock
 from mosaic.manifest_io import write_manifest
+from mosaic.part_files import check_part_record, check_resumed_record, part_files as _part_files, part_head, rendered_digests
 from mosaic.png import encode_png
 from mosaic.records import (  # noqa: F401 - re-exported: the dataset API of mosaic.dataset
     FORMAT, MANIFEST, base_manifest, check_out_dir, package_versions, png_bytes, read_manifest, record_claims, sample_line, sample_record,
@@ -367,9 +367,11 @@ def _generate_locked(spec, out, workers, overwrite, masks, shard_size, renderer,
 
     total = sum(sizes.values())
     n_tasks = todo_samples = 0
+    todo_parts = set()
     for t in unfinished():
         n_tasks += 1
         todo_samples += t[3] - t[2]
+        todo_parts.add(f"{t[0]}-{t[1]:06d}.jsonl")
     done = total - todo_samples
     executor = make_executor(backend, workers, address) if backend != "local" or n_tasks > 1 else LocalExecutor(1)
     try:
@@ -402,7 +404,7 @@ def _generate_locked(spec, out, workers, overwrite, masks, shard_size, renderer,
             raise
         raise DatasetError(f"generation stopped after {done} of {total} samples: {e}. Rerun the same command to resume.") from e
     executor.close()
-    return finalize(spec, out, masks, renderer, list(sizes))
+    return finalize(spec, out, masks, renderer, list(sizes), written=todo_parts)
 
 
 def _imagefolder_manifest(spec: Spec, masks: bool, renderer: str, status: str, sizes: dict) -> dict:
@@ -414,9 +416,16 @@ def _imagefolder_manifest(spec: Spec, masks: bool, renderer: str, status: str, s
     return man
 
 
-def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow", splits: list[str] | None = None) -> dict:
+def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow", splits: list[str] | None = None,
+             written: set[str] | None = None) -> dict:
     """Merge shard part files into each split's ``metadata.jsonl``, run the leak check, write the
     manifest (``status: complete``) and the dataset card.
+
+    ``written``: the names of the part files this process wrote (None: all of them). Every record of
+    any other part file (left by an interrupted run, or put there) is compared byte for byte with the
+    record the spec gives its index (:func:`sample_line`, about 0.1 ms a record), so a resumed
+    dataset holds only the spec's records (attack round 22: labels swapped between two samples,
+    header and all, were merged).
 
     Streams: the records are copied part file by part file, and the leak check counts the concept
     values of each part's header (:class:`mosaic.tally.Tally`), so memory does not grow with the
@@ -439,7 +448,7 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow", split
         with atomic_writer(target) as dst:
             for part in _part_files(parts, split):
                 with part.open("rb") as src:
-                    head = _part_head(part, split, src.readline(MAX_LINE_BYTES + 1))
+                    head = part_head(part, split, src.readline(MAX_LINE_BYTES + 1))
                     if head.get("start") != expect:
                         raise DatasetError(f"split {split!r}: part file {part.name} starts at index {head.get('start')}, "
                                            f"expected {expect}; rerun with --overwrite")
@@ -448,9 +457,12 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow", split
                     # line by line (each at most MAX_LINE_BYTES, never the whole body held): a planted part file of one
                     # 20 GB line, sparse on disk, was read whole on the rerun
                     lines = bounded_lines(src)
+                    resumed = written is not None and part.name not in written
                     for i, vals in enumerate(head["concepts"], start=head["start"]):
                         line = next(lines, b"")
-                        _check_part_record(spec, split, part, i, line, vals, names)  # the records the leak check counts
+                        check_part_record(spec, split, part, i, line, vals, names)  # the records the leak check counts
+                        if resumed:
+                            check_resumed_record(spec, split, part, i, line, masks)
                         tally.add(split, i, dict(zip(names, vals)))
                         dst.write(line)
                     if next(lines, None) is not None:
@@ -469,82 +481,11 @@ def finalize(spec: Spec, out: Path, masks: bool, renderer: str = "pillow", split
     # every file read back and digested (mosaic verify), one line written per file as it is hashed; the
     # records are file names only, made on the fly: nothing here grows with the dataset
     man["checksums"] = write_checksums(out, {k: _file_names(k, n, masks) for k, n in sizes.items()},
-                                       expected={k: _rendered_digests(parts, k, masks) for k in sizes})
+                                       expected={k: rendered_digests(parts, k, masks) for k in sizes})
     man["status"] = "complete"
     write_card(out, spec, man, "imagefolder")  # the card first: a failure here (a full disk) leaves the dataset unfinished, so a rerun finishes it
     write_manifest(out / MANIFEST, man)
     return man
-
-
-def _part_head(part: Path, split: str, line: bytes) -> dict:
-    """The first line of a part file: ``{"start": int, "stop": int, "concepts": [...]}``.
-
-    Raises:
-        DatasetError: not UTF-8 JSON, nested too deep, or not of that shape (a damaged part file,
-            e.g. from a full disk or another program), naming it and the fix: delete it and rerun
-            the same command, which generates that shard again.
-    """
-    try:
-        head = loads_json(line)
-    except JSONReadError as e:
-        head, why = None, str(e)
-    else:
-        why = "not a part file's header"
-    if (isinstance(head, dict) and all(isinstance(head.get(k), int) and not isinstance(head.get(k), bool) for k in ("start", "stop"))
-            and isinstance(head.get("concepts"), list)):
-        return head
-    raise DatasetError(f"split {split!r}: part file {part} is damaged (its first line is {why}); delete it and rerun the "
-                       "same command (that shard is generated again)")
-
-
-def _check_part_record(spec: Spec, split: str, part: Path, i: int, line: bytes, vals: list, names: list[str]) -> None:
-    """Record ``i`` of a part file (``line``, with its newline) must be the record of its index and
-    split, with the concept values its header gives (``vals``, what the leak check counts) and the
-    ``held_out`` flag the spec gives them: a record edited in an unfinished dataset (a held-out
-    combination's labels on a training image) is never merged into ``metadata.jsonl`` and digested
-    as if mosaic wrote it. One JSON parse per record (about 10 us).
-
-    Raises:
-        DatasetError: naming the part file, the index and the fix (delete it and rerun)."""
-    fix = "delete it and rerun the same command (that shard is generated again)"
-    if not line.endswith(b"\n"):  # missing (the file ends early), cut short, or longer than MAX_LINE_BYTES (TOO_LONG)
-        raise DatasetError(f"split {split!r}: part file {part} is damaged (record {i} is missing, cut short or longer than "
-                           f"{MAX_LINE_BYTES:,} bytes); {fix}")
-    try:
-        rec = loads_json(line)
-    except JSONReadError as e:
-        raise DatasetError(f"split {split!r}: part file {part} is damaged (record {i} is {e}); {fix}") from None
-    conc = rec.get("concepts") if isinstance(rec, dict) else None
-    if (not isinstance(conc, dict) or rec.get("index") != i or rec.get("split") != split
-            or [conc.get(c) for c in names] != vals or rec.get("held_out") is not is_held_out(spec, conc)):
-        raise DatasetError(f"split {split!r}: part file {part} is damaged (record {i} is not the record of index {i} "
-                           f"with the concepts its header gives and the spec's held_out flag); {fix}")
-
-
-def _rendered_digests(parts: Path, split: str, masks: bool) -> Iterator[tuple[str, Path] | None]:
-    """``(sha256, part file)`` of each image (and mask) of ``split`` as rendered, in file order, read
-    from the part files' headers one at a time; None where a part file of an older mosaic recorded none."""
-    for part in _part_files(parts, split):
-        with part.open("rb") as f:
-            head = _part_head(part, split, f.readline(MAX_LINE_BYTES + 1))
-        n = (head["stop"] - head["start"]) * (2 if masks else 1)
-        digs = head.get("sha256")
-        if isinstance(digs, list) and len(digs) == n:
-            yield from ((d, part) if isinstance(d, str) else None for d in digs)
-        else:
-            yield from (None for _ in range(n))
-
-
-def _part_files(parts: Path, split: str) -> Iterator[Path]:
-    """The part files of a split in shard order, without listing the folder: shard 0, 1, ... while
-    they exist, then any other part file of the split (a stray one, which finalize reports)."""
-    shard = 0
-    while (p := parts / f"{split}-{shard:06d}.jsonl").is_file():
-        yield p
-        shard += 1
-    # a gap or a foreign name: fall back to the listing so the error names the file (rare; small then)
-    rest = sorted(q for q in parts.glob(f"{split}-*.jsonl") if q.name > f"{split}-{shard:06d}.jsonl")
-    yield from rest
 
 
 class _file_names:

@@ -6,11 +6,14 @@ manifest says it is a mosaic dataset may still hold what a person put there (not
 every name under a dataset folder that mosaic did not write, by the shape of mosaic's own names
 (independent of the manifest, which may be of another spec or damaged): the root's manifest, card,
 checksums, split folders, ``data/`` and ``.mosaic/``; a split folder's ``metadata.jsonl``,
-``images/`` and ``masks/``; ``NNNNNN.png`` in ``images/`` and ``masks/``; ``*.parquet`` in
-``data/``; and the temporary names an interrupted writer of any of them leaves
+``images/`` and ``masks/``; ``NNNNNN.png`` in ``images/`` and ``masks/``; ``<split>-NNNNN-of-NNNNN.parquet``
+in ``data/``; and the temporary names an interrupted writer of any of them leaves
 (:func:`mosaic.io.new_temp_file`'s ``.<name>.tmp<pid>.<random>`` and the older fixed names
 ``<name>.tmp``, ``.<name>.tmp``, for those names only).
-``.mosaic/`` is mosaic's work folder and is not looked into.
+``.mosaic/`` is mosaic's work folder and is not looked into. Given the folder's own mosaic manifest, the
+shape is narrowed to what that manifest lists (attack round 22: a person's ``train/images/999999.png`` in an
+8-image dataset was deleted): an image's index must be below its split's recorded ``count``, and a finished
+Parquet dataset's shards must be the ones its ``shards`` record names.
 
 :func:`refuse_foreign_outputs` is the same rule for an ``--out`` folder (``evaluate``, ``audit``): files of the
 names a command writes there are replaced only when its own marker file says they are its own.
@@ -32,7 +35,24 @@ _TEMP = re.compile(r"\.?(.+)\.tmp(?:\d+\.[A-Za-z0-9_]{8})?")
 _ROOT_METADATA = re.compile(r"(?:(?:train|val|test|test_id|test_ood)\.)?metadata\.jsonl")
 _ROOT_FILES = frozenset({"manifest.json", "README.md", "checksums.sha256"})
 _IMAGE = re.compile(r"[0-9]{6,}\.png")
-_SHARD = re.compile(r"[^/]+\.parquet")
+_SHARD = re.compile(r"(train|val|test|test_id|test_ood)-([0-9]{5})-of-([0-9]{5})\.parquet")
+
+
+def _split_counts(man) -> dict[str, int]:
+    """``{split: count}`` of a manifest's ``splits`` record, for the counts that are plain integers."""
+    splits = man.get("splits") if isinstance(man, dict) else None
+    if not isinstance(splits, dict):
+        return {}
+    return {k: v["count"] for k, v in splits.items() if isinstance(v, dict) and type(v.get("count")) is int}
+
+
+def _listed_shards(man) -> set[str] | None:
+    """The shard names a finished Parquet manifest lists; None when it lists none (unfinished, imagefolder)."""
+    shards = man.get("shards") if isinstance(man, dict) and man.get("status") == "complete" else None
+    if not isinstance(shards, dict):
+        return None
+    return {s["name"] for lst in shards.values() if isinstance(lst, list) for s in lst
+            if isinstance(s, dict) and isinstance(s.get("name"), str)}
 
 
 def _listing(d: Path) -> list[os.DirEntry] | None:
@@ -43,12 +63,25 @@ def _listing(d: Path) -> list[os.DirEntry] | None:
         return None
 
 
-def foreign_names(root: str | Path, limit: int = 20) -> list[str]:
+def foreign_names(root: str | Path, limit: int = 20, manifest: dict | None = None) -> list[str]:
     """Up to ``limit`` paths (relative to ``root``) of files and folders under the dataset folder
-    ``root`` whose names mosaic never writes there. A link is judged by its own name, never
-    followed. Raises OSError when a folder cannot be listed (the caller names it)."""
+    ``root`` whose names mosaic never writes there; ``manifest``: the folder's own mosaic manifest,
+    which narrows the names to those it lists (image indices below each split's count, a finished
+    Parquet dataset's listed shards). A link is judged by its own name, never followed. Raises
+    OSError when a folder cannot be listed (the caller names it)."""
     root = Path(root)
     out: list[str] = []
+    counts, listed = _split_counts(manifest), _listed_shards(manifest)
+
+    def image_of(split: str):
+        n = counts.get(split)
+        return lambda name: bool(_IMAGE.fullmatch(name)) and (n is None or int(name[:-4]) < n)
+
+    def shard(name: str) -> bool:
+        m = _SHARD.fullmatch(name)
+        if not m or int(m.group(2)) >= int(m.group(3)):
+            return False
+        return name in listed if listed is not None else (not counts or m.group(1) in counts)
 
     def walk(rel: str, allowed, temp_of=None, files=lambda n: True) -> list[os.DirEntry]:
         temp_of = temp_of or allowed
@@ -71,11 +104,11 @@ def foreign_names(root: str | Path, limit: int = 20) -> list[str]:
         if e.is_symlink() or not e.is_dir(follow_symlinks=False):
             continue
         if e.name == "data":
-            walk("data", _SHARD.fullmatch)
+            walk("data", shard)
         elif e.name in SPLIT_NAMES:
             for s in walk(e.name, lambda n: n in ("metadata.jsonl", "images", "masks"), files="metadata.jsonl".__eq__):
                 if s.name in ("images", "masks") and not s.is_symlink() and s.is_dir(follow_symlinks=False):
-                    walk(f"{e.name}/{s.name}", _IMAGE.fullmatch)
+                    walk(f"{e.name}/{s.name}", image_of(e.name))
     return out
 
 

@@ -516,11 +516,12 @@ def replaceable_or_raise(out: Path) -> None:
             man = loads_json(read_bounded(path, MAX_JSON_BYTES))
         except (OSError, ValueError):
             man = None
+    own = man if isinstance(man, dict) and str(man.get("format", "")).startswith("mosaic-dataset/") else None
     try:
-        foreign = foreign_names(out)  # never deleted: what a person put into the dataset (notebooks, notes, .git)
+        foreign = foreign_names(out, manifest=own)  # never deleted: what a person put into the dataset (notebooks, notes, .git)
     except OSError as e:
         raise DatasetError([("--out", f"cannot list {out}: {e.strerror}; --overwrite deletes only what it has seen")]) from None
-    if isinstance(man, dict) and str(man.get("format", "")).startswith("mosaic-dataset/"):
+    if own is not None:
         if foreign:
             raise DatasetError([("--out", f"refusing to --overwrite {out}: it holds what mosaic did not write "
                                           f"({', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}), which --overwrite "
