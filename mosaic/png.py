@@ -275,7 +275,17 @@ def decode_image(src, *, where: str, error: type[Exception], mode: str | None = 
             raise error([(where, f"a {im.mode} image (16- or 32-bit samples): read as 8-bit RGB, every value above 255 would be "
                                  "white; save the image as 8-bit RGB")])
         try:
+            if mode is not None and im.getexif().get(0x0112, 1) != 1:  # EXIF orientation: a viewer turns the image, a decoder does not
+                raise error([(where, f"its EXIF orientation ({im.getexif().get(0x0112)}) tells a viewer (a browser, the audit page) to "
+                                     "turn or mirror it, which a decoder does not: which pixels are the image is not defined; save it "
+                                     "with the turn applied (PIL.ImageOps.exif_transpose) and no orientation tag")])
             im.load()
+            if mode is not None and (im.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in im.info):
+                alpha = np.asarray(im.convert("RGBA"), dtype=np.uint8)[..., 3]
+                if alpha.size and int(alpha.min()) < 255:  # a viewer shows what lies behind, converting to RGB the hidden colours
+                    raise error([(where, f"{int((alpha < 255).sum()):,} of its pixels are transparent: a viewer shows what lies behind "
+                                         "them, the evaluator the colours they hide; save the image as opaque RGB (composited on "
+                                         "the background it was drawn on)")])
             out = im.convert(mode) if mode is not None and im.mode != mode else im
             arr = np.asarray(out, dtype=np.uint8)
         except (OSError, ValueError, SyntaxError, EOFError, struct.error, Image.DecompressionBombError) as e:

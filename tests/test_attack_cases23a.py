@@ -332,7 +332,6 @@ def _redirect(run: Path, other: Path) -> None:
     (run / "dataset.json").write_text(json.dumps(manifest_fingerprint(other), indent=2) + "\n")
 
 
-@_XF_DATASET_JSON
 def test_sample_refuses_a_dataset_json_naming_another_dataset(drun, other_holdout, tmp_path):
     run = _run_copy(drun, tmp_path)
     _redirect(run, other_holdout)
@@ -342,7 +341,6 @@ def test_sample_refuses_a_dataset_json_naming_another_dataset(drun, other_holdou
     assert not (out / "metadata.jsonl").exists()
 
 
-@_XF_DATASET_JSON
 def test_analyze_refuses_a_dataset_json_naming_another_dataset(drun, other_holdout, tmp_path):
     run = _run_copy(drun, tmp_path)
     _redirect(run, other_holdout)
@@ -581,9 +579,6 @@ def excluded_folder(tmp_path_factory):
     return sp, out, meta
 
 
-@pytest.mark.xfail(strict=True, reason="attack23a: evaluate scores images of combinations the spec excludes (no split shows them, "
-                                      "never trained on) as seen: mosaic.evaluation.folder.check_held_out takes is_held_out()==False "
-                                      "for seen, so held_out false (or no flag) on an EXCLUDED cell passes")
 @pytest.mark.parametrize("flag", [False, None], ids=["held_out-false", "no-flag"])
 def test_evaluate_never_scores_an_excluded_combination_as_seen(excluded_folder, tmp_path, flag):
     sp, src, meta = excluded_folder
@@ -600,22 +595,18 @@ def test_evaluate_never_scores_an_excluded_combination_as_seen(excluded_folder, 
 
 
 def test_evaluate_refuses_an_excluded_combination_flagged_held_out(excluded_folder, tmp_path):
-    """Held: ``held_out: true`` on an excluded cell contradicts the spec (it does not hold it out) and is refused."""
+    """Held: ``held_out: true`` on an excluded cell contradicts the spec (it does not hold it out) and is refused, named as excluded."""
     sp, src, meta = excluded_folder
     f = tmp_path / "f"
     shutil.copytree(src, f)
     (f / "metadata.jsonl").write_text("".join(json.dumps({**m, "held_out": True}) + "\n" for m in meta))
-    _clean_exit_2(runner.invoke(app, ["evaluate", str(f), "--spec", str(sp), "--check-n", "0"]), "held_out is true")
+    _clean_exit_2(runner.invoke(app, ["evaluate", str(f), "--spec", str(sp), "--check-n", "0"]), "excludes")
 
 
 # ------------------------------------------------------------------------------------------------
 # 9. a run's records whose removal turns a check off
 # ------------------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="attack23a: mosaic.lab.checkpoint.load_weights_file reads best/ without weights.json "
-                                      "unchecked (the legacy exemption) even in a run whose own final/ carries a weights.json "
-                                      "(a run of a mosaic that writes the record): another run's best/ with its record deleted "
-                                      "is sampled as this run's")
 def test_sample_refuses_another_runs_best_weights_with_their_record_removed(drun, swept, tmp_path):
     run = _run_copy(drun, tmp_path)
     assert (run / "final" / "weights.json").is_file()
@@ -668,7 +659,6 @@ def test_evaluate_refuses_a_spec_that_draws_a_runs_samples_otherwise(other_drawi
     _clean_exit_2(_evaluate_other_drawing(other_drawing, tmp_path, None), "draws them otherwise")
 
 
-@_XF_PROVENANCE
 @pytest.mark.parametrize("damage", [lambda p: p.write_text("[]"), lambda p: p.write_bytes(b"\xff\xfe"), lambda p: p.unlink()],
                          ids=["a-list", "not-utf8", "deleted"])
 def test_evaluate_of_a_runs_samples_never_skips_a_damaged_dataset_record(other_drawing, tmp_path, damage):
@@ -766,9 +756,6 @@ def _transparent(im, f: Path) -> str:
     return "images/000000.png"
 
 
-@pytest.mark.xfail(strict=True, reason="attack23a: mosaic.png.decode_image (images to score) ignores EXIF orientation and drops "
-                                      "alpha: the evaluator scores pixels other than the ones a browser (the audit page) or HF shows, "
-                                      "exit 0, as it did for animation frames before they were refused")
 @pytest.mark.parametrize("write", [_with_orientation("JPEG", "jpg"), _with_orientation("PNG", "png"), _transparent],
                          ids=["jpeg-exif-rotate-180", "png-exif-rotate-180", "rgba-fully-transparent"])
 def test_evaluate_refuses_an_image_whose_pixels_depend_on_the_reader(made, tmp_path, write):
@@ -804,9 +791,6 @@ def test_evaluate_of_a_damaged_split_is_refused(made, tmp_path):
     _clean_exit_2(runner.invoke(app, ["evaluate", str(ds / "test_ood"), "--spec", str(made[0]), "--check-n", "0"]), "altered")
 
 
-@pytest.mark.xfail(strict=True, reason="attack23a: mosaic.evaluation.folder.read_folder looks for the dataset's manifest at "
-                                      "Path(images_dir).parent, unresolved: a split folder reached through a symbolic link or "
-                                      "'images/..' is read as a plain folder, its quick check skipped (swapped images scored, exit 0)")
 @pytest.mark.parametrize("via", ["link", "images-dotdot"])
 def test_evaluate_of_a_damaged_split_by_another_path_is_refused(made, tmp_path, via):
     ds = _swapped_split(made, tmp_path)

@@ -125,7 +125,10 @@ def test_exported_weights_of_another_run_or_altered_are_refused(tmp_path, drun):
     f.write_bytes(bytes(data))
     with pytest.raises(MosaicError, match="damaged or replaced"):
         check_weights_file(f, run / "final")
-    (run / "best" / WEIGHTS_RECORD).unlink()  # weights exported before the record existed are read unchecked
+    (run / "best" / WEIGHTS_RECORD).unlink()  # removed beside final/'s record: refused (attack round 23)
+    with pytest.raises(MosaicError, match="is missing, while"):
+        check_weights_file(run / "best" / "conditioner.safetensors", run / "best")
+    (run / "final" / WEIGHTS_RECORD).unlink()  # weights exported before the record existed (none in the run) are read unchecked
     check_weights_file(run / "best" / "conditioner.safetensors", run / "best")
 
 

@@ -112,7 +112,7 @@ def test_the_parquet_shard_check_reads_each_rows_format(tmp_path, data):
 
 def test_the_decoder_refuses_another_stored_mode_for_a_datasets_own_file_and_converts_a_foreign_one(data):
     """The second line: decode_image with ``exact_size`` (a dataset's file) never converts; without it
-    (an image to score, from anywhere) it converts to RGB as before."""
+    (an image to score, from anywhere) it converts an opaque one to RGB as before, and refuses transparent pixels."""
     from mosaic.errors import DatasetError
     from mosaic.png import decode_image
 
@@ -122,7 +122,13 @@ def test_the_decoder_refuses_another_stored_mode_for_a_datasets_own_file_and_con
     rgb = _as(data / "train" / "masks" / "000000.png", "RGB")
     with pytest.raises(DatasetError, match="8-bit RGB .colour type 2., but a dataset's masks are 8-bit greyscale"):
         decode_image(rgb, where="m.png", error=DatasetError, mode=None, exact_size=16)
-    arr = decode_image(rgba, where="x.png", error=DatasetError)
+    with pytest.raises(DatasetError, match="transparent"):  # what a viewer shows is not what it hides (attack round 23)
+        decode_image(rgba, where="x.png", error=DatasetError)
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.open(io.BytesIO(rgba)).convert("RGB").convert("RGBA").save(buf, format="PNG")  # opaque RGBA: converted
+    arr = decode_image(buf.getvalue(), where="x.png", error=DatasetError)
     assert arr.shape == (16, 16, 3) and arr.dtype == np.uint8
     # mosaic's own files still decode, unchanged
     own = decode_image(data / "train" / "images" / "000000.png", where="own", error=DatasetError, exact_size=16)

@@ -29,7 +29,7 @@ def _spec_of_folder(images_dir: Path) -> Path:
     """The spec ``evaluate`` reads ``images_dir`` against when ``--spec`` is not given: the dataset
     whose split folder it is (the dataset stands for its spec, checked before it is read); any other
     folder is a named error saying what to give (it was click's bare "Missing option '--spec'")."""
-    parent = images_dir.absolute().parent
+    parent = images_dir.resolve().parent  # through a link or "images/..": its own dataset (attack round 23)
     if images_dir.is_dir() and (parent / "manifest.json").is_file():
         return parent
     from mosaic.folder_kinds import kind_hint

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mosaic.cellsets import EXCLUDED
 from mosaic.checksums import MAX_LINE_BYTES, TOO_LONG, bounded_lines
 from mosaic.dataset import iter_metadata
 from mosaic.errors import MosaicError
@@ -69,7 +70,9 @@ def read_folder(images_dir: str | Path) -> list[dict]:
                           '({"file_name": "images/000000.png", "concepts": {...}, "held_out": false})')
     if meta.stat().st_size > MAX_METADATA_BYTES:
         raise MosaicError(f"{meta} holds {meta.stat().st_size:,} bytes, more than {MAX_METADATA_BYTES:,}: evaluate a smaller folder")
-    if (d.parent / MANIFEST).is_file():  # a split of a mosaic dataset: read as every reader of a dataset reads it
+    real = d.resolve()  # a split reached through a link or 'images/..' is still its dataset's split (attack round 23)
+    if (real.parent / MANIFEST).is_file():  # a split of a mosaic dataset: read as every reader of a dataset reads it
+        d = real
         man = check_before_read(d.parent)  # damage, a foreign file, an edited spec: named, never scored
         if d.name not in man.get("splits", {}):
             raise MosaicError(f"{d} lies in the dataset {d.parent} but is not one of its splits ({', '.join(man.get('splits', {}))}): "
@@ -175,7 +178,8 @@ def file_name_problem(name) -> str | None:
 def check_held_out(records: list[dict], spec: Spec, where: Path) -> None:
     """Every record's ``held_out`` (when given) must agree with the spec: a combination the spec
     holds out is held out, any other is seen (:func:`mosaic.holdout.is_held_out`). A folder whose
-    flags contradict the spec would be scored as given: refused. A record without a flag (absent or
+    flags contradict the spec would be scored as given: refused, and so is a combination the spec
+    excludes (in no split, neither seen nor held out). A record without a flag (absent or
     null) gets the spec's (set in ``records``): images of held-out combinations are never scored as
     seen for want of a flag (attack round 18).
 
@@ -189,19 +193,29 @@ def check_held_out(records: list[dict], spec: Spec, where: Path) -> None:
                                 "nothing out: drop the held_out flags, or give the spec the images were made for (--spec)")])
         return
 
-    bad = []
+    bad, excluded = [], []
     for k, r in enumerate(records):
         conc = r.get("concepts")
         if not isinstance(conc, dict) or any(domain_index(spec.domain(c), conc.get(c)) is None for c in spec.concepts):
             continue  # a concept missing or not of its domain is named for that by score(), not as a flag the spec contradicts
         try:
+            status = spec.grid.status_of(conc) if spec.grid is not None else None
             want = bool(is_held_out(spec, r["concepts"]))
         except Exception:  # noqa: BLE001 - values the spec cannot place are refused by check_spec_reads first
+            continue
+        if status == EXCLUDED:  # in no split: neither seen nor held out (attack round 23: scored as seen)
+            excluded.append((k, r))
             continue
         if r.get("held_out") is None:
             r["held_out"] = want  # no flag: the spec decides
         elif want != r["held_out"]:
             bad.append((k, r, want))
+    if excluded:
+        k, r = excluded[0]
+        raise MosaicError([(f"{where / 'metadata.jsonl'} line {k + 1}",
+                            f"{r['concepts']} is a combination spec {spec.name!r} excludes ({len(excluded)} record(s)): no split "
+                            "shows it, so it is neither seen nor held out and has no score; drop those images, or give the spec "
+                            "the images were made for (--spec)")])
     if bad:
         k, r, want = bad[0]
         raise MosaicError([(f"{where / 'metadata.jsonl'} line {k + 1}",

@@ -23,8 +23,13 @@ def source_spec(images_dir: str | Path) -> tuple[dict, str] | None:
 
     Looks for ``images_dir/../manifest.json`` (a split folder of a dataset) and
     ``images_dir/../../dataset_manifest.json`` (``RUN/samples/<name>``: the run's copy of its
-    dataset's manifest). An unreadable file is skipped (the folder may be anything)."""
-    d = Path(images_dir).absolute()
+    dataset's manifest). An unreadable file is skipped (the folder may be anything), except the record
+    of a run whose samples these are (``images_dir/sampling.json`` written by ``mosaic sample`` beside
+    the run's ``dataset.json``): damaged or removed, it turned the drawing check off (attack round 23).
+
+    Raises:
+        MosaicError: a run's samples folder whose run holds no readable ``dataset_manifest.json``."""
+    d = Path(images_dir).resolve()
     for cand in (d.parent / "manifest.json", d.parent.parent / "dataset_manifest.json"):
         if cand.is_file():
             try:
@@ -33,6 +38,12 @@ def source_spec(images_dir: str | Path) -> tuple[dict, str] | None:
                 continue
             if isinstance(man, dict) and isinstance(man.get("spec"), dict):
                 return man["spec"], str(cand)
+    run = d.parent.parent
+    if (d / "sampling.json").is_file() and (run / "dataset.json").is_file():
+        raise MosaicError([(str(run / "dataset_manifest.json"), "is missing or damaged (not a manifest holding a spec): these are "
+                            f"samples of the run {run}, and that file says which spec drew its dataset, which --spec must "
+                            "draw alike; restore it from the run's backup, or run the run's training command again (it writes the copy when "
+                            "dataset.json still names the run's dataset)")])
     return None
 
 

@@ -361,7 +361,8 @@ def check_weights_meaning(rec: dict | None, model: dict | None, config_path: Pat
 def check_weights_file(path: Path, weights_dir: Path, rec: dict | None = None) -> bytes | None:
     """Refuse the exported weights file ``path`` of ``weights_dir`` (``RUN/best``, ``RUN/final``)
     unless its ``weights.json`` names this run (``RUN/run.json``) and records the file's sha256.
-    Weights exported by a mosaic before the record existed (no ``weights.json``) are read unchecked.
+    Weights exported by a mosaic before the record existed (no ``weights.json`` in ``best/`` nor ``final/``)
+    are read unchecked; one folder's record missing beside the other's is refused (:func:`read_weights_record`).
 
     Returns the file's bytes as read once and digested (None without a record): the caller loads
     those bytes, never the path again, and gives every file of one folder the same ``rec``
@@ -414,9 +415,15 @@ def read_weights_record(weights_dir: Path) -> dict | None:
     here, once, and the weights files when loaded (:func:`check_weights_file`).
 
     Raises:
-        CheckpointError: a link, damaged, or not a record of :data:`WEIGHTS_FORMAT`; a small file it lists altered."""
+        CheckpointError: a link, damaged, or not a record of :data:`WEIGHTS_FORMAT`; a small file it lists altered;
+            missing in ``best/`` or ``final/`` while the other holds one."""
     rec_path = Path(weights_dir) / WEIGHTS_RECORD
     if not os.path.lexists(rec_path):
+        name, run = Path(weights_dir).name, Path(weights_dir).parent
+        other = next((run / n / WEIGHTS_RECORD for n in ("best", "final") if n != name and os.path.lexists(run / n / WEIGHTS_RECORD)), None)
+        if name in ("best", "final") and other is not None:  # the run's mosaic writes the record: this folder's was removed
+            raise CheckpointError(f"{rec_path} is missing, while {other} shows that this run's mosaic records its weights: weights "
+                                  f"without their record cannot be told from another run's (attack round 23); {_WEIGHTS_FIX}")
         return None
     try:
         if rec_path.is_symlink():

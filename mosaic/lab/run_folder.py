@@ -180,6 +180,7 @@ class RunFolder:
         if bad:  # a field missing or of another type was a KeyError / TypeError traceback
             raise TrainingError(f"{self.dataset} is damaged ({bad[0]}: {str(rec.get(bad[0]))[:60]!r} is not the string mosaic "
                                 f"writes): restore it, or train the run again into a new --out")
+        self._check_dataset_record(rec)
         root = Path(rec["path"])
         if not (root / "manifest.json").is_file():
             raise DatasetError(f"the dataset of run {self.root} is gone: {root} holds no manifest.json (regenerate it, or restore it)")
@@ -192,6 +193,28 @@ class RunFolder:
         except DatasetError as e:
             raise DatasetError([("", f"the dataset of run {self.root}:")] + e.problems, source=str(root)) from None
         return root
+
+    def _check_dataset_record(self, rec: dict) -> None:
+        """``dataset.json`` must name the dataset whose manifest the run copied when it started
+        (``dataset_manifest.json``, byte for byte: its sha256 is the record's ``manifest_sha256``). A
+        record rewritten to name another dataset of the same concepts (another holdout) had ``sample``
+        write that dataset's held-out flags and ``analyze`` probe it (attack round 23).
+
+        Raises:
+            TrainingError: naming both files and the fix."""
+        import hashlib
+
+        copy_path = self.root / "dataset_manifest.json"
+        try:
+            copy = hashlib.sha256(read_bounded(copy_path, MAX_JSON_BYTES)).hexdigest()
+        except (OSError, ValueError):
+            copy = None
+        if copy != rec["manifest_sha256"]:
+            what = "is missing or unreadable" if copy is None else f"has sha256 {copy[:12]}, not {rec['manifest_sha256'][:12]}"
+            raise TrainingError([(str(self.dataset), f"names the dataset {rec['path']}, but the run's copy of the manifest it was "
+                                  f"trained on ({copy_path.name}) {what}: nothing says the run was trained on that dataset. "
+                                  "Restore both files from the run's backup; a finished run of an older mosaic without the copy "
+                                  "gets it when its training command is run again (a no-op otherwise)")])
 
     def checkpoint_list(self) -> list[tuple[int, Path]]:
         """Complete checkpoints ``[(step, dir)]``, oldest first (``.tmp`` ones are unfinished). A
