@@ -29,6 +29,7 @@ from mosaic.io import atomic_write, atomic_writer, make_output_dir, open_append,
 from mosaic.lab.config import config_diff, read_config_yaml, validate_config
 from mosaic.locks import FolderLock
 from mosaic.overrides import read_yaml_file
+from mosaic.trial_runs import foreign_run
 from mosaic.sweep import LABEL, MAX_SWEEP_WORKERS, SweepSpec, check_sweep_options, expand, trial_config, trial_id  # noqa: F401
 
 
@@ -445,62 +446,13 @@ def check_trial_folders(out: Path, dirs: list[Path]) -> None:
         elif st.get("sweep", name) != name:
             why = f"its trial.json says it is a trial of sweep {str(st.get('sweep'))[:60]!r}, not {name!r}"
         else:
-            why = _foreign_run(d, sweep, expected[d.name])
+            why = foreign_run(d, sweep, expected[d.name])
             if why is None:
                 continue
         foreign.append((str(d), why))
     if foreign:
         raise SweepError(foreign[:5] + [("fix", f"move the trial folders that are not this sweep's out of {Path(out) / 'trials'} "
                                                 "(a trial of another sweep is never reported as this one's), then rerun")])
-
-
-def _leaves(d: dict, prefix: tuple = ()):
-    """``(path tuple, value)`` of every leaf of a nested mapping (keys may hold dots: a path is a tuple)."""
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            yield from _leaves(v, prefix + (k,))
-        else:
-            yield prefix + (k,), v
-
-
-_MISSING = object()
-
-
-def _foreign_run(tdir: Path, sweep: SweepSpec, values: dict) -> str | None:
-    """Why the run inside a trial folder is not that trial's (another trial's run copied in: its
-    seed or axis values differ), or None. Every field the trial's own config (the folder's
-    ``config.yaml``) sets must have the same value in the run's ``config.yaml``; ``out`` and
-    ``dataset.path`` aside (a moved sweep folder resumes), and a field the run's config lacks (a run
-    of an older mosaic) is not compared."""
-    path = tdir / "run" / "config.yaml"
-    if not path.is_file():
-        return None
-    try:
-        run_cfg = read_config_yaml(path)
-    except (MosaicError, OSError, ValueError) as e:
-        return f"its run's config.yaml cannot be read ({str(e)[:120]})"
-    if not isinstance(run_cfg, dict):
-        return "its run's config.yaml is no mapping"
-    # the trial's config as the sweep wrote it (its config file may have changed since); else the sweep's now
-    try:
-        trial_cfg = read_config_yaml(tdir / "config.yaml") if (tdir / "config.yaml").is_file() else trial_config(sweep, values)
-    except (MosaicError, OSError, ValueError):
-        return None  # nothing to compare with: check_trial_folders' name and trial.json checks stand alone
-    if not isinstance(trial_cfg, dict):
-        return None
-    differs = []
-    for keys, want in _leaves(trial_cfg):
-        if keys[0] == "out" or keys[:2] == ("dataset", "path"):
-            continue
-        node = run_cfg
-        for k in keys:
-            node = node.get(k, _MISSING) if isinstance(node, dict) else _MISSING
-        if node is not _MISSING and node != want:
-            differs.append(f"{'.'.join(map(str, keys))} {node!r} (the trial's: {want!r})")
-    if differs:
-        return (f"its run was trained with another config, so it is another trial's run: {'; '.join(differs[:4])[:300]}; "
-                "delete that trial's run folder and rerun `mosaic sweep` to train it")
-    return None
 
 
 def _row(tdir: Path, cells) -> dict:

@@ -488,7 +488,6 @@ def _rows_match_their_runs(sw: Path) -> None:
         assert m["dataset"]["splits"]["train"] == row["spec.splits.train"], (row["trial"], m["dataset"]["splits"])
 
 
-@_XF_SWAPPED_RUN
 @pytest.mark.parametrize("command", ["report", "sweep"])
 def test_runs_swapped_between_trials_of_a_spec_axis_are_refused(swept_spec, tmp_path, command):
     sw = _sweep_copy(swept_spec, tmp_path)
@@ -511,7 +510,6 @@ def test_a_spec_axis_sweep_copy_reports_each_trials_own_run(swept_spec, tmp_path
     _rows_match_their_runs(sw)
 
 
-@_XF_SWAPPED_RUN
 def test_runs_swapped_between_trials_with_the_axis_dropped_from_their_configs_are_refused(swept, tmp_path):
     """Round 20 refuses swapped trial folders, and runs whose config names another ``training.lr``; a run config without
     the field (read as "a run of an older mosaic") is not compared, so the swap is reported."""
