@@ -56,6 +56,14 @@ def find_scored_samples(root: str | Path) -> list[Path]:
     if not found:
         raise MosaicError(f"{root} holds no scored samples (a folder with predictions.jsonl and metadata.jsonl): "
                           "sample and score the run first (`mosaic sample RUN`)")
+    for folder in found:  # an evaluation interrupted there: its files are of two evaluations (attack round 23)
+        try:
+            status = read_json(folder / "metrics.json").get("status")
+        except (OSError, ValueError, AttributeError):
+            status = None
+        if status == "incomplete":
+            raise MosaicError([(str(folder / "metrics.json"), "says an evaluation was writing this folder and did not finish: its "
+                                "predictions are not one evaluation's; rerun that `mosaic evaluate ... --out`, then audit")])
     return found
 
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import chain
@@ -408,3 +410,22 @@ def scan_metadata(path: str | Path, masks: bool, claims=None, key: tuple | None 
         while len(_CHECKED) > _CHECKED_MAX:
             _CHECKED.popitem(last=False)
     return scan
+
+
+def file_kind_problem(p: str | Path) -> tuple[str, str] | None:
+    """None when ``p`` is a regular file, else ``(problem, detail)``: ``missing`` (absent, a folder
+    standing where the file belongs, or a file standing where one of its folders belongs) or
+    ``undecodable`` (a device, FIFO or socket, which is never opened: a FIFO would block)."""
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        return "missing", "file is missing"
+    except NotADirectoryError:
+        return "missing", "file is missing: a file stands where one of its folders belongs"
+    except OSError as e:
+        return "undecodable", f"cannot be read: {e.strerror}"
+    if stat.S_ISDIR(st.st_mode):
+        return "missing", "a folder stands where this file belongs"
+    if not stat.S_ISREG(st.st_mode):
+        return "undecodable", "not a regular file (a device, FIFO or socket stands where this file belongs)"
+    return None

@@ -10,7 +10,6 @@ would pass ``mosaic verify``), and the new dataset gets its leak check, digests 
 from __future__ import annotations
 
 import json
-import shutil
 from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterator
@@ -29,6 +28,7 @@ from mosaic.parquet import (
     plan_rows_per_shard, row_of, row_schema, storage_of, write_shards,
 )
 from mosaic.dataset import dataset_out_check
+from mosaic.dataset_folder import holds_files, remove_dataset
 from mosaic.records import MANIFEST, base_manifest, read_manifest, replaceable_or_raise, spec_from_data, spec_of, unfinished_hint
 from mosaic.spec import Spec
 from mosaic.tally import Tally
@@ -92,7 +92,7 @@ def _export(src: str | Path, format: str, dst: Path, shard_bytes: int, overwrite
         raise DatasetError([("--out", f"{dst} is {'the source' if rs == rd else 'inside the source' if rs in rd.parents else 'a folder holding the source'} "
                              f"{src}: give a folder outside it (default: {src.name}-{format} beside it)")])
     if dst.exists() or dst.is_symlink():
-        if not dst.is_dir() or dst.is_symlink() or (any(dst.iterdir()) and not overwrite and not _interrupted_export_of(dst, src)):
+        if not dst.is_dir() or dst.is_symlink() or (holds_files(dst) and not overwrite and not _interrupted_export_of(dst, src)):
             raise DatasetError(f"--out {dst} exists and is not empty: give a new directory (or --overwrite to replace a mosaic dataset)")
         replaceable_or_raise(dst)
     # the whole source is checked against its recorded digests first: damage is named here, never copied into
@@ -105,7 +105,7 @@ def _export(src: str | Path, format: str, dst: Path, shard_bytes: int, overwrite
                            + [("fix", fix_of(report, src) + ", then export")], source=str(src))
     spec = spec_of(src)
     if dst.exists():
-        shutil.rmtree(dst)
+        remove_dataset(dst)  # the manifest last: interrupted, the folder is still a dataset that --overwrite replaces
     masks = bool(man.get("masks"))
     renderer = man.get("renderer", {}).get("name", "pillow")
     if format == "parquet":

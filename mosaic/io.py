@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
@@ -73,8 +74,6 @@ def remove_path(path: str | Path) -> None:
     a link in place without a word, and the next write goes through it).
     """
     import shutil
-    import stat
-
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -181,8 +180,6 @@ class FolderInTheWayError(MosaicError, RuntimeError):
 
 def _refuse_folder(path: Path) -> None:
     """Raise :class:`FolderInTheWayError` when a real folder (not a link: a link is replaced) stands at ``path``."""
-    import stat
-
     try:
         st = os.lstat(path)
     except OSError:
@@ -257,8 +254,6 @@ def read_bounded(path: str | Path, max_bytes: int = MAX_JSON_BYTES, error: type[
         FileNotFoundError: missing (an OSError); OSError: unreadable;
         ``error``: not a regular file, or more than ``max_bytes``.
     """
-    import stat
-
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
         st = os.fstat(fd)
@@ -310,8 +305,6 @@ def read_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
 
 def _own(st: os.stat_result) -> bool:
     """A regular file with one name: mosaic's own, not a link planted at its name."""
-    import stat
-
     return stat.S_ISREG(st.st_mode) and st.st_nlink == 1
 
 
@@ -401,7 +394,6 @@ def own_folders(out: str | Path, rels) -> None:
 
 
 def file_kind(mode: int) -> str:
-    import stat
 
     return ("a regular file" if stat.S_ISREG(mode) else "a character device" if stat.S_ISCHR(mode)
             else "a block device" if stat.S_ISBLK(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
@@ -415,8 +407,6 @@ _MAX_MANIFEST_PEEK = 64 << 20
 def _is_dataset(folder: str) -> bool:
     """Whether ``folder`` holds the ``manifest.json`` of a mosaic dataset (format
     ``mosaic-dataset/N``; a damaged one that still names that format counts)."""
-    import stat
-
     path = os.path.join(folder, "manifest.json")
     try:
         st = os.stat(path)
@@ -475,14 +465,14 @@ def output_dir_problem(path: str | Path, *, dataset: bool = False, run: bool = F
     in a run (``RUN/samples/NAME``, ``RUN/audit``) is fine. The one check of every output folder
     (``--out`` of each command, a config's ``out``, a dataset root).
     """
-    import stat
-
     p = Path(path)
     if str(p) == "" or "\x00" in str(p):
         return "is not a path"
     long = _long_name(p)
     if long:
         return long
+    if p.is_symlink():  # what it points to is someone else's folder (attack round 23: evaluate --out wrote its files there)
+        return f"is a symbolic link (to {os.readlink(p)[:120]}): an output is never written through a link; give the real folder {os.path.realpath(p)[:200]}"
     ds = dataset_around(p)
     is_ds = ds is not None and ds == Path(os.path.realpath(os.path.abspath(p)))
     if ds is not None and not (dataset and is_ds):
@@ -581,8 +571,6 @@ def output_file_problem(path: str | Path) -> str | None:
     """Why a file cannot be written at ``path`` (a PNG, a report), or None: an existing ``path``
     must be a regular file (a folder, device such as ``/dev/null``, FIFO or socket is refused: an
     atomic replace would put a file in its place); its folder is checked as :func:`output_dir_problem`."""
-    import stat
-
     p = Path(path)
     long = _long_name(p)
     if long:

@@ -32,7 +32,7 @@ except ImportError:  # pragma: no cover - Windows: locks are advisory files only
     fcntl = None
 
 from mosaic.errors import MosaicError
-from mosaic.io import loads_json, open_own, read_bounded
+from mosaic.io import file_kind, loads_json, open_own, read_bounded
 
 
 def lock_path(folder: str | Path) -> Path:
@@ -69,6 +69,21 @@ def _read_owner(p: Path) -> dict:
         return loads_json(read_bounded(p, 1 << 20) or b"{}")  # a lock's owner record is a line
     except (OSError, ValueError):
         return {}
+
+
+def _not_a_lock(fd: int) -> str | None:
+    """Why the open file ``fd`` is not a lock file mosaic writes (empty, or one JSON owner record with
+    ``pid`` and ``host``), or None."""
+    head = os.pread(fd, 4097, 0)
+    if not head:
+        return None
+    try:
+        rec = loads_json(head) if len(head) <= 4096 else None
+    except ValueError:
+        rec = None
+    if isinstance(rec, dict) and isinstance(rec.get("pid"), int) and isinstance(rec.get("host"), str):
+        return None
+    return f"a file of {os.fstat(fd).st_size:,} bytes that is no lock record"
 
 
 class FolderLock:
@@ -115,6 +130,7 @@ class FolderLock:
         except OSError as e:
             raise self.error(f"cannot create {self.path.parent} for {self.what} {self.folder}: {e.strerror}; "
                              "give a writable location") from None
+        self._refuse_special()
         while True:
             try:
                 fd = open_own(self.path, os.O_RDWR)  # a link planted at the lock's name is replaced, never written through
@@ -147,12 +163,28 @@ class FolderLock:
             if same:
                 break
             os.close(fd)
+        if (why := _not_a_lock(fd)) is not None:  # a person's file at the lock's name: kept, never truncated or deleted
+            os.close(fd)
+            raise self.error(f"{self.path} is {why}, not a lock file of mosaic's, and {self.what} {self.folder} is locked by "
+                             "a file of that name: move it away (mosaic never deletes it), then rerun")
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
                                  **({"reader": True} if self.reader else {})}).encode())
         self.fd = fd
         FolderLock._held[key] = 1
         return self
+
+    def _refuse_special(self) -> None:
+        """A FIFO, socket or device at the lock's name is someone's, never removed (attack round 23): refused."""
+        import stat
+
+        try:
+            st = os.lstat(self.path)
+        except OSError:
+            return
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+            raise self.error(f"{self.path} is {file_kind(st.st_mode)} standing at the name of the lock file of {self.what} "
+                             f"{self.folder}: move it away (mosaic never deletes it), then rerun")
 
     def release(self) -> None:
         key = str(self.path)

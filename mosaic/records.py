@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import platform
-import shutil
 import zlib
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -41,6 +40,7 @@ from mosaic.sampling import sample_scene
 from mosaic.spec import Spec, parse_spec, repeat_bounds
 from mosaic.vocab import SHAPES
 from mosaic.foreign_names import foreign_names
+from mosaic.dataset_folder import holds_files, remove_dataset
 from mosaic.io import MAX_JSON_BYTES, loads_json, output_dir_problem, read_bounded
 from mosaic.manifest_fields import FORMAT  # noqa: F401 - re-exported: the format this mosaic writes
 
@@ -505,7 +505,7 @@ def replaceable_or_raise(out: Path) -> None:
     """
     if out.is_symlink():
         raise DatasetError([("--out", f"{out} is a symbolic link: give the real folder, --overwrite never deletes through a link")])
-    if not any(out.iterdir()):
+    if not holds_files(out):  # empty, or only empty folders (a run stopped before its first manifest)
         return
     path = out / MANIFEST
     if not (path.is_file() or path.is_dir()):
@@ -552,10 +552,10 @@ def check_out_dir(out: Path, spec: Spec, masks: bool, overwrite: bool, storage: 
     has_manifest = man_path.is_file() or man_path.is_dir() and not man_path.is_symlink()  # a folder there: a damaged dataset
     if overwrite:
         replaceable_or_raise(out)
-        shutil.rmtree(out)
+        remove_dataset(out)  # the manifest last: interrupted, the folder is still a dataset that --overwrite replaces
         return None
     if not has_manifest:
-        if any(out.iterdir()):
+        if holds_files(out):  # only empty folders: an earlier run stopped before its first manifest
             raise DatasetError(f"{out} exists, is not empty and holds no {MANIFEST}: give an empty or new --out directory")
         return None
     man = read_manifest(out)

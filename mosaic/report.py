@@ -14,7 +14,8 @@ from mosaic.plots import plot_curves
 from mosaic.audit import audit_summary, find_audit_files, linked_part
 from mosaic.verdicts import check_sweep_claims, write_claims
 from mosaic.evaluation.agreement import wilson_interval
-from mosaic.io import atomic_write, discard, own_folders, read_bounded, read_own_file
+from mosaic.evaluation.trial_scores import scored_samples
+from mosaic.io import atomic_write, discard, own_folders, read_bounded, read_json, read_own_file
 from mosaic.png import png_size
 from pydantic import ValidationError
 
@@ -61,14 +62,28 @@ def _own_figure(path: Path, root: Path) -> bytes:
     return data
 
 
-def _sample_sheet(run: Path, out: Path, root: Path, n: int = 16) -> Path | None:
-    """A contact sheet of a run's first samples folder (held-out combinations first). Raises MosaicError:
-    the samples folder is reached through a symbolic link."""
+def _scored_folder(run: Path) -> Path | None:
+    """The samples folder the run's figures were scored on (:func:`mosaic.evaluation.trial_scores.scored_samples`),
+    else its first samples folder (a run of an older mosaic), else None."""
+    try:
+        m = read_json(run / "metrics.json")
+    except (OSError, ValueError):
+        m = None
+    folder = scored_samples(run, m) if isinstance(m, dict) else None
+    if folder is not None and (folder / "metadata.jsonl").is_file():
+        return folder
+    return next((meta.parent for meta in sorted(run.glob("samples/*/metadata.jsonl"))), None)
 
-    for meta in sorted(run.glob("samples/*/metadata.jsonl")):
-        _refuse_link(root, meta)
-        return sample_sheet(meta.parent, out, n=n)
-    return None
+
+def _sample_sheet(run: Path, out: Path, root: Path, n: int = 16) -> Path | None:
+    """A contact sheet of the samples the run's figures were scored on (held-out combinations first;
+    another samples folder, made later with other settings, is never shown beside those figures).
+    Raises MosaicError: the samples folder is reached through a symbolic link."""
+    folder = _scored_folder(run)
+    if folder is None:
+        return None
+    _refuse_link(root, folder / "metadata.jsonl")
+    return sample_sheet(folder, out, n=n)
 
 
 def missing_columns(ys: list[str], columns) -> list[str]:
@@ -234,7 +249,10 @@ def write_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = Non
         run = tdir / "run"
         item = {"id": tdir.name, "heatmaps": [], "samples": None}
         _refuse_link(sweep_dir, run)  # a linked trial or run folder
-        own = [(f"{tdir.name}-heatmap{k}.png", hm) for k, hm in enumerate(sorted(run.glob("**/*heatmap*.png"))[:2])]
+        scored = _scored_folder(run)  # heatmaps of other samples folders are not these figures'
+        maps = [hm for hm in sorted(run.glob("**/*heatmap*.png"))
+                if "samples" not in hm.relative_to(run).parts[:1] or (scored is not None and hm.parent == scored)]
+        own = [(f"{tdir.name}-heatmap{k}.png", hm) for k, hm in enumerate(maps[:2])]
         own += [(f"{tdir.name}-analysis-{fig.stem}.png", fig) for fig in sorted((run / "analysis").glob("*.png"))[:4]]  # mosaic analyze's
         for name, src in own:
             atomic_write(out / name, _own_figure(src, sweep_dir))

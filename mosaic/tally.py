@@ -10,6 +10,8 @@ needs every record in memory); ``tests/test_tally.py`` checks that the two agree
 
 from __future__ import annotations
 
+import json
+
 from mosaic.spec import Spec
 from mosaic.holdout import EXCLUDED, HELD_OUT, SEEN
 
@@ -76,6 +78,16 @@ class Tally:
         for r in records:
             self.add(split, r["index"], r["concepts"])
 
+    def counting(self: "Tally | None", check, split: str):
+        """``check`` (a record's claims: why it contradicts its spec, or None) that also counts each record
+        that passes it into this tally (none when called on None)."""
+        def counted(rec: dict):
+            why = check(rec)
+            if why is None and self is not None:
+                self.add(split, rec.get("index"), rec["concepts"])
+            return why
+        return counted
+
     def report(self) -> dict:
         """The leak-check report (same keys and values as :func:`mosaic.holdout.leak_check`):
         ``passed``; ``checks`` (``every_value_in_train``, and with a holdout
@@ -112,3 +124,45 @@ class Tally:
             })
         report["passed"] = all(c["passed"] for c in checks.values())
         return report
+
+
+def leak_check_damage(stored, spec: Spec, splits: dict[str, int], tally: Tally | None = None) -> str | None:
+    """Why a complete dataset's stored ``leak_check`` (``stored``) is not the one of its spec and
+    records, or None. With ``tally`` (every record of ``splits`` counted as read back from
+    ``metadata.jsonl``) the whole report must be :meth:`Tally.report` of it; without (a Parquet
+    dataset, whose rows the quick check does not read) its spec-given fields (``concepts``,
+    ``coverage``, ``connected``, ``seen``, ``held_out``, ``excluded_count``) must be the spec's,
+    ``passed`` true, and each split's ``counts`` must add up to its ``count`` over cells of the
+    right kind (held-out cells in ``test_ood`` only). An edited leak check (a held-out cell
+    counted in train, the held-out and seen cells swapped) passed ``verify`` and was written into
+    the card by ``--repair`` (attack round 23). A shape problem is :func:`mosaic.manifest_fields.leak_check_problem`'s.
+    """
+    if not isinstance(stored, dict):
+        return None
+    if tally is not None:
+        want = json.loads(json.dumps(tally.report()))
+        if want == stored:
+            return None
+        key = next((k for k in sorted(set(want) | set(stored)) if want.get(k) != stored.get(k)), "?")
+        return f"leak_check.{key} is not the tally of the dataset's own records (recorded {str(stored.get(key))[:60]}, counted {str(want.get(key))[:60]})"
+    fresh = Tally(spec)
+    for s in splits:
+        fresh.begin(s)
+    ref = json.loads(json.dumps(fresh.report()))
+    for k in ("concepts", "coverage", "connected", "seen", "held_out", "excluded_count"):
+        if k in ref and stored.get(k) != ref[k]:
+            return f"leak_check.{k} is not the spec's (recorded {str(stored.get(k))[:60]}, the spec gives {str(ref[k])[:60]})"
+    if stored.get("passed") is not True:
+        return "leak_check.passed is not true, but the dataset is complete (a dataset that failed its leak check is never complete)"
+    if "counts" not in ref:
+        return None
+    counts = stored.get("counts") if isinstance(stored.get("counts"), dict) else {}
+    seen, held = ({_key(c) for c in ref[k]} for k in ("seen", "held_out"))
+    for split, n in splits.items():
+        c = counts.get(split) or {}
+        allowed = held if split == "test_ood" else seen
+        if sum(c.values()) != n or any(k not in allowed for k in c):
+            return (f"leak_check.counts.{split} is not a tally of {n} records of its kind (it counts {sum(c.values())}"
+                    + (f", among them {next(k for k in c if k not in allowed)!r}, a cell the spec does not put there" if any(k not in allowed for k in c) else "")
+                    + ")")
+    return None

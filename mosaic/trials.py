@@ -24,6 +24,7 @@ from mosaic.claims import sweep_claim_problems
 from mosaic.diagnostics.columns import analysis_columns
 from mosaic.errors import MosaicError, SweepError
 from mosaic.evaluation.cell_sets import cell_set_columns
+from mosaic.evaluation.trial_scores import check_run_scores
 from mosaic.evaluation.table import check_row, table_columns, table_problem
 from mosaic.io import atomic_write, atomic_writer, make_output_dir, open_append, own_folders, read_json
 from mosaic.lab.config import config_diff, read_config_yaml, validate_config
@@ -368,6 +369,7 @@ def result_row(tdir: Path, cells: dict | None = None) -> dict:
         if bad is not None:
             raise SweepError([(str(mpath), f"damaged: {bad}, and an accuracy is a fraction in [0, 1] (NaN or null when not measured): "
                                            f"restore it, or delete the trial folder {tdir} and rerun `mosaic sweep` to redo the trial")])
+        check_run_scores(tdir / "run", m)  # the table from its scores, from its samples' verdicts (attack round 23)
         row.update(table_columns(m.get("table")))
         # the parser's match quality and abstention (diffusion; mosaic.evaluation.quality.quality_summary):
         # <group>.quality, <group>.raw.<concept> / .raw.joint (accuracy before abstention), abstention.*

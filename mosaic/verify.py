@@ -28,11 +28,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mosaic.checksums import (  # noqa: F401 - write_checksums re-exported: the one writer
+from mosaic.checksums import (  # noqa: F401 - write_checksums, file_kind_problem re-exported
+    file_kind_problem,
     CHECKSUMS, RecordedDigests, digest_file, lines_problem, metadata_lines, parse_record, scan_metadata, standard_names, vanished,
     write_checksums,
 )
@@ -42,6 +42,7 @@ from mosaic.io import loads_json, read_bounded, unreadable_path
 from mosaic.png import HEADER_BYTES, SIGNATURE, max_png_bytes, png_header_problem, png_structure_problem
 from mosaic.shard_checks import check_shards, layout_problem, spec_image_size  # noqa: F401 - check_shards re-exported
 from mosaic.manifest_fields import fields_problem
+from mosaic.tally import Tally, leak_check_damage
 from mosaic.card_check import card_problem
 from mosaic.hf import CARD
 from mosaic.records import count_problem, no_manifest, record_claims, sample_record, shards_problem, spec_from_data, spec_key, unfinished_hint
@@ -264,6 +265,7 @@ def _verify(root: Path, deep: bool, man: dict, sample_fn) -> VerifyReport:
         return report
     if storage == "parquet":
         _verify_parquet(root, man, report)
+        _leak_check_damage(man, report, None)
     else:
         _verify_imagefolder(root, man, report, sample_fn)
     report.damage += stray_entries(root, man)
@@ -423,25 +425,6 @@ def _verify_parquet(root: Path, man: dict, report: VerifyReport) -> None:
         report.damage.append(Damage(path, problem, msg))
 
 
-def file_kind_problem(p: str | Path) -> tuple[str, str] | None:
-    """None when ``p`` is a regular file, else ``(problem, detail)``: ``missing`` (absent, a folder
-    standing where the file belongs, or a file standing where one of its folders belongs) or
-    ``undecodable`` (a device, FIFO or socket, which is never opened: a FIFO would block)."""
-    try:
-        st = os.stat(p)
-    except FileNotFoundError:
-        return "missing", "file is missing"
-    except NotADirectoryError:
-        return "missing", "file is missing: a file stands where one of its folders belongs"
-    except OSError as e:
-        return "undecodable", f"cannot be read: {e.strerror}"
-    if stat.S_ISDIR(st.st_mode):
-        return "missing", "a folder stands where this file belongs"
-    if not stat.S_ISREG(st.st_mode):
-        return "undecodable", "not a regular file (a device, FIFO or socket stands where this file belongs)"
-    return None
-
-
 def _png_state(p: str | Path, image_size: int | None, kind: str = "image",
                recorded: str | None = None) -> tuple[tuple[str, str] | None, bytes | None]:
     """``(None, data)`` when the file is whole (signature, IHDR, IEND trailer) and, where the spec
@@ -499,7 +482,10 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
     image_size = spec_image_size(man)
     spec = None
     root_s = str(root)
+    tally = Tally(spec_from_data(man["spec"])) if report.repairable else None  # the leak check counted again from the records
     for split, info in man["splits"].items():
+        if tally is not None:
+            tally.begin(split)
         n = int(info.get("count", 0))
         meta = root / split / "metadata.jsonl"
         rel_meta = f"{split}/metadata.jsonl"
@@ -515,7 +501,7 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
                 spec = spec_from_data(man["spec"])
             # line by line, no record held; each record's claims against the spec (a leak past the holdout: ~5 us a record)
             try:  # gone after the check above: a writer racing this reader
-                scan = scan_metadata(meta, masks, claims=None if spec is None else record_claims(spec, split),
+                scan = scan_metadata(meta, masks, claims=None if spec is None else Tally.counting(tally, record_claims(spec, split), split),
                                      key=(spec_key(man["spec"]), split))
             except OSError as e:
                 raise vanished(meta, e) from None
@@ -580,6 +566,19 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
                                 report.damage.append(Damage(rel, "altered", "its sha256 differs from the recorded one", split, index))
             else:
                 report.damage.append(Damage(split, "altered", f"images hold {total} bytes, the manifest records {recorded_bytes[split]}", split))
+    _leak_check_damage(man, report, tally)
+
+
+def _leak_check_damage(man: dict, report: VerifyReport, tally) -> None:
+    """The stored leak check against the records' tally (imagefolder; every record read, none
+    damaged) or against the spec (:func:`mosaic.tally.leak_check_damage`)."""
+    if not report.repairable or any(".jsonl" in d.path or d.problem == CLAIMS for d in report.damage):
+        return  # records missing or damaged: their tally is no measure (the damage is named already)
+    why = leak_check_damage(man.get("leak_check"), spec_from_data(man["spec"]),
+                            {k: int(v.get("count", 0)) for k, v in man["splits"].items()}, tally)
+    if why is not None:
+        report.damage.append(Damage(MANIFEST, "manifest", why + ": manifest.json was edited; restore it, or regenerate with --overwrite"))
+        report.repairable = False
 
 
 def _mismatched_lines(spec, split: str, meta: Path, masks: bool, sample_fn=None) -> list[int]:

@@ -267,9 +267,6 @@ def test_a_parquet_datasets_data_folder_as_a_link_is_refused(made_pq, tmp_path):
 # 4. the manifest's stored leak check: a claim that verify never derives again
 # ------------------------------------------------------------------------------------------------
 
-_XF_LEAK = pytest.mark.xfail(strict=True, reason="attack23a: verify (quick and full) and every reader accept a manifest whose "
-                                                  "leak_check counts/held_out cells are not the tally of its own records; "
-                                                  "--repair then writes the card's leak-check section from the edit")
 
 
 def _held_out_cell_in_train(m):
@@ -283,7 +280,6 @@ def _other_held_out_cells(m):
     lc["held_out"], lc["seen"] = lc["seen"][:len(lc["held_out"])], lc["held_out"] + lc["seen"][len(lc["held_out"]):]
 
 
-@_XF_LEAK
 @pytest.mark.parametrize("edit", [_held_out_cell_in_train, _other_held_out_cells], ids=["held-out-cell-counted-in-train",
                                                                                      "held-out-cells-swapped-with-seen"])
 def test_verify_finds_a_leak_check_that_is_not_the_tally_of_the_records(made, tmp_path, edit):
@@ -306,10 +302,6 @@ def test_a_manifest_leak_check_edited_in_shape_is_refused(made, tmp_path):
 # 5. a run's dataset.json redirected to another dataset of the same concepts (another holdout)
 # ------------------------------------------------------------------------------------------------
 
-_XF_DATASET_JSON = pytest.mark.xfail(strict=True, reason="attack23a: RunFolder.dataset_root trusts RUN/dataset.json alone: edited to "
-                                                          "name another dataset (same concepts, another holdout), sample/analyze use "
-                                                          "its splits and held_out flags; dataset_manifest.json and the weights record "
-                                                          "are never compared")
 
 
 @pytest.fixture(scope="module")
@@ -368,9 +360,6 @@ def test_sample_refuses_a_dataset_json_whose_fingerprint_was_edited(drun, tmp_pa
 # 6. mosaic report: a trial's edited table, and the figures of another samples folder
 # ------------------------------------------------------------------------------------------------
 
-_XF_TABLE = pytest.mark.xfail(strict=True, reason="attack23a: mosaic report/collect (mosaic.trials.result_row) takes a trial's "
-                                                   "metrics.json table as it stands: edited held-out figures that contradict the "
-                                                   "same file's scores and the samples' predictions are reported")
 
 
 def _forge_table(m):
@@ -385,7 +374,6 @@ def _forge_table_and_scores(m):
     ho["accuracy"] = {c: 0.987 for c in ho["accuracy"]}
 
 
-@_XF_TABLE
 @pytest.mark.parametrize("forge", [_forge_table, _forge_table_and_scores], ids=["table-only", "table-and-scores"])
 def test_report_never_reports_a_held_out_figure_its_samples_do_not_give(swept, tmp_path, forge):
     import pandas as pd
@@ -421,9 +409,6 @@ def test_report_of_an_unedited_sweep_copy_gives_its_samples_figures(swept, tmp_p
         assert (got != got and truth is None) or got == pytest.approx(truth)
 
 
-@pytest.mark.xfail(strict=True, reason="attack23a: mosaic.report._sample_sheet draws the first RUN/samples/*/ alphabetically, not the "
-                                      "samples folder the trial's metrics (samples.out) were scored on: after `mosaic sample RUN -g 1` "
-                                      "the page shows g1 images beside the g2 figures")
 def test_report_samples_sheet_is_of_the_samples_folder_the_trials_figures_come_from(swept, tmp_path):
     from mosaic.preview import sample_sheet
 
@@ -446,10 +431,6 @@ def test_report_samples_sheet_is_of_the_samples_folder_the_trials_figures_come_f
 # 7. a trial folder holding another trial's run: the run's config compared without its dataset
 # ------------------------------------------------------------------------------------------------
 
-_XF_SWAPPED_RUN = pytest.mark.xfail(strict=True, reason="attack23a: mosaic.trials._foreign_run skips dataset.path and any field the "
-                                                         "run's config.yaml lacks, and nothing compares RUN/dataset.json with the "
-                                                         "trial's dataset: runs swapped between trials are reported under the other "
-                                                         "trial's axis values by report and a sweep rerun")
 
 
 @pytest.fixture(scope="module")
@@ -618,10 +599,6 @@ def test_sample_refuses_another_runs_best_weights_with_their_record_removed(drun
     assert not (out / "metadata.jsonl").exists()
 
 
-_XF_PROVENANCE = pytest.mark.xfail(strict=True, reason="attack23a: mosaic.evaluation.provenance.source_spec skips a run's "
-                                                        "dataset_manifest.json that is missing or unreadable, so `evaluate "
-                                                        "RUN/samples/X --spec S` scores the samples against a spec that draws "
-                                                        "them otherwise (exit 0) instead of naming the damaged record")
 
 
 @pytest.fixture(scope="module")
@@ -678,9 +655,6 @@ def ae_tiny(tmp_path_factory):
     return folder, spec
 
 
-@pytest.mark.xfail(strict=True, reason="attack23a: mosaic.lab.diffusion.latent.cached_latents believes <split>.json once its sha256 "
-                                      "is the file's: test_ood's (held-out) latents copied over train.safetensors with train.json's "
-                                      "sha256 rewritten are trained on; nothing ties the latents to the split's images")
 def test_the_latent_cache_never_serves_held_out_latents_as_the_training_splits(ae_tiny, tmp_path):
     import torch
 

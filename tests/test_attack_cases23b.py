@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli import app
-from tests.conftest import QUICK_SAMPLE, clean_exit_2, copy_dataset, edit_manifest, sampled, unscored_samples
+from tests.conftest import QUICK_SAMPLE, clean_exit_2, copy_dataset, edit_manifest, unscored_samples
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -69,8 +69,6 @@ def _person(tmp_path: Path, name: str = "person") -> Path:
 # a full disk or an interruption before the first manifest is written: a folder no rerun finishes
 # ------------------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="attack23b: generate's first write_manifest fails (disk full) after own_folders made "
-                                       "split folders: the rerun and --overwrite both refuse the manifest-less folder")
 def test_generate_full_disk_at_the_first_manifest_then_rerun_finishes(made, tmp_path, monkeypatch):
     import mosaic.dataset as D
 
@@ -86,8 +84,6 @@ def test_generate_full_disk_at_the_first_manifest_then_rerun_finishes(made, tmp_
     _verify_ok(out)
 
 
-@pytest.mark.xfail(strict=True, reason="attack23b: export's first write_manifest fails (disk full) after data/ and .mosaic/ "
-                                       "were made: the same export and --overwrite both refuse the manifest-less folder")
 def test_export_full_disk_at_the_first_manifest_then_rerun_finishes(made, tmp_path, monkeypatch):
     import mosaic.export as E
 
@@ -103,58 +99,63 @@ def test_export_full_disk_at_the_first_manifest_then_rerun_finishes(made, tmp_pa
     _verify_ok(pq)
 
 
-def _interrupted_rmtree(real):
-    """``shutil.rmtree`` that deletes ``manifest.json`` first and is then interrupted (Ctrl-C)."""
-    def rm(path, *a, **k):
-        p = Path(path)
-        if (p / "manifest.json").is_file():
-            (p / "manifest.json").unlink()
+def _interrupted_remove(real, after: int = 2):
+    """``mosaic.io.remove_path`` as ``mosaic.dataset_folder.remove_dataset`` calls it, interrupted (Ctrl-C) after
+    ``after`` entries of the dataset were removed."""
+    calls = []
+
+    def rm(path):
+        calls.append(path)
+        if len(calls) > after:
             raise KeyboardInterrupt
-        return real(path, *a, **k)
+        return real(path)
     return rm
 
 
-@pytest.mark.xfail(strict=True, reason="attack23b: generate --overwrite interrupted inside rmtree after manifest.json went: "
-                                       "no rerun (plain or --overwrite) replaces the rest")
 def test_generate_overwrite_interrupted_in_its_delete_then_rerun_finishes(made, tmp_path, monkeypatch):
-    import mosaic.records as R
+    """The delete takes ``manifest.json`` last (``mosaic.dataset_folder.remove_dataset``): interrupted, the folder is
+    still a (damaged) mosaic dataset, which the rerun's ``--overwrite`` replaces (attack round 23 left no manifest)."""
+    import mosaic.dataset_folder as F
 
     ds = copy_dataset(made, tmp_path)
     with monkeypatch.context() as m:
-        m.setattr(R.shutil, "rmtree", _interrupted_rmtree(shutil.rmtree))
+        m.setattr(F, "remove_path", _interrupted_remove(F.remove_path))
         r = _run(["generate", made[0], "--out", ds, "--overwrite"])
-    assert r.exit_code != 0 and not (ds / "manifest.json").exists()
+    assert r.exit_code != 0 and (ds / "manifest.json").exists() and not (ds / ".mosaic").exists()
     r = _run(["generate", made[0], "--out", ds, "--overwrite"])
-    if r.exit_code != 0:
-        r = _run(["generate", made[0], "--out", ds])
     assert r.exit_code == 0, r.output
     _verify_ok(ds)
 
 
-@pytest.mark.xfail(strict=True, reason="attack23b: export --overwrite interrupted inside rmtree after manifest.json went: "
-                                       "no rerun (plain or --overwrite) replaces the rest")
 def test_export_overwrite_interrupted_in_its_delete_then_rerun_finishes(made, tmp_path, monkeypatch):
+    import mosaic.dataset_folder as F
     import mosaic.export as E
 
     pq = tmp_path / "pq"
     _ok(["export", made[1], "-f", "parquet", "-o", pq])
     with monkeypatch.context() as m:
-        m.setattr(E.shutil, "rmtree", _interrupted_rmtree(shutil.rmtree))
+        m.setattr(F, "remove_path", _interrupted_remove(F.remove_path, after=1))
         with pytest.raises(KeyboardInterrupt):
             E.export(made[1], "parquet", pq, overwrite=True)
+    assert (pq / "manifest.json").exists()
     r = _run(["export", made[1], "-f", "parquet", "-o", pq, "--overwrite"])
-    if r.exit_code != 0:
-        r = _run(["export", made[1], "-f", "parquet", "-o", pq])
     assert r.exit_code == 0, r.output
     _verify_ok(pq)
+
+
+def test_a_dataset_whose_manifest_alone_was_deleted_is_never_replaced(made, tmp_path):
+    """What is left when the manifest went first (by hand, or an older mosaic): nothing says it is a dataset, so
+    --overwrite refuses it, naming the folder, and deletes nothing."""
+    ds = copy_dataset(made, tmp_path)
+    (ds / "manifest.json").unlink()
+    _clean_exit_2(_run(["generate", made[0], "--out", ds, "--overwrite"]), "not a mosaic dataset")
+    assert (ds / "train" / "images" / "000000.png").is_file()
 
 
 # ------------------------------------------------------------------------------------------------
 # the lock file beside the folder
 # ------------------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="attack23b: a person's regular file at <parent>/.<out>.lock is truncated, "
-                                       "overwritten with the owner record and deleted on release (FolderLock/open_own)")
 def test_a_persons_file_at_the_lock_name_is_kept(made, tmp_path):
     mine = tmp_path / ".ds.lock"
     mine.write_text("my own notes, not a lock\n" * 10)
@@ -164,8 +165,6 @@ def test_a_persons_file_at_the_lock_name_is_kept(made, tmp_path):
     assert mine.read_text() == "my own notes, not a lock\n" * 10
 
 
-@pytest.mark.xfail(strict=True, reason="attack23b: a person's named pipe at <parent>/.<out>.lock is deleted (open_own unlinks "
-                                       "any non-regular file at the lock's name)")
 def test_a_persons_fifo_at_the_lock_name_is_kept(made, tmp_path):
     os.mkfifo(tmp_path / ".ds.lock")
     r = _run(["generate", made[0], "--out", tmp_path / "ds"])
@@ -512,8 +511,6 @@ def test_a_pickle_planted_in_final_is_never_unpickled_by_sample(drun, tmp_path, 
     assert not (tmp_path / "pwned").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="attack23b: evaluate --out LINK (a link to a person's folder) writes metrics.json, "
-                                       "metrics.csv, heatmap.png, predictions.jsonl into the link's target (audit/generate refuse a linked --out)")
 def test_evaluate_out_at_a_link_never_writes_through_it(drun, tmp_path):
     s = unscored_samples(drun, tmp_path)
     person = _person(tmp_path)
@@ -639,8 +636,6 @@ def _interrupted_evaluation(drun, tmp_path, monkeypatch) -> Path:
     return s
 
 
-@pytest.mark.xfail(strict=True, reason="attack23b: audit builds its page from a samples folder whose metrics.json says "
-                                       "an evaluation was interrupted there (predictions of two evaluations)")
 def test_audit_refuses_a_folder_whose_evaluation_was_interrupted(drun, tmp_path, monkeypatch):
     s = _interrupted_evaluation(drun, tmp_path, monkeypatch)
     r = _run(["audit", s, "--out", tmp_path / "a"])
@@ -733,7 +728,7 @@ def test_a_moved_interrupted_run_resumes_in_its_new_place(drun, tmp_path):
     for n in ("final", "best", "samples"):
         shutil.rmtree(run / n)
     shutil.copy(run / "config.yaml", tmp_path / "config.yaml")
-    r = _ok(["train", "diffusion", tmp_path / "config.yaml", "--out", run])
+    _ok(["train", "diffusion", tmp_path / "config.yaml", "--out", run])
     assert (run / "DONE").is_file() and (run / "final" / "weights.json").is_file()
     assert _tree(orig) == before
     assert _tree(drun[1]) == data_before

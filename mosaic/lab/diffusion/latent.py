@@ -37,6 +37,24 @@ def encode_images(space: LatentSpace, images: torch.Tensor, batch_size: int = 25
     return torch.cat(out) if out else torch.zeros((0, c, s, s))
 
 
+#: cached latents compared with their images encoded again, at indices no file can anticipate
+SPOT_CHECK = 16
+
+
+def _spot_check(space: LatentSpace, images: torch.Tensor, z: torch.Tensor) -> bool:
+    """Whether :data:`SPOT_CHECK` latents of ``z`` (drawn by the system's random source) are the
+    encodings of their images now, within float noise between hosts (1e-3 of the latents' scale)."""
+    import random
+
+    n = min(len(images), len(z))
+    if n == 0:
+        return True
+    idx = sorted(random.SystemRandom().sample(range(n), min(SPOT_CHECK, n)))
+    again = encode_images(space, images[idx])
+    scale = max(1.0, float(again.abs().max()))
+    return bool(torch.allclose(again, z[idx], rtol=0, atol=1e-3 * scale))
+
+
 def cached_latents(space: LatentSpace, dataset_root: Path, split: str, images: torch.Tensor, say=print) -> torch.Tensor:
     """The latents of ``images`` (the first ``len(images)`` of ``split`` of the dataset), from the
     cache or encoded and written to it (atomically; only one writer needs to win).
@@ -44,9 +62,11 @@ def cached_latents(space: LatentSpace, dataset_root: Path, split: str, images: t
     A cached file is used only when its record (``<split>.json``) names this split, the sha256 of
     the file itself and of the autoencoder's weights and ``vae/config.json`` (``vae_sha256``,
     ``config_sha256``: an edited ``scaling_factor`` scales latents otherwise), at least ``n`` latents,
-    and the file holds latents of that shape: another split's file copied over it (held-out latents
-    in training), latents of other weights or another config, or a damaged file are encoded again,
-    never read as these."""
+    and the file holds latents of that shape, and :data:`SPOT_CHECK` of its latents, at indices drawn
+    afresh each time, are those of their images encoded now (:func:`_spot_check`): another split's file
+    copied over it (held-out latents in training, its record resealed with the file's sha256: attack
+    round 23), latents of other weights or another config, or a damaged file are encoded again, never
+    read as these."""
     from safetensors.torch import load_file, save
 
     fp = manifest_fingerprint(dataset_root)
@@ -62,7 +82,7 @@ def cached_latents(space: LatentSpace, dataset_root: Path, split: str, images: t
             if (isinstance(info, dict) and isinstance(info.get("n"), int) and info["n"] >= n and info.get("split") == split
                     and all(info.get(k) == v for k, v in vae.items()) and info.get("sha256") == digest_file(path)[0]):
                 z = load_file(str(path))["latents"]
-                if z.dtype == torch.float32 and list(z.shape) == [info["n"], space.channels, side, side]:
+                if z.dtype == torch.float32 and list(z.shape) == [info["n"], space.channels, side, side] and _spot_check(space, images, z):
                     return z[:n]
         except Exception:  # noqa: BLE001 - a damaged cache file (OSError, JSON, SafetensorError): encoded again
             pass
