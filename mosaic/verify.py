@@ -364,7 +364,7 @@ def stray_entries(root: str | Path, man: dict) -> list[Damage]:
 def fix_of(report: VerifyReport, root: str | Path | None = None) -> str:
     """The one line that says how to fix what ``report`` found (for ``mosaic verify`` and every reader)."""
     root = root or report.root
-    if any(d.path == MANIFEST and d.problem == "manifest" for d in report.damage):
+    if any(d.path == MANIFEST and d.problem in ("manifest", "leak_check") for d in report.damage):
         return (f"{MANIFEST} no longer describes the data it was written with, and --repair cannot tell which part is right: "
                 f"restore it from a copy, or regenerate the dataset with `mosaic generate SPEC --out {root} --overwrite`")
     if any(d.path == CHECKSUMS for d in report.damage):
@@ -577,7 +577,7 @@ def _leak_check_damage(man: dict, report: VerifyReport, tally) -> None:
     why = leak_check_damage(man.get("leak_check"), spec_from_data(man["spec"]),
                             {k: int(v.get("count", 0)) for k, v in man["splits"].items()}, tally)
     if why is not None:
-        report.damage.append(Damage(MANIFEST, "manifest", why + ": manifest.json was edited; restore it, or regenerate with --overwrite"))
+        report.damage.append(Damage(MANIFEST, "leak_check", why))
         report.repairable = False
 
 

@@ -151,8 +151,10 @@ def test_a_folder_named_through_a_link_takes_the_folders_own_lock(made, tmp_path
     holder = hold_lock(real)
     try:
         r = runner.invoke(app, ["evaluate", str(d), "--spec", str(made[0]), "--check-n", "0", "--out", str(tmp_path / "link")])
-        assert r.exit_code == 2, r.output
-        assert "another process" in r.output and not (real / "metrics.json").exists()
+        assert r.exit_code == 2, r.output  # a link at --out is refused outright (attack round 23), never written through
+        assert "symbolic link" in r.output and not (real / "metrics.json").exists()
+        r = runner.invoke(app, ["evaluate", str(d), "--spec", str(made[0]), "--check-n", "0", "--out", str(tmp_path / "alias" / "evout")])
+        assert r.exit_code == 2 and "another process" in r.output, r.output  # a link above it: the real folder's lock
         with pytest.raises(Exception, match="another process"):
             FolderLock(tmp_path / "alias" / "evout").acquire()
     finally:

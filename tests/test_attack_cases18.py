@@ -354,7 +354,10 @@ def test_evaluate_out_through_a_link_takes_the_real_folders_lock(made, tmp_path,
     finally:
         p.kill()
         p.wait()
-    _clean_exit_2(r, "another process", "is writing evaluation folder", ".real.lock")
+    if via == "folder":
+        _clean_exit_2(r, "another process", "is writing evaluation folder", ".real.lock")
+    else:  # a link at --out is refused outright (attack round 23), before any lock
+        _clean_exit_2(r, "symbolic link")
     assert list(real.iterdir()) == []
 
 

@@ -531,7 +531,8 @@ def test_no_writer_but_the_run_writes_into_a_run_folder_or_its_weights(tmp_path,
     assert output_dir_problem(run / "checkpoints" / "checkpoint-0000002", run=True) is not None
     link = tmp_path / "alias"
     os.symlink(run, link)
-    assert "training run" in output_dir_problem(link)  # through a link too
+    assert "symbolic link" in output_dir_problem(link)  # a link at the output's own name: refused outright (attack round 23)
+    assert "training run" in output_dir_problem(link / "best" / "x")  # through a link above it too
     after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and not p.is_symlink()}
     assert after == before
 
