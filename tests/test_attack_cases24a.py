@@ -119,7 +119,7 @@ def test_report_refuses_a_forged_table_whose_scores_were_removed(swept, tmp_path
     _forged_or_refused(sw, t, "held_out.joint", _truth(t))
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: samples.out set to '.' turns the figure check off")
+@pytest.mark.xfail(strict=True, reason="attack24a: samples.out set to '.' or '' turns the figure check off")
 @pytest.mark.parametrize("out", [".", ""], ids=["dot", "empty"])
 def test_report_refuses_a_forged_table_whose_samples_out_names_nothing(swept, tmp_path, out):
     sw = _sweep_copy(swept, tmp_path)
@@ -317,9 +317,7 @@ def test_sweep_rerun_with_a_set_that_changes_the_config_is_refused_and_keeps_res
 def test_report_into_a_sweep_folder_given_as_a_link(swept, tmp_path):
     sw = _sweep_copy(swept, tmp_path)
     (tmp_path / "lnk").symlink_to(sw, target_is_directory=True)
-    r = _run(["report", tmp_path / "lnk"])
-    _no_traceback(r)
-    assert r.exit_code in (0, 2), r.output
+    _ok(["report", tmp_path / "lnk"])  # the sweep folder is read through the link; no false alarm
 
 
 def test_report_after_sampling_a_trial_again_with_the_runs_own_settings(swept, tmp_path):
@@ -413,9 +411,8 @@ def test_report_never_writes_results_through_a_link(swept, tmp_path):
     outside.write_text("keep\n")
     (sw / "results.csv").unlink()
     (sw / "results.csv").symlink_to(outside)
-    r = _run(["report", sw])
-    _no_traceback(r)
-    assert outside.read_text() == "keep\n"
+    _ok(["report", sw])
+    assert outside.read_text() == "keep\n" and not (sw / "results.csv").is_symlink()
 
 
 def test_report_never_writes_its_page_through_a_linked_report_folder(swept, tmp_path):
@@ -796,32 +793,6 @@ def test_reproduce_dry_run_from_another_folder(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: samples.out, scores and table repointed to a folder sampled with guidance 1 are reported as the run's")
-def test_report_refuses_figures_of_a_samples_folder_of_other_settings(swept, tmp_path):
-    from mosaic.evaluation.table import table_from_scores
-
-    sw = _sweep_copy(swept, tmp_path)
-    t = _trials(sw)[0]
-    truth = _truth(t, "seen")
-    g1 = t / "run" / "samples" / "g1"
-    _ok(["sample", t / "run", "--guidance", "1", "--steps", "2", "-k", "1", "--device", "cpu", "--out", g1])
-    own = json.loads((g1 / "metrics.json").read_text())
-    own["seen"]["joint_accuracy"] = 0.987  # a better figure, written down to the verdicts
-    for g in ("overall",):
-        pass
-    (g1 / "metrics.json").write_text(json.dumps(own))
-
-    def forge(m):
-        m["samples"]["out"] = str(g1)
-        m["scores"] = {k: v for k, v in own.items()}
-        m["table"] = table_from_scores(m["scores"])
-    _edit_json(t / "run" / "metrics.json", forge)
-    r = _run(["report", sw])
-    _no_traceback(r)
-    # (the verdicts below give g1's own figure, not 0.987: refused here; the case below forges nothing)
-    assert r.exit_code == 2, r.output
-
-
 @pytest.mark.xfail(strict=True, reason="attack24a: metrics.json repointed (samples.out, scores, table) to a guidance-1 samples folder is reported as the run's figures")
 def test_report_never_reports_a_samples_folder_of_other_settings_as_the_runs(swept, tmp_path):
     from mosaic.evaluation.table import table_from_scores
@@ -873,3 +844,18 @@ def test_spec_axis_runs_swapped_are_refused(swept_spec, tmp_path):
     a, b = _trials(sw)
     _swap_runs(a, b)
     clean_exit_2(_run(["report", sw]), "another")
+
+
+@pytest.mark.xfail(strict=True, reason="attack24a: a grid value written `1e-3` (a YAML string the config coerces to 0.001) makes sweep and report refuse the trial's own run")
+def test_a_sweep_with_an_lr_written_1e_3_reports_its_own_trial(tmp_path):
+    from tests.test_sweep_e2e import make_sweep
+
+    p = make_sweep(tmp_path)
+    d = yaml.safe_load(p.read_text())
+    d["grid"] = {"training.batch_size": [4]}
+    p.write_text(yaml.safe_dump(d).replace("training.batch_size:\n  - 4", "training.lr: [1e-3]"))
+    assert "training.lr: [1e-3]" in p.read_text()
+    r = _run(["sweep", p, "--out", tmp_path / "out"])
+    _no_traceback(r)
+    assert r.exit_code == 0, r.output
+    _ok(["report", tmp_path / "out"])
