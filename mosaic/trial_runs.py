@@ -25,17 +25,35 @@ def _leaves(d: dict, prefix: tuple = ()):
 _MISSING = object()
 
 
-def foreign_run(tdir: Path, sweep: SweepSpec, values: dict) -> str | None:
+def _same_value(node, want) -> bool:
+    """Whether a run's config value is the trial's: equal, or the number a YAML string of the trial's
+    reads as (PyYAML reads ``1e-3`` as a string, the run's validated config holds 0.001)."""
+    if node == want:
+        return True
+    if isinstance(want, str) and isinstance(node, (int, float)) and not isinstance(node, bool):
+        try:
+            return float(want) == float(node)
+        except ValueError:
+            return False
+    return False
+
+
+def foreign_run(tdir: Path, sweep: SweepSpec | None, values: dict) -> str | None:
     """Why the run inside a trial folder is not that trial's (another trial's run copied in: its
-    seed or axis values differ), or None. Every field the trial's own config (the folder's
-    ``config.yaml``) sets must have the same value in the run's ``config.yaml``; ``out`` and
-    ``dataset.path`` aside (a moved sweep folder resumes), and a field the run's config lacks (a run
-    of an older mosaic) is not compared, except the sweep's own axes and seed, which tell the
-    trials apart (attack round 23: runs swapped between trials, the axis removed from their configs).
-    The run's ``dataset.json`` must name the trial's dataset (:func:`_run_dataset_problem`: a spec
-    axis changes only the dataset)."""
-    path = tdir / "run" / "config.yaml"
+    seed or axis values differ), or None (no run there yet). Every field the trial's own config (the
+    folder's ``config.yaml``; else the one ``sweep`` gives the trial) sets must have the same value in
+    the run's ``config.yaml``; ``out`` and ``dataset.path`` aside (a moved sweep folder resumes), and a
+    field the run's config lacks (a run of an older mosaic) is not compared, except the sweep's own
+    axes and seed (``values``), which tell the trials apart. The run's ``dataset.json`` (else its
+    ``dataset_manifest.json``) must name the trial's dataset (:func:`_run_dataset_problem`: a spec
+    axis changes only the dataset). A run folder without its config, or a trial whose config can be
+    read from nowhere, cannot be told from another trial's and is refused (attack rounds 23-24: runs
+    swapped with those files removed or damaged were reported under each other's values)."""
+    run = tdir / "run"
+    path = run / "config.yaml"
     if not path.is_file():
+        if run.is_dir() and not run.is_symlink() and any(run.iterdir()):
+            return "its run folder holds no readable config.yaml, so nothing says which trial's run it is"
         return None
     try:
         run_cfg = read_config_yaml(path)
@@ -44,14 +62,21 @@ def foreign_run(tdir: Path, sweep: SweepSpec, values: dict) -> str | None:
     if not isinstance(run_cfg, dict):
         return "its run's config.yaml is no mapping"
     # the trial's config as the sweep wrote it (its config file may have changed since); else the sweep's now
+    trial_cfg = None
     try:
-        trial_cfg = read_config_yaml(tdir / "config.yaml") if (tdir / "config.yaml").is_file() else trial_config(sweep, values)
+        trial_cfg = read_config_yaml(tdir / "config.yaml") if (tdir / "config.yaml").is_file() else None
     except (MosaicError, OSError, ValueError):
-        return None  # nothing to compare with: check_trial_folders' name and trial.json checks stand alone
+        trial_cfg = None
+    if not isinstance(trial_cfg, dict) and sweep is not None:
+        try:
+            trial_cfg = trial_config(sweep, values)
+        except (MosaicError, OSError, ValueError):
+            trial_cfg = None
     if not isinstance(trial_cfg, dict):
-        return None
+        return ("its config.yaml is missing or damaged, and the sweep's sweep.yaml does not give it, so its run cannot be told "
+                "from another trial's; restore them, or delete the trial folder and rerun `mosaic sweep`")
     axes = {tuple(k.split(".")) for k in values if k != "seed" and not k.startswith((LABEL, "spec"))}
-    axes.add(tuple(sweep.seed_key.split(".")))
+    axes.add(tuple((sweep.seed_key if sweep is not None else "training.seed").split(".")))
     differs = []
     for keys, want in _leaves(trial_cfg):
         if keys[0] == "out" or keys[:2] == ("dataset", "path"):
@@ -61,7 +86,7 @@ def foreign_run(tdir: Path, sweep: SweepSpec, values: dict) -> str | None:
             node = node.get(k, _MISSING) if isinstance(node, dict) else _MISSING
         if node is _MISSING and keys in axes:
             differs.append(f"{'.'.join(map(str, keys))} missing (the trial's: {want!r})")
-        elif node is not _MISSING and node != want:
+        elif node is not _MISSING and not _same_value(node, want):
             differs.append(f"{'.'.join(map(str, keys))} {node!r} (the trial's: {want!r})")
     if differs:
         return (f"its run was trained with another config, so it is another trial's run: {'; '.join(differs[:4])[:300]}; "
@@ -71,25 +96,31 @@ def foreign_run(tdir: Path, sweep: SweepSpec, values: dict) -> str | None:
 
 def _run_dataset_problem(tdir: Path, trial_cfg: dict) -> str | None:
     """Why the run in ``tdir`` was not trained on the trial's dataset (``dataset.path`` of the trial's
-    config), or None: the spec fingerprint its ``dataset.json`` records must be the one of the
-    dataset's manifest, or, where that dataset is not there (a moved sweep), the dataset folders'
-    names (``<spec name>-<fingerprint>``) must agree."""
+    config), or None: the spec fingerprint its ``dataset.json`` (else its copy of the dataset's manifest,
+    ``dataset_manifest.json``) records must be the one of the dataset's manifest, or, where that dataset
+    is not there (a moved sweep), the dataset folders' names (``<spec name>-<fingerprint>``) must agree."""
     ds = trial_cfg.get("dataset")
     want = ds.get("path") if isinstance(ds, dict) else None
-    rec_path = tdir / "run" / "dataset.json"
-    if not isinstance(want, str) or not rec_path.is_file():
+    if not isinstance(want, str):
         return None
-    try:
-        rec = read_json(rec_path)
-    except (OSError, ValueError) as e:
-        return f"its run's dataset.json cannot be read ({str(e)[:120]})"
+    fix = "delete that trial's run folder and rerun `mosaic sweep` to train it"
+    rec = None
+    for name in ("dataset.json", "dataset_manifest.json"):
+        try:
+            rec = read_json(tdir / "run" / name)
+            break
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as e:
+            return f"its run's {name} cannot be read ({str(e)[:120]}); {fix}"
+    if rec is None:
+        return f"its run holds neither dataset.json nor dataset_manifest.json, so nothing says which dataset it was trained on; {fix}"
     if not isinstance(rec, dict):
-        return "its run's dataset.json is no mapping"
+        return f"its run's record of its dataset is no mapping; {fix}"
     try:
         man = read_json(Path(want) / "manifest.json")
     except (OSError, ValueError):
         man = None
-    fix = "delete that trial's run folder and rerun `mosaic sweep` to train it"
     if isinstance(man, dict) and isinstance(man.get("fingerprint"), str):
         if rec.get("fingerprint") != man["fingerprint"]:
             return (f"its run was trained on another dataset (spec fingerprint {str(rec.get('fingerprint'))[:20]!r}; the trial's "

@@ -363,6 +363,9 @@ def result_row(tdir: Path, cells: dict | None = None) -> dict:
                            "error": (st.get("error") or "")[-500:] or None}
     row.update(st.get("values", {}))
     mpath = tdir / "run" / "metrics.json"
+    if row["status"] == "done" and not ((tdir / "run" / "DONE").is_file() and mpath.is_file()):  # trial.json alone says so
+        raise SweepError([(str(tdir / "trial.json"), "says the trial is done, but its run holds no DONE and metrics.json: delete the "
+                                                     "trial folder and rerun `mosaic sweep` to redo the trial")])
     if mpath.is_file():
         m = _trial_file(mpath)
         bad = table_problem(m.get("table"))
@@ -436,8 +439,9 @@ def check_trial_folders(out: Path, dirs: list[Path]) -> None:
     foreign = []
     for d in dirs:
         st = read_status(d)
-        if expected is None:  # a sweep.yaml that is no whole sweep: only the sweep's name is compared
+        if expected is None:  # a sweep.yaml that is no whole sweep: the sweep's name, and the run against the trial's own config
             why = None if st.get("sweep", name) == name else f"its trial.json says it is a trial of sweep {str(st.get('sweep'))[:60]!r}"
+            why = why or foreign_run(d, None, st.get("values") if isinstance(st.get("values"), dict) else {})
             if why:
                 foreign.append((str(d), why))
             continue

@@ -228,7 +228,6 @@ def _swap_runs(a: Path, b: Path):
     tmp.rename(b / "run")
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: runs swapped between trials with run/config.yaml deleted are reported under each other's values")
 def test_runs_swapped_with_their_config_removed_are_refused(swept, tmp_path):
     sw = _sweep_copy(swept, tmp_path)
     a, b = _trials(sw)
@@ -247,7 +246,6 @@ def test_runs_swapped_between_trials_are_refused(swept, tmp_path):
     clean_exit_2(_run(["report", sw]), "another")
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: a trial.json saying done over a run with no DONE/metrics is reported as done")
 def test_report_never_calls_a_trial_without_a_finished_run_done(swept, tmp_path):
     sw = _sweep_copy(swept, tmp_path)
     t = _trials(sw)[0]
@@ -451,7 +449,6 @@ splits: {train: 0, val: 2, test_id: 3, test_ood: 3}
 """
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: splits.train 0 (no training split, as validate allows) fails generate's leak check")
 def test_generate_a_dataset_without_a_training_split(tmp_path):
     (tmp_path / "s.yaml").write_text(NO_TRAIN)
     _ok(["generate", tmp_path / "s.yaml", "--out", tmp_path / "ds"])
@@ -589,7 +586,6 @@ def test_streaming_test_ood_flags_are_the_datasets(made):
 # 10. swapped runs behind a damaged sweep.yaml or trial config.yaml
 # ------------------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="attack24a: a sweep.yaml damaged so it no longer validates turns off the run checks: swapped runs reported")
 def test_swapped_runs_behind_a_sweep_yaml_that_no_longer_validates_are_refused(swept, tmp_path):
     sw = _sweep_copy(swept, tmp_path)
     a, b = _trials(sw)
@@ -603,7 +599,6 @@ def test_swapped_runs_behind_a_sweep_yaml_that_no_longer_validates_are_refused(s
     assert r.exit_code == 2, r.output
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: a trial's config.yaml made unreadable turns off foreign_run: swapped runs reported")
 def test_swapped_runs_behind_damaged_trial_configs_are_refused(swept, tmp_path):
     sw = _sweep_copy(swept, tmp_path)
     a, b = _trials(sw)
@@ -827,7 +822,6 @@ def swept_spec(tmp_path_factory):
     return p, base / "out"
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: runs swapped between spec-axis trials with run/dataset.json deleted are reported (dataset_manifest.json not compared)")
 def test_spec_axis_runs_swapped_with_dataset_json_removed_are_refused(swept_spec, tmp_path):
     sw = _sweep_copy(swept_spec, tmp_path)
     a, b = _trials(sw)
