@@ -103,7 +103,6 @@ def _forge_table(m):
             m["table"]["held_out"][k] = 0.987
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: a table edited with metrics.json's `samples` record removed is reported unchecked")
 def test_report_refuses_a_forged_table_whose_samples_record_was_removed(swept, tmp_path):
     sw = _sweep_copy(swept, tmp_path)
     t = _trials(sw)[0]
@@ -111,7 +110,6 @@ def test_report_refuses_a_forged_table_whose_samples_record_was_removed(swept, t
     _forged_or_refused(sw, t, "held_out.joint", _truth(t))
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: a table edited with metrics.json's `scores` removed is reported unchecked")
 def test_report_refuses_a_forged_table_whose_scores_were_removed(swept, tmp_path):
     sw = _sweep_copy(swept, tmp_path)
     t = _trials(sw)[0]
@@ -119,7 +117,6 @@ def test_report_refuses_a_forged_table_whose_scores_were_removed(swept, tmp_path
     _forged_or_refused(sw, t, "held_out.joint", _truth(t))
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: samples.out set to '.' or '' turns the figure check off")
 @pytest.mark.parametrize("out", [".", ""], ids=["dot", "empty"])
 def test_report_refuses_a_forged_table_whose_samples_out_names_nothing(swept, tmp_path, out):
     sw = _sweep_copy(swept, tmp_path)
@@ -141,7 +138,6 @@ def test_report_refuses_samples_out_naming_another_trials_samples(swept, tmp_pat
 # 2. figures outside the three compared (n, joint, accuracy)
 # ------------------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="attack24a: scores.by_value (the value.* columns) is never re-derived")
 def test_report_never_shows_a_forged_by_value_figure(swept, tmp_path):
     sw = _sweep_copy(swept, tmp_path)
     t = _trials(sw)[0]
@@ -150,7 +146,6 @@ def test_report_never_shows_a_forged_by_value_figure(swept, tmp_path):
     _forged_or_refused(sw, t, "value.color.red", truth)
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: scores.quality (the *.quality / *.raw.* columns) is never re-derived")
 def test_report_never_shows_a_forged_quality_figure(swept, tmp_path):
     sw = _sweep_copy(swept, tmp_path)
     t = _trials(sw)[0]
@@ -160,7 +155,6 @@ def test_report_never_shows_a_forged_quality_figure(swept, tmp_path):
     _forged_or_refused(sw, t, "held_out.raw.joint", truth)
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: scores.held_out.unreadable is never re-derived (metrics.scores.* columns)")
 def test_report_never_shows_a_forged_unreadable_fraction(swept, tmp_path):
     sw = _sweep_copy(swept, tmp_path)
     t = _trials(sw)[0]
@@ -200,7 +194,6 @@ def _rescore_all(t: Path, edit_row):
     _edit_json(t / "run" / "metrics.json", fix)
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: predictions.jsonl's held_out flags are believed: held-out images re-filed as seen")
 def test_report_refuses_held_out_flags_that_contradict_the_spec(swept, tmp_path):
     sw = _sweep_copy(swept, tmp_path)
     t = _trials(sw)[0]
@@ -734,7 +727,6 @@ def test_a_lock_file_a_killed_sweep_left_is_taken_over_by_report_and_rerun(swept
 # 13. more figures the report takes on trust
 # ------------------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="attack24a: metrics.json's evaluator_check (evaluator.joint) is never compared with the samples' evaluator_check.json")
 def test_report_never_shows_a_forged_evaluator_check(swept, tmp_path):
     sw = _sweep_copy(swept, tmp_path)
     t = _trials(sw)[0]
@@ -747,7 +739,6 @@ def test_report_never_shows_a_forged_evaluator_check(swept, tmp_path):
     _forged_or_refused(sw, t, "evaluator.joint", truth)
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: an analysis section never measured (no analyze, no RUN/analysis) is reported as analysis.* columns")
 def test_report_never_shows_an_analysis_the_run_never_made(swept, tmp_path):
     sw = _sweep_copy(swept, tmp_path)
     t = _trials(sw)[0]
@@ -762,7 +753,6 @@ def test_report_never_shows_an_analysis_the_run_never_made(swept, tmp_path):
     assert "analysis.probe.test_ood.mean" not in df.columns or df["analysis.probe.test_ood.mean"].isna().all()
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: predictions.jsonl's `read` verdicts are believed: every image re-marked as read right gives 100 %")
 def test_report_refuses_verdicts_the_images_do_not_give(swept, tmp_path):
     sw = _sweep_copy(swept, tmp_path)
     t = _trials(sw)[0]
@@ -788,7 +778,6 @@ def test_reproduce_dry_run_from_another_folder(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: metrics.json repointed (samples.out, scores, table) to a guidance-1 samples folder is reported as the run's figures")
 def test_report_never_reports_a_samples_folder_of_other_settings_as_the_runs(swept, tmp_path):
     from mosaic.evaluation.table import table_from_scores
 
@@ -840,7 +829,6 @@ def test_spec_axis_runs_swapped_are_refused(swept_spec, tmp_path):
     clean_exit_2(_run(["report", sw]), "another")
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: a grid value written `1e-3` (a YAML string the config coerces to 0.001) makes sweep and report refuse the trial's own run")
 def test_a_sweep_with_an_lr_written_1e_3_reports_its_own_trial(tmp_path):
     from tests.test_sweep_e2e import make_sweep
 

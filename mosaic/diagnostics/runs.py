@@ -13,7 +13,7 @@ from mosaic.diagnostics.applies import resolve_what
 from mosaic.diagnostics.config import AnalysisSection
 from mosaic.errors import TrainingError
 from mosaic.evaluation.table import table_problem
-from mosaic.io import read_json
+from mosaic.io import atomic_write, own_folders, read_json
 from mosaic.locks import FolderLock
 from mosaic.dataset import spec_of
 from mosaic.lab.config import validate_config
@@ -124,5 +124,8 @@ def _analyze_run(run_dir, what, options, checkpoint, device, write, say) -> dict
     out = _jsonable(out)
     if write:
         metrics["analysis"] = out
+        # the record a report compares metrics.json's section with (an invented section was reported, attack round 24)
+        own_folders(run.root, ["analysis"])
+        atomic_write(run.root / "analysis" / "analysis.json", json.dumps(out, indent=2, sort_keys=True, default=str) + "\n")
         run.write_metrics(metrics)
     return out

@@ -12,19 +12,19 @@ per-image verdicts scored again (:func:`~mosaic.evaluation.metrics.score`, a few
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
+import numpy as np
+
 from mosaic.audit import read_rows
-from mosaic.errors import SweepError
+from mosaic.errors import MosaicError, SweepError
 from mosaic.evaluation.metrics import score
 from mosaic.evaluation.table import table_columns, table_from_scores
 from mosaic.io import read_json
+from mosaic.lab.config import read_config_yaml
 from mosaic.records import spec_from_data
-
-#: the groups and fields compared (the figures results and reports show)
-_GROUPS = ("overall", "seen", "held_out")
-
 
 def scored_samples(run: Path, metrics: dict) -> Path | None:
     """The samples folder whose scores a run's ``metrics`` (its ``metrics.json``) holds: the folder
@@ -50,58 +50,134 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def _figures(scores) -> dict:
-    """``{group: {"n", "joint_accuracy", "accuracy"}}`` of a score dict (what a table is made from)."""
-    out = {}
-    for g in _GROUPS:
-        s = scores.get(g) if isinstance(scores, dict) else None
-        if isinstance(s, dict):
-            out[g] = {k: s.get(k) for k in ("n", "joint_accuracy", "accuracy")}
-    return out
+#: rows whose verdicts are read again from their images by the run's evaluator (drawn by the system's random source)
+SPOT_READS = 16
+
+
+def _fail(path, why: str, fix: str) -> SweepError:
+    return SweepError([(str(path), f"{why}; {fix}")])
 
 
 def check_run_scores(run: Path, metrics: dict) -> None:
-    """Raise unless the figures of a finished run's ``metrics.json`` (``metrics``) are those its
-    scored samples give (see the module docstring). A run that recorded no scored samples is not
-    checked.
+    """Raise unless the figures of a finished diffusion run's ``metrics.json`` (``metrics``) are those
+    its scored samples give (see the module docstring): the table is its scores' table; its scores,
+    whole (per value, per cell, unreadable fractions, match quality), and its ``evaluator_check`` are
+    the samples folder's own files; that folder was sampled with the run's sampling settings; its
+    figures are its ``predictions.jsonl`` scored again with the held-out flags the spec gives; and
+    :data:`SPOT_READS` of its verdicts are what the run's evaluator reads in those images now; an
+    ``analysis`` section is the one ``mosaic analyze`` recorded in ``RUN/analysis/analysis.json``.
+    A run whose figures name no samples folder, or whose table has no scores, is refused. A run
+    without a sampling section in its config (a transformer) is not checked here.
 
     Raises:
-        SweepError: naming the file whose figures are not the ones below it, the figure, and the
-            fix (restore the file, or score the samples again: ``mosaic sample RUN``)."""
-    scores = metrics.get("scores")
-    folder = scored_samples(run, metrics)
-    if folder is None or not isinstance(scores, dict):
-        return
-    mpath = Path(run) / "metrics.json"
+        SweepError: naming the file whose figures are not the ones below it, and the fix."""
+    run = Path(run)
+    mpath = run / "metrics.json"
     fix = (f"restore it, or score the samples again (`mosaic sample {run}` with the run's settings), or delete the trial "
            "folder and rerun `mosaic sweep`")
+    try:
+        cfg = read_config_yaml(run / "config.yaml")
+    except (MosaicError, OSError, ValueError):
+        cfg = None
+    if "analysis" in metrics:
+        _check_analysis(run, metrics["analysis"])
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("sampling"), dict) or not ("table" in metrics or "scores" in metrics):
+        return
+    scores, folder = metrics.get("scores"), scored_samples(run, metrics)
+    if folder is None or not isinstance(scores, dict):
+        raise _fail(mpath, "its figures name no scored samples folder (samples.out) or have no scores, so nothing they come from "
+                           "can be read", fix)
     if isinstance(metrics.get("table"), dict):
         want, got = table_columns(table_from_scores(scores)), table_columns(metrics["table"])
         if not _same(want, got):
             k = next((k for k in sorted(set(want) | set(got)) if not _same(want.get(k), got.get(k))), "?")
-            raise SweepError([(str(mpath), f"its table is not the table of its own scores ({k}: {got.get(k)!r}, its scores give "
-                                           f"{want.get(k)!r}); {fix}")])
+            raise _fail(mpath, f"its table is not the table of its own scores ({k}: {got.get(k)!r}, its scores give {want.get(k)!r})", fix)
+    own = _read(folder / "metrics.json", fix, f"the figures of {mpath} come from it")
+    if not _same(own, scores):
+        raise _fail(mpath, f"its scores are not those of its samples ({folder / 'metrics.json'})", fix)
+    if metrics.get("evaluator_check") is not None:
+        check = _read(folder / "evaluator_check.json", fix, f"the evaluator check of {mpath} comes from it")
+        timing = ("seconds", "images_per_second")  # measured again with the same figures when the run is sampled again
+        mine = metrics["evaluator_check"] if isinstance(metrics["evaluator_check"], dict) else {}
+        if not _same({k: v for k, v in check.items() if k not in timing}, {k: v for k, v in mine.items() if k not in timing}):
+            raise _fail(mpath, f"its evaluator_check is not the samples' own ({folder / 'evaluator_check.json'})", fix)
+    settings = _read(folder / "sampling.json", fix, "it records how the samples were made")
+    differs = [k for k in ("guidance", "steps", "sampler", "n_per_combination", "checkpoint")
+               if k in cfg["sampling"] and k in settings and not _same(settings[k], cfg["sampling"][k])]
+    if differs:
+        raise _fail(folder / "sampling.json", f"these samples were made with other settings than the run's ({', '.join(differs)}): "
+                                              "they are not the run's scored samples", fix)
     try:
-        own = read_json(folder / "metrics.json")
-    except (OSError, ValueError) as e:
-        raise SweepError([(str(folder / "metrics.json"), f"missing or damaged ({type(e).__name__}: {str(e)[:80]}): the figures of "
-                                                         f"{mpath} come from it and cannot be checked; {fix}")]) from None
-    if not _same(_figures(own), _figures(scores)):
-        raise SweepError([(str(mpath), f"its scores are not those of its samples ({folder / 'metrics.json'}); {fix}")])
-    try:
-        man = read_json(Path(run) / "dataset_manifest.json")
-        spec = spec_from_data(man["spec"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise SweepError([(str(Path(run) / "dataset_manifest.json"), f"missing or damaged ({type(e).__name__}): the run's spec, "
-                                                                      f"which scores its samples, cannot be read; {fix}")]) from None
-    except Exception as e:  # noqa: BLE001 - a spec that no longer parses (SpecError) is named, never a traceback
-        raise SweepError([(str(Path(run) / "dataset_manifest.json"), f"its spec does not parse ({str(e)[:120]}); {fix}")]) from None
+        spec = spec_from_data(_read(run / "dataset_manifest.json", fix, "the run's spec scores its samples")["spec"])
+    except SweepError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a spec that no longer parses (SpecError), or no spec, is named
+        raise _fail(run / "dataset_manifest.json", f"holds no spec that parses ({str(e)[:120]})", fix) from None
     rows = [r for _, r in read_rows(folder / "predictions.jsonl")]
-    try:
-        again = score([{"concepts": r.get("intended"), "held_out": r.get("held_out")} for r in rows],
-                      [r.get("read") or {} for r in rows], spec)
+    try:  # the flags the spec gives, never the rows' own (held-out images re-filed as seen, attack round 24)
+        again = score([{"concepts": r.get("intended")} for r in rows], [r.get("read") or {} for r in rows], spec)
     except Exception as e:  # noqa: BLE001 - rows the spec cannot score are named
-        raise SweepError([(str(folder / "predictions.jsonl"), f"cannot be scored again ({str(e)[:120]}); {fix}")]) from None
-    if not _same(_figures(again), _figures(own)):
-        raise SweepError([(str(folder / "metrics.json"), f"its figures are not those of its own per-image verdicts "
-                                                         f"({folder / 'predictions.jsonl'}, scored again); {fix}")])
+        raise _fail(folder / "predictions.jsonl", f"cannot be scored again ({str(e)[:120]})", fix) from None
+    keys = ("n", "concepts", "overall", "seen", "held_out", "by_value", "grid")
+    if not all(_same(again.get(k), own.get(k)) for k in keys):
+        k = next(k for k in keys if not _same(again.get(k), own.get(k)))
+        raise _fail(folder / "metrics.json", f"its figures ({k}) are not those of its own per-image verdicts "
+                                             f"({folder / 'predictions.jsonl'}, scored again with the spec's held-out flags)", fix)
+    _spot_read(run, cfg, settings, spec, folder, rows, fix)
+
+
+def _read(path: Path, fix: str, why: str) -> dict:
+    try:
+        data = read_json(path)
+    except (OSError, ValueError) as e:
+        raise _fail(path, f"missing or damaged ({type(e).__name__}: {str(e)[:80]}): {why} and cannot be checked", fix) from None
+    if not isinstance(data, dict):
+        raise _fail(path, f"is no mapping: {why} and cannot be checked", fix)
+    return data
+
+
+def _spot_read(run: Path, cfg: dict, settings: dict, spec, folder: Path, rows: list[dict], fix: str) -> None:
+    """:data:`SPOT_READS` rows' ``read`` must be what the run's evaluator (``sampling.json``'s, with the
+    config's ``position_bins``) reads in their images now: verdicts rewritten to "right" were believed."""
+    import random
+
+    from mosaic.evaluation.load import load_evaluator
+    from mosaic.evaluation.quality import read_images
+    from mosaic.png import FOREIGN_FORMATS, decode_image
+
+    if not rows:
+        return
+    ev_cfg = cfg.get("evaluation") if isinstance(cfg.get("evaluation"), dict) else {}
+    which = settings.get("evaluator") or ev_cfg.get("evaluator") or "parser"
+    abstain = settings.get("abstain") if isinstance(settings.get("abstain"), bool) else ev_cfg.get("abstain", True)
+    try:
+        ev = load_evaluator(spec, which, abstain=bool(abstain), position_bins=ev_cfg.get("position_bins", "strict"))
+    except MosaicError as e:
+        raise _fail(folder / "sampling.json", f"its evaluator cannot be loaded to read the samples again ({str(e)[:120]})", fix) from None
+    picked = random.SystemRandom().sample(range(len(rows)), min(SPOT_READS, len(rows)))
+    images = []
+    for k in picked:
+        name = rows[k].get("file_name")
+        if not isinstance(name, str):
+            raise _fail(folder / "predictions.jsonl", f"row {k + 1} names no image", fix)
+        images.append(decode_image(folder / name, where=str(folder / name), error=SweepError, formats=FOREIGN_FORMATS))
+    preds, _ = read_images(ev, np.stack(images))
+    for k, p in zip(picked, preds):
+        read = rows[k].get("read") or {}
+        if any(p.get(c) != read.get(c) for c in spec.concepts):
+            raise _fail(folder / "predictions.jsonl", f"row {k + 1} ({rows[k].get('file_name')}) says the evaluator read "
+                                                      f"{json.dumps(read)[:100]}, but it reads {json.dumps(p, default=str)[:100]} in that "
+                                                      "image now: the verdicts are not the images'", fix)
+
+
+def _check_analysis(run: Path, analysis) -> None:
+    """A run's ``analysis`` section must be the one ``mosaic analyze`` recorded beside its figures
+    (``RUN/analysis/analysis.json``): a section invented in ``metrics.json`` was reported as measured."""
+    path = run / "analysis" / "analysis.json"
+    try:
+        rec = read_json(path)
+    except (OSError, ValueError):
+        rec = None
+    if not _same(rec, analysis):
+        raise _fail(run / "metrics.json", f"its analysis section is not the one `mosaic analyze` recorded ({path} is missing or "
+                                          "differs)", f"rerun `mosaic analyze {run}`, or restore the files")
