@@ -30,7 +30,7 @@ from mosaic.records import sample_record, spec_from_data, spec_of
 from mosaic.spec import Spec, load_spec, parse_spec
 from mosaic.torch_data import item_index
 from mosaic.verify import check_before_read
-from renderers import backend_of, get_renderer
+from renderers import BACKENDS, backend_of, get_renderer
 
 
 def _spec_of(spec) -> Spec:
@@ -133,6 +133,10 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         self.shuffle = _flag("shuffle", shuffle)
         self.epoch = 0
         self.masks = _flag("masks", masks)
+        if not isinstance(renderer, str) or renderer not in BACKENDS or (renderer == "shaded" and spec.image.renderer != "shaded"):
+            raise DatasetError([("renderer", f"{str(renderer)[:40]!r} cannot draw spec {spec.name!r}: give one of "
+                                             f"{', '.join(b for b in BACKENDS if b != 'shaded')} (a spec with image.renderer: shaded "
+                                             "is drawn shaded whatever is given)")])
         self.renderer_name = renderer
         self.concepts = list(spec.concepts)
         self.domains = {c: spec.domain(c) for c in self.concepts}

@@ -40,7 +40,7 @@ from mosaic.errors import DatasetError, MosaicError
 from mosaic.grammar import fingerprint_of
 from mosaic.io import loads_json, read_bounded, unreadable_path
 from mosaic.png import HEADER_BYTES, SIGNATURE, max_png_bytes, png_header_problem, png_structure_problem
-from mosaic.shard_checks import check_shards, layout_problem, spec_image_size  # noqa: F401 - check_shards re-exported
+from mosaic.shard_checks import check_shards, layout_problem, spec_image_size, tally_shards  # noqa: F401 - check_shards re-exported
 from mosaic.manifest_fields import fields_problem
 from mosaic.tally import Tally, leak_check_damage
 from mosaic.card_check import card_problem
@@ -265,7 +265,7 @@ def _verify(root: Path, deep: bool, man: dict, sample_fn) -> VerifyReport:
         return report
     if storage == "parquet":
         _verify_parquet(root, man, report)
-        _leak_check_damage(man, report, None)
+        _leak_check_damage(man, report, tally_shards(root, man, spec_from_data(man["spec"])) if deep and not report.damage else None)
     else:
         _verify_imagefolder(root, man, report, sample_fn)
     report.damage += stray_entries(root, man)

@@ -468,7 +468,6 @@ def _move_a_count(m):
     train[b] += 1
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: a Parquet dataset's leak-check counts moved between seen cells pass the full verify")
 def test_full_verify_of_a_parquet_dataset_recounts_its_leak_check(made_pq, tmp_path):
     d = tmp_path / "pq"
     shutil.copytree(made_pq, d)
@@ -547,7 +546,6 @@ def test_streaming_a_shaded_dataset_gives_its_own_images_and_masks(shaded):
     assert (item["mask"].numpy() == mask).all()
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: StreamingDataset(flat spec, renderer='shaded') is accepted, fails on iteration with a ValueError")
 def test_streaming_refuses_a_renderer_that_cannot_draw_the_spec_when_made(made):
     from mosaic.errors import DatasetError
     from mosaic.stream import StreamingDataset
