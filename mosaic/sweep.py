@@ -219,7 +219,9 @@ def load_sweep(path: str | Path, sets: list[str] | None = None) -> SweepSpec:
     except MosaicError as e:
         raise SweepError(f"invalid sweep {path}: {e}") from None
     if not spec.config.is_file():
-        raise SweepError(f"invalid sweep {path}\n  config: no such training config {str(spec.config)!r}")
+        raise SweepError(f"invalid sweep {path}\n  config: no such training config {str(spec.config)!r}"
+                         + (f" (a relative path is read from the current folder {Path.cwd()}: run from the folder the sweep's paths "
+                            "start at, e.g. the project folder holding experiments/)" if not spec.config.is_absolute() else ""))
 
     try:
         raw = read_config_yaml(spec.config)
