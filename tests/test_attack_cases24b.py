@@ -253,7 +253,12 @@ def test_resume_with_masks_after_two_shards(made, tmp_path, monkeypatch):
     _verify_ok(out)
     ref = tmp_path / "ref"
     _ok(["generate", made[0], "--out", ref, "--masks"])
-    assert (out / "train/metadata.jsonl").read_bytes() == (ref / "train/metadata.jsonl").read_bytes()
+    for split in ("train", "val", "test_id", "test_ood"):  # byte-identical to an unbroken run: images, masks, records
+        for sub in ("images", "masks"):
+            for f in (ref / split / sub).iterdir():
+                assert (out / split / sub / f.name).read_bytes() == f.read_bytes(), f"{split}/{sub}/{f.name}"
+        assert (out / split / "metadata.jsonl").read_bytes() == (ref / split / "metadata.jsonl").read_bytes()
+    assert (out / "checksums.sha256").read_bytes() == (ref / "checksums.sha256").read_bytes()
 
 
 @pytest.mark.parametrize("masks", [[], ["--masks"]], ids=["plain", "masks"])
@@ -820,7 +825,6 @@ def test_overwrite_of_a_folder_of_empty_folders(made, tmp_path):
     _verify_ok(out)
 
 
-@pytest.mark.xfail(strict=True, reason="attack24b: export into a folder of empty folders succeeds, then verify calls the export damaged (stray a/)")
 def test_export_into_a_folder_of_empty_folders_verifies(made, tmp_path):
     out = tmp_path / "o"
     (out / "a" / "b").mkdir(parents=True)
@@ -874,7 +878,7 @@ def test_evaluate_copies_of_a_parquet_form_gives_the_same_figures(made, made_pq,
     got = []
     for i, c in enumerate((made[1], made_pq[1])):
         _ok(["evaluate", f, "--spec", made[1], "--check-n", "0", "--copies", c, "--out", tmp_path / f"m{i}"])
-        got.append(json.loads((tmp_path / f"m{i}" / "metrics.json").read_text())["copies"])
+        got.append({k: v for k, v in json.loads((tmp_path / f"m{i}" / "metrics.json").read_text())["copies"].items() if k != "dataset"})
     assert got[0] == got[1]
 
 
@@ -905,3 +909,161 @@ def test_two_autoencoder_trainings_into_one_folder_at_once(ae24, tmp_path):
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["autoencoder.json", "vae"]
     from mosaic.lab.autoencoder import load_space
     load_space(out)
+
+
+def _png16_rgb(im, path):
+    """A 48-bit RGB PNG (16 bits a sample, value v * 257: the same colours), as other tools write."""
+    import struct
+    import zlib
+
+    import numpy as np
+
+    a = np.asarray(im, dtype=np.uint16) * 257
+    h, w, _ = a.shape
+    raw = b"".join(b"\x00" + a[y].astype(">u2").tobytes() for y in range(h))
+
+    def chunk(cid, data):
+        return struct.pack(">I", len(data)) + cid + data + struct.pack(">I", zlib.crc32(cid + data) & 0xFFFFFFFF)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    return path
+
+
+def _gif_unused_transparent_index(im, path):
+    from PIL import Image
+
+    p = im.convert("P", palette=Image.ADAPTIVE, colors=200)
+    q = path.with_suffix(".gif")
+    p.save(q, transparency=255)  # an index no pixel uses, as many GIF writers set
+    return q
+
+
+@pytest.mark.parametrize("write", [_png16_rgb, _gif_unused_transparent_index], ids=["png-48-bit-rgb", "gif-unused-transparent-index"])
+def test_more_images_from_other_tools_are_read_as_the_same_pixels(made, tmp_path, write):
+    ref = _scores(_folder_written(made, tmp_path / "ref", lambda im, p: (im.save(p), p)[1]), made[1], tmp_path, "ref")
+    assert _scores(_folder_written(made, tmp_path / "x", write), made[1], tmp_path, "x") == ref
+
+
+# ------------------------------------------------------------------------------------------------
+# a damaged part file of a resumed generate: named, and the fix it names finishes the dataset
+# ------------------------------------------------------------------------------------------------
+
+_PART_DAMAGE = {
+    "truncated": lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]),
+    "empty": lambda p: p.write_bytes(b""),
+    "nul-bytes": lambda p: p.write_bytes(p.read_bytes().replace(b"\n", b"\x00", 2)),
+    "crlf": lambda p: p.write_bytes(p.read_bytes().replace(b"\n", b"\r\n")),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(_PART_DAMAGE))
+def test_a_damaged_part_file_is_named_and_the_named_fix_finishes(made, tmp_path, monkeypatch, damage):
+    out = tmp_path / "ds"
+    _stop_at_finalize(["generate", made[0], "--out", out], monkeypatch)
+    part = out / ".mosaic/parts/train-000000.jsonl"
+    _PART_DAMAGE[damage](part)
+    r = _run(["generate", made[0], "--out", out])
+    _clean_exit_2(r, "part file", "delete it and rerun")
+    part.unlink()
+    _ok(["generate", made[0], "--out", out])
+    _verify_ok(out)
+
+
+# ------------------------------------------------------------------------------------------------
+# --overwrite of a dataset whose folder cannot be removed itself (a mount point: rmdir gives EBUSY)
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="attack24b: --overwrite at a mount point (rmdir EBUSY) deletes the dataset, then dies with an OSError traceback, every rerun")
+@pytest.mark.parametrize("command", ["generate", "export"])
+def test_overwrite_of_a_dataset_at_a_mount_point(made, tmp_path, monkeypatch, command):
+    ds = copy_dataset(made, tmp_path) if command == "generate" else tmp_path / "pq"
+    if command == "export":
+        _ok(["export", made[1], "-f", "parquet", "-o", ds])
+    real = Path.rmdir
+
+    def rmdir(self):
+        if self == ds:
+            raise OSError(errno.EBUSY, "Device or resource busy", str(self))
+        return real(self)
+    monkeypatch.setattr(Path, "rmdir", rmdir)
+    args = ["generate", made[0], "--out", ds, "--overwrite"] if command == "generate" else \
+        ["export", made[1], "-f", "parquet", "-o", ds, "--overwrite"]
+    r = _run(args)
+    assert "Traceback" not in r.output and not isinstance(r.exception, OSError), repr(r.exception)
+    assert r.exit_code == 0, r.output
+    _verify_ok(ds)
+
+
+@pytest.mark.xfail(strict=True, reason="attack24b: a file appearing during --overwrite's delete (rmdir ENOTEMPTY: NFS .nfsXXXX) is an OSError traceback")
+def test_overwrite_whose_folder_gains_a_file_during_the_delete_is_named(made, tmp_path, monkeypatch):
+    ds = copy_dataset(made, tmp_path)
+    real = Path.rmdir
+
+    def rmdir(self):
+        if self == ds:
+            raise OSError(errno.ENOTEMPTY, "Directory not empty", str(self))
+        return real(self)
+    monkeypatch.setattr(Path, "rmdir", rmdir)
+    r = _run(["generate", made[0], "--out", ds, "--overwrite"])
+    _clean_exit_2(r, str(ds))
+
+
+@pytest.mark.xfail(strict=True, reason="attack24b: an OSError EBUSY at the first manifest (a file in use on a network share) is a traceback")
+def test_generate_busy_file_at_the_manifest_is_named(made, tmp_path, monkeypatch):
+    import mosaic.dataset as D
+
+    with monkeypatch.context() as m:
+        m.setattr(D, "write_manifest", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EBUSY, "Device or resource busy")))
+        r = _run(["generate", made[0], "--out", tmp_path / "ds"])
+    _clean_exit_2(r)
+
+
+@pytest.mark.parametrize("name", ["EDQUOT", "EIO", "EACCES"])
+def test_generate_io_errors_at_the_manifest_are_named(made, tmp_path, monkeypatch, name):
+    import mosaic.dataset as D
+
+    out = tmp_path / "ds"
+    with monkeypatch.context() as m:
+        m.setattr(D, "write_manifest", lambda *a, **k: (_ for _ in ()).throw(OSError(getattr(errno, name), "x")))
+        r = _run(["generate", made[0], "--out", out])
+    _clean_exit_2(r)
+    _ok(["generate", made[0], "--out", out])
+    _verify_ok(out)
+
+
+@pytest.mark.parametrize("name", ["relation", "position_complex", "binding"])
+def test_resume_across_worker_counts_of_shipped_specs(tmp_path, monkeypatch, name):
+    d = tiny(SPECS / f"{name}.yaml", size=32)
+    if name == "binding":
+        d["splits"] = {"train": 1, "val": 0, "test_id": 1, "test_ood": 1, "per": "combination"}
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(d))
+    out = tmp_path / "ds"
+    _stop_at_finalize(["generate", spec, "--out", out, "--workers", "2", "--masks"], monkeypatch)
+    _ok(["generate", spec, "--out", out, "--masks"])
+    _verify_ok(out)
+
+
+def test_resume_with_the_unfinished_dataset_as_its_own_spec(made, tmp_path, monkeypatch):
+    """`mosaic generate DS --out DS`: a dataset stands for its spec (docs/cli.md), an unfinished one too, or it is named."""
+    out = tmp_path / "ds"
+    _stop_after_shards(["generate", made[0], "--out", out], monkeypatch, after=1)
+    r = _run(["generate", out, "--out", out])
+    if r.exit_code == 0:
+        _verify_ok(out)
+    else:
+        _clean_exit_2(r)
+
+
+def test_masks_read_from_a_resumed_dataset_are_the_unbroken_runs(masked, tmp_path, monkeypatch):
+    import torch
+
+    from mosaic.torch_data import MosaicDataset
+
+    out = tmp_path / "ds"
+    _stop_after_shards(["generate", masked[0], "--out", out, "--masks"], monkeypatch, after=1)
+    _ok(["generate", masked[0], "--out", out, "--masks", "--workers", "2"])
+    a, b = MosaicDataset(out, "train", load_masks=True), MosaicDataset(masked[1], "train", load_masks=True)
+    assert torch.equal(a.images, b.images) and torch.equal(torch.stack([a[i]["mask"] for i in range(len(a))]),
+                                                           torch.stack([b[i]["mask"] for i in range(len(b))]))
+    assert [a[i]["targets"].tolist() for i in range(len(a))] == [b[i]["targets"].tolist() for i in range(len(b))]
