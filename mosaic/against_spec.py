@@ -27,6 +27,7 @@ from typing import Callable
 from mosaic.checksums import metadata_lines, parse_record
 from mosaic.records import png_bytes, sample_record, spec_from_data
 from mosaic.repair import expected_sample
+from mosaic.shard_checks import shard_mb_text
 from mosaic.verify import Damage, VerifyReport
 
 #: the problem name of a sample that is not what the spec makes
@@ -99,8 +100,8 @@ def regenerate_command(root: str | Path, man: dict) -> str:
     if man.get("masks"):
         cmd += " --masks"
     if man.get("storage") == "parquet":
-        mb = ((man.get("parquet") or {}).get("shard_bytes") or 0) / 2**20
-        cmd += " --format parquet" + (f" --shard-mb {mb:g}" if mb else "")
+        b = (man.get("parquet") or {}).get("shard_bytes")
+        cmd += " --format parquet" + (f" --shard-mb {shard_mb_text(b)}" if isinstance(b, int) and b > 0 else "")
     return cmd
 
 

@@ -39,12 +39,12 @@ def holds_files(folder: str | Path) -> bool:
 
 def remove_dataset(folder: str | Path) -> None:
     """Delete the dataset folder ``folder`` (the caller has checked that it may:
-    :func:`mosaic.records.replaceable_or_raise`), its ``manifest.json`` last, then the folder itself.
-    Links inside are removed, never followed (:func:`mosaic.io.remove_path`)."""
+    :func:`mosaic.records.replaceable_or_raise`): everything in it, its ``manifest.json`` last; the empty
+    folder stays (a mount point cannot be removed: EBUSY, attack round 24). Links inside are removed,
+    never followed (:func:`mosaic.io.remove_path`)."""
     folder = Path(folder)
     with os.scandir(folder) as it:
         names = sorted(e.name for e in it if e.name != MANIFEST)
     for name in names:
         remove_path(folder / name)
-    remove_path(folder / MANIFEST)
-    folder.rmdir()
+    remove_path(folder / MANIFEST)  # the folder itself is kept (a mount point cannot be removed; the writer fills it again)

@@ -182,7 +182,7 @@ def _own_name(src: Path, split: str, row: dict, image: dict, sub: str) -> str:
 def _parquet_to_imagefolder(spec: Spec, src: Path, dst: Path, man: dict, masks: bool, renderer: str, on_progress) -> dict:
     total = sum(v["count"] for v in man["splits"].values())
     done = 0
-    dst.mkdir(parents=True)
+    dst.mkdir(parents=True, exist_ok=True)  # kept empty by remove_dataset (a mount point)
     out_man = base_manifest(spec, masks, renderer, "incomplete", "imagefolder")
     write_manifest(dst / MANIFEST, {**out_man, "export_source": str(src.resolve())})  # named by verify if this export is interrupted
     tally = Tally(spec)

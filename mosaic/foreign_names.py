@@ -67,7 +67,8 @@ def foreign_names(root: str | Path, limit: int = 20, manifest: dict | None = Non
     """Up to ``limit`` paths (relative to ``root``) of files and folders under the dataset folder
     ``root`` whose names mosaic never writes there; ``manifest``: the folder's own mosaic manifest,
     which narrows the names to those it lists (image indices below each split's count, a finished
-    Parquet dataset's listed shards). A link is judged by its own name, never followed. Raises
+    Parquet dataset's listed shards, the root names of its storage form: no ``data/`` in an
+    imagefolder dataset, no split folders in a Parquet one). A link is judged by its own name, never followed. Raises
     OSError when a folder cannot be listed (the caller names it)."""
     root = Path(root)
     out: list[str] = []
@@ -93,14 +94,18 @@ def foreign_names(root: str | Path, limit: int = 20, manifest: dict | None = Non
                 kept.append(e)
                 # a folder holding files where mosaic writes a file (train/metadata.jsonl/notes.txt) is a person's,
                 # never deleted (attack round 17: --overwrite deleted it); an empty one is mosaic's to replace
-                if files(e.name) and not temp and not e.is_symlink() and e.is_dir(follow_symlinks=False) \
+                # and a folder at a temporary name holding anything (mosaic's temporary names are files: a person's
+                # train.tmp/notes.txt was deleted, attack round 24)
+                if (files(e.name) or temp) and not e.is_symlink() and e.is_dir(follow_symlinks=False) \
                         and _listing(Path(e.path)) and len(out) < limit:
                     out.append(f"{rel}/{e.name}/" if rel else f"{e.name}/")
             elif len(out) < limit:
                 out.append(f"{rel}/{e.name}" if rel else e.name)
         return kept
 
-    for e in walk("", lambda n: n in ROOT_NAMES, lambda n: n in ROOT_NAMES or bool(_ROOT_METADATA.fullmatch(n)), _ROOT_FILES.__contains__):
+    storage = manifest.get("storage") if isinstance(manifest, dict) else None  # an imagefolder has no data/, Parquet no split folders
+    names = ROOT_NAMES - ({"data"} if storage == "imagefolder" else SPLIT_NAMES if storage == "parquet" else set())
+    for e in walk("", names.__contains__, lambda n: n in names or bool(_ROOT_METADATA.fullmatch(n)), _ROOT_FILES.__contains__):
         if e.is_symlink() or not e.is_dir(follow_symlinks=False):
             continue
         if e.name == "data":

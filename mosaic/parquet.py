@@ -45,7 +45,7 @@ from mosaic.repair import check_repaired_shards, mark_shards_for_regeneration
 from mosaic.sampling import prefetch_scenes
 from mosaic.spec import Spec
 from mosaic.tally import Tally
-from mosaic.shard_checks import check_shards, layout_problem
+from mosaic.shard_checks import check_shards, layout_problem, shard_mb_text
 from mosaic.verify import verify as verify_dataset
 from renderers import RENDER_CHUNK, backend_of, get_renderer
 
@@ -379,7 +379,7 @@ def _generate_parquet_locked(spec, out, workers, overwrite, masks, shard_bytes, 
                                f"its layout; rerun with --overwrite to start again")  # resumed by an edited layout: deleted shards
         was = existing.get("parquet", {}).get("shard_bytes")
         if was != int(shard_bytes):
-            mib = lambda b: format(b / 2**20, ".17g") if isinstance(b, (int, float)) else repr(b)  # noqa: E731 - the CLI's unit
+            mib = shard_mb_text  # noqa: N806 - the CLI's unit
             raise DatasetError([("--shard-mb", f"{out} was started with shard size {mib(was)} MiB ({was} bytes), not {mib(int(shard_bytes))} MiB: "
                                  f"rerun with --shard-mb {mib(was)} to resume, or --overwrite to start again")])
         plan = {s: int(r) for s, r in existing["parquet"]["rows_per_shard"].items()}

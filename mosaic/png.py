@@ -275,7 +275,7 @@ def decode_image(src, *, where: str, error: type[Exception], mode: str | None = 
             raise error([(where, f"a {im.mode} image (16- or 32-bit samples): read as 8-bit RGB, every value above 255 would be "
                                  "white; save the image as 8-bit RGB")])
         try:
-            if mode is not None and im.getexif().get(0x0112, 1) != 1:  # EXIF orientation: a viewer turns the image, a decoder does not
+            if mode is not None and im.getexif().get(0x0112, 1) in range(2, 9):  # 2-8 turn or mirror in a viewer, not in a decoder
                 raise error([(where, f"its EXIF orientation ({im.getexif().get(0x0112)}) tells a viewer (a browser, the audit page) to "
                                      "turn or mirror it, which a decoder does not: which pixels are the image is not defined; save it "
                                      "with the turn applied (PIL.ImageOps.exif_transpose) and no orientation tag")])

@@ -555,8 +555,9 @@ def check_out_dir(out: Path, spec: Spec, masks: bool, overwrite: bool, storage: 
         remove_dataset(out)  # the manifest last: interrupted, the folder is still a dataset that --overwrite replaces
         return None
     if not has_manifest:
-        if holds_files(out):  # only empty folders: an earlier run stopped before its first manifest
+        if holds_files(out):
             raise DatasetError(f"{out} exists, is not empty and holds no {MANIFEST}: give an empty or new --out directory")
+        remove_dataset(out)  # only empty folders (a run stopped before its first manifest): cleared, never left as strays
         return None
     man = read_manifest(out)
     if man.get("fingerprint") != spec.fingerprint():

@@ -241,3 +241,16 @@ def tally_shards(root: Path, man: dict, spec) -> Tally:
                 for r in batch.to_pylist():
                     tally.add(split, r["index"], r["concepts"] or {})
     return tally
+
+
+def shard_mb_text(shard_bytes) -> str:
+    """The ``--shard-mb`` value that gives ``shard_bytes`` (the CLI takes ``int(MiB * 2**20)`` bytes), as
+    short as it can be written: 1048 bytes is ``0.001``, never ``0.00099945068359375`` (below the option's least
+    value, 0.001, so the command a message named could not be typed: attack round 24)."""
+    if not isinstance(shard_bytes, int) or isinstance(shard_bytes, bool):
+        return repr(shard_bytes)
+    for digits in range(0, 18):
+        text = f"{shard_bytes / 2**20:.{digits}f}".rstrip("0").rstrip(".") or "0"
+        if int(float(text) * 2**20) == shard_bytes and float(text) >= 0.001:
+            return text
+    return format(shard_bytes / 2**20, ".17g")

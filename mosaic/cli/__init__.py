@@ -42,7 +42,8 @@ def _errnos(*names: str) -> frozenset:
 #: errors of the file system or the device under it (a failing disk, a network mount gone stale, no permission, too
 #: many open files): whichever reader or writer met one, it is named with the path and errno, never a traceback
 _IO_ERRNOS = _errnos("EIO", "ESTALE", "EREMOTEIO", "ENXIO", "ENODEV", "ENOMEDIUM", "EMEDIUMTYPE", "ENOTCONN", "ETIMEDOUT",
-                     "EHOSTDOWN", "EHOSTUNREACH", "ENOLINK", "ECOMM", "EACCES", "EPERM", "EROFS", "EMFILE", "ENFILE", "ELOOP")
+                     "EHOSTDOWN", "EHOSTUNREACH", "ENOLINK", "ECOMM", "EACCES", "EPERM", "EROFS", "EMFILE", "ENFILE", "ELOOP",
+                     "EBUSY", "ENOTEMPTY", "EXDEV", "ETXTBSY")
 
 
 def io_failure(e: OSError) -> str:
@@ -55,6 +56,11 @@ def io_failure(e: OSError) -> str:
     elif e.errno == errno.ELOOP:  # O_NOFOLLOW met a link where mosaic reads or writes only its own files, or a loop of links
         fix = ("it is a symbolic link (or a loop of them) where mosaic opens only a file of its own: replace the link with the "
                "file itself, or remove it, then rerun")
+    elif e.errno in (errno.EBUSY, errno.ETXTBSY):
+        fix = "another program or a mount holds it: stop that program (or give another path), then rerun"
+    elif e.errno in (errno.ENOTEMPTY, errno.EXDEV):
+        fix = ("another program wrote into it while mosaic replaced it, or it lies on another file system than its folder: "
+               "stop that program (or give a path on one file system), then rerun")
     elif e.errno in (errno.EMFILE, errno.ENFILE):
         fix = "close other programs or raise the open-file limit (ulimit -n), then rerun"
     else:

@@ -364,7 +364,7 @@ def evaluate_folder(images_dir: str | Path, spec: Spec, evaluator: Evaluator, ou
     with reading(d.parent, MosaicError) if d.is_dir() and (d.parent / MANIFEST).is_file() else contextlib.nullcontext():
         records = read_folder(d)
         if copies_of is not None:
-            _refuse_another_training_set(d, Path(copies_of))
+            _refuse_another_training_set(d, Path(copies_of), spec)
         side = _training_side(copies_of, None, "train") if copies_of is not None else None  # a wrong dataset fails before scoring
         check_spec_reads(records, spec, d)  # a concept the spec cannot read, or another dataset's images: refuse
         check_held_out(records, spec, d)  # held_out flags that contradict the spec are never scored as given
@@ -491,12 +491,21 @@ def _stack(ims: list[np.ndarray], folder: Path, what: str) -> np.ndarray:
     return np.stack(ims)
 
 
-def _refuse_another_training_set(d: Path, ds: Path) -> None:
+def _refuse_another_training_set(d: Path, ds: Path, spec: Spec) -> None:
     """Samples at ``RUN/samples/NAME``: ``--copies`` must be the dataset RUN trained on (the fingerprint and manifest
     sha256 its ``dataset.json`` records); another one (a regenerated copy, another seed) measured near-copies of
-    images the model never saw, exit 0. A folder elsewhere names no run, and is not checked here."""
+    images the model never saw, exit 0. A folder elsewhere names no run: ``--copies`` must then be a dataset of the
+    spec the images are read against (its fingerprint; another seed's was measured, attack round 24)."""
     run = d.parent.parent
     if d.parent.name != "samples" or not (run / "run.json").is_file() or not (run / "dataset.json").is_file():
+        try:
+            got = json.loads(read_bounded(ds / MANIFEST, MANIFEST_LIMIT)).get("fingerprint")
+        except (OSError, ValueError, AttributeError):  # named by the dataset's own check
+            return
+        if got != spec.fingerprint():
+            raise MosaicError([("--copies", f"{str(ds)!r} is a dataset of another spec (fingerprint {str(got)[:20]}) than the one the "
+                                            f"images are read against ({spec.name!r}, {spec.fingerprint()}): give the dataset the "
+                                            "model trained on, made from that spec")])
         return
     try:
         rec, raw = read_json(run / "dataset.json"), read_bounded(ds / MANIFEST, MANIFEST_LIMIT)
