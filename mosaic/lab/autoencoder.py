@@ -50,7 +50,7 @@ from mosaic.errors import ConfigError, TrainingError
 from mosaic.lab.config import EMASection
 from mosaic.schema import Seed, StrictModel
 from mosaic.evaluation import check_evaluator, load_evaluator
-from mosaic.io import atomic_dir, atomic_write, clear_temps, discard, own_folders
+from mosaic.io import atomic_dir, atomic_write, clear_temps, discard, own_folders, remove_path
 from mosaic.lab.autoencoder_files import (VAE_FILES, checkpoint_problem, load_vae, own_training_folder, read_check, read_record,
                                           refuse_other_training, training_identity, vae_identity)
 from mosaic.locks import FolderLock
@@ -325,15 +325,13 @@ def train_autoencoder(sec: AutoencoderSection, spec, out: str | Path, images=Non
                       progress: bool = True) -> dict:
     """Train (or finish, or find) the autoencoder of ``spec`` in ``out`` (see the module docstring).
 
-    Torch's global RNG is left as it was (``torch.random.fork_rng``): a diffusion run's initial
-    weights do not depend on whether its autoencoder was cached.
-
+    Torch's global RNG is left as it was (``torch.random.fork_rng``): a diffusion run's initial weights do not
+    depend on whether its autoencoder was cached.
     Args:
         images: uint8 ``[N, 3, S, S]`` train-split images (the dataset's), or None to render them.
         progress: a rich progress bar.
     Returns:
-        ``autoencoder.json``'s record: ``spec``, ``spec_fingerprint``, ``section``, ``params``, ``image_size``, ``latent_shape``, ``steps``, ``train_s``, ``final_loss``, ``scaling_factor``,
-        ``shift_factor``, ``posterior_std_over_latent_std``; ``already_trained`` when it was there.
+        ``autoencoder.json``'s record: ``spec``, ``spec_fingerprint``, ``section``, ``params``, ``image_size``, ``latent_shape``, ``steps``, ``train_s``, ``final_loss``, ``scaling_factor``, ``shift_factor``, ``posterior_std_over_latent_std``; ``already_trained`` when it was there.
     Raises:
         ConfigError: a factor that does not fit the image size, cuda without a GPU.
     """
@@ -424,8 +422,8 @@ def _train(sec, spec, out: Path, images, say, progress: bool) -> dict:
     shift, std = float(means.mean()), float(means.std())
     scale = 1.0 / max(std, 1e-6)
     vae.register_to_config(scaling_factor=scale, shift_factor=shift)
-    clear_temps(out / "vae")
-    with atomic_dir(out / "vae") as tmp:  # a unique new folder; a link at vae/ is removed, never written through
+    clear_temps(partial / "vae")  # saved into the unfinished training's own folder, moved to vae/ once recorded (round 24)
+    with atomic_dir(partial / "vae") as tmp:  # a unique new folder; a link at its name is removed, never written through
         vae.save_pretrained(str(tmp), safe_serialization=True)
     rec = {"spec": spec.name, "spec_fingerprint": spec.fingerprint(), "section": sec.model_dump(mode="json"),
            "weights_key": sec.weights_key(), "params": sum(p.numel() for p in params), "image_size": spec.image.size,
@@ -435,8 +433,10 @@ def _train(sec, spec, out: Path, images, say, progress: bool) -> dict:
            "scaling_factor": scale, "shift_factor": shift,
            # the posterior's spread against the latents' spread: why the cache stores the mean (docs/latent.md)
            "posterior_std_over_latent_std": float(stds.mean()) / max(std, 1e-12),
-           **vae_identity(out)}  # load_space refuses a vae/ with other weights, or an edited vae/config.json
+           **vae_identity(partial)}  # load_space refuses a vae/ with other weights, or an edited vae/config.json
     atomic_write(out / "autoencoder.json", json.dumps(rec, indent=2) + "\n")
+    remove_path(out / "vae")  # an older vae/ (checked as mosaic's own above); stopped here, a rerun trains again
+    (partial / "vae").replace(out / "vae")
     discard(partial)
     say(f"autoencoder: {rec['params'] / 1e6:.2f} M parameters, {sec.steps} steps in {rec['train_s']:.0f} s, loss {rec['final_loss']:.4f} "
         f"-> {out}")

@@ -158,7 +158,8 @@ def own_training_folder(out: Path) -> Path:
     naming the first that is not (attack round 20: a person's ``vae/notes.txt`` and ``partial/p.txt`` were
     deleted). ``vae/`` (replaced whole) must hold only the weights and config, and lie beside an
     ``autoencoder.json`` or an unfinished training's ``partial/checkpoint/state.json``; ``partial/`` (removed at
-    the end) only ``checkpoint/`` with its two files, and temporary names."""
+    the end) only ``checkpoint/`` with its two files, the trained ``vae/`` before it is recorded and moved, and
+    temporary names."""
     def foreign(d: Path, names) -> str | None:
         if not os.path.lexists(d):
             return None
@@ -167,7 +168,8 @@ def own_training_folder(out: Path) -> Path:
         return next((f"{d / n}" for n in sorted(os.listdir(d)) if n not in names and not fnmatch.fnmatch(n, TEMP_GLOB)), None)
 
     ck = out / "partial" / "checkpoint"
-    bad = foreign(out / "partial", ("checkpoint",)) or foreign(ck, _CHECKPOINT_FILES) or foreign(out / "vae", VAE_FILES)
+    bad = (foreign(out / "partial", ("checkpoint", "vae")) or foreign(ck, _CHECKPOINT_FILES) or foreign(out / "vae", VAE_FILES)
+           or foreign(out / "partial" / "vae", VAE_FILES))
     if bad is None and (out / "vae").is_dir() and not (out / "vae").is_symlink() \
             and not (out / "autoencoder.json").is_file() and not (ck / "state.json").is_file():
         bad = f"{out / 'vae'} (no autoencoder.json or unfinished training of mosaic's beside it)"
