@@ -532,9 +532,12 @@ def repair_dataset(root: str | Path, report: VerifyReport) -> VerifyReport:
             return repair(root, report, sample_fn=sample_record, png_fn=png_bytes)
         from mosaic.parquet import generate_parquet
 
-        if not report.repairable:
+        if man.get("repairing") and man.get("status") == "incomplete":
+            pass  # a repair that was stopped: resumed (generate_parquet writes the marked shards), never sent elsewhere
+        elif not report.repairable:
             raise DatasetError(report.problems(), source=str(root))
-        mark_shards_for_regeneration(root, report)
+        else:
+            mark_shards_for_regeneration(root, report)
         generate_parquet(spec_from_data(man["spec"]), root, masks=bool(man.get("masks")), shard_bytes=man["parquet"]["shard_bytes"],
                          renderer=man.get("renderer", {}).get("name", "pillow"))
         return verify_dataset(root, deep=report.deep)

@@ -388,7 +388,8 @@ def _generate_parquet_locked(spec, out, workers, overwrite, masks, shard_bytes, 
     executor = make_executor(backend, workers, address)
     own_parquet_folders(out)
     _clear_partial(out)
-    write_manifest(out / MANIFEST, parquet_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes))
+    keep = {"repairing": existing["repairing"]} if existing is not None and existing.get("repairing") else {}  # stopped, still a repair
+    write_manifest(out / MANIFEST, {**parquet_manifest(spec, masks, renderer, "incomplete", plan, shard_bytes), **keep})
     spec_data = spec.to_dict()
     try:
         write_shards(spec, out, plan, masks, render_rows, lambda s, a, b: (spec_data, s, a, b, masks, renderer), executor, on_progress)
@@ -398,9 +399,10 @@ def _generate_parquet_locked(spec, out, workers, overwrite, masks, shard_bytes, 
             raise
         raise DatasetError(f"generation stopped: {e}. Rerun the same command to resume.") from e
     executor.close()
+    if existing is not None and existing.get("repairing"):  # before the manifest says complete (attack round 24)
+        check_repaired_shards(out, existing)
     man = finalize_parquet(spec, out, masks, renderer, plan, shard_bytes)
     if existing is not None and existing.get("repairing"):
-        check_repaired_shards(out, existing)
         return {**man, "repaired": repaired or existing["repairing"]["shards"]}
     return man
 

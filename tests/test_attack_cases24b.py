@@ -659,7 +659,6 @@ def _damage_a_shard(pq: Path) -> Path:
     return p
 
 
-@pytest.mark.xfail(strict=True, reason="attack24b: verify --repair of Parquet interrupted; its rerun refuses (exit 2) and sends to `mosaic generate`")
 @pytest.mark.parametrize("where", ["finalize", "mark"])
 def test_parquet_repair_interrupted_is_finished_by_verify_repair_again(made_pq, tmp_path, monkeypatch, where):
     import mosaic.dataset as D
@@ -701,7 +700,6 @@ def test_parquet_repair_interrupted_is_finished_by_the_generate_it_names(made_pq
     assert json.loads((pq / "manifest.json").read_text())["shards"] == json.loads((made_pq[1] / "manifest.json").read_text())["shards"]
 
 
-@pytest.mark.xfail(strict=True, reason="attack24b: a Parquet repair whose regenerated shard differs is refused after the manifest was completed; verify then passes")
 def test_a_parquet_repair_whose_shard_differs_leaves_no_complete_dataset(made_pq, tmp_path, monkeypatch):
     import mosaic.parquet as P
 
