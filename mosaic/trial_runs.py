@@ -5,6 +5,7 @@ run copied or swapped in is never reported, resumed or counted as this trial's. 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from mosaic.errors import MosaicError
@@ -52,8 +53,9 @@ def foreign_run(tdir: Path, sweep: SweepSpec | None, values: dict) -> str | None
     run = tdir / "run"
     path = run / "config.yaml"
     if not path.is_file():
-        if run.is_dir() and not run.is_symlink() and any(run.iterdir()):
-            return "its run folder holds no readable config.yaml, so nothing says which trial's run it is"
+        if run.is_dir() and not run.is_symlink() and any(os.path.lexists(run / n) for n in ("DONE", "metrics.json", "best", "final",
+                                                                                          "checkpoints")):
+            return "its run folder holds a run's results but no readable config.yaml, so nothing says which trial's run it is"
         return None
     try:
         run_cfg = read_config_yaml(path)

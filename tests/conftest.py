@@ -229,3 +229,21 @@ def sampled(drun, tmp_path: Path):
     r = CliRunner().invoke(app, ["sample", str(drun[0]), *QUICK_SAMPLE, "--out", str(out)])
     assert r.exit_code == 0, r.output
     return drun[0], out
+
+
+def finished_trial_files(tdir: Path, seed: int = 0, analysis: dict | None = None) -> None:
+    """What a finished sweep trial holds besides its figures, for tests that write a trial by hand: the trial's
+    ``config.yaml`` and its run's, alike, the run's ``DONE`` (a report refuses a run without its config, and a
+    ``done`` without ``DONE``), and with ``analysis`` the record ``mosaic analyze`` writes beside its figures."""
+    import json
+
+    import yaml
+
+    cfg = yaml.safe_dump({"name": "fake", "training": {"seed": seed}})
+    (tdir / "run").mkdir(parents=True, exist_ok=True)
+    (tdir / "config.yaml").write_text(cfg)
+    (tdir / "run" / "config.yaml").write_text(cfg)
+    (tdir / "run" / "DONE").write_text("")
+    if analysis is not None:
+        (tdir / "run" / "analysis").mkdir(exist_ok=True)
+        (tdir / "run" / "analysis" / "analysis.json").write_text(json.dumps(analysis))

@@ -10,6 +10,7 @@ from mosaic.evaluation.cell_sets import cell_set_columns, cell_set_problems
 from mosaic.holdout_rules import DiagonalRule, ExplicitRule
 from mosaic.sweep import SweepError, load_sweep, trial_id
 from mosaic.trials import collect, plan, write_status
+from tests.conftest import finished_trial_files
 from tests.test_sweep import sweep_file
 
 COLORS = ["red", "green", "blue"]
@@ -93,6 +94,7 @@ def test_collect_adds_the_cell_set_columns_from_each_trials_scores(tmp_path):
         tdir = out / "trials" / trial_id(values)
         (tdir / "run").mkdir(parents=True)
         write_status(tdir, {"id": trial_id(values), "values": values, "status": "done", "time_s": 1.0, "error": None})
+        finished_trial_files(tdir)
         acc = {(i, j): same_acc if i == j else 1.0 for i in range(3) for j in range(3)}
         (tdir / "run" / "metrics.json").write_text(json.dumps({
             "table": {"seen": {"n": 10, "joint": 1.0}, "held_out": {"n": 10, "joint": 0.7}},

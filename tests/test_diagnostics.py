@@ -809,6 +809,9 @@ def test_sweep_rows_carry_analysis_columns(tmp_path):
     analysis = {"probes": {"concept": {"test_ood": {"color": 0.5, "mean": 0.5, "n": 4}}}, "layers": {"layers": ["block1"], "seen": [1.0],
                 "held_out": [0.25], "gain_over_last": 0.0}, "seconds": {"probes": 1.5}}
     (t / "run" / "metrics.json").write_text(json.dumps({"table": {}, "analysis": analysis}))
+    from tests.conftest import finished_trial_files
+
+    finished_trial_files(t, analysis=analysis)
     row = result_row(t)
     assert row["analysis.probe.test_ood.color"] == 0.5 and row["analysis.layers.held_out.block1"] == 0.25
     assert row["analysis.seconds.probes"] == 1.5 and not any(k.startswith("metrics.analysis") for k in row)

@@ -214,6 +214,9 @@ def test_mosaic_report_names_an_edited_trial_file(tmp_path, name, content):
     (sweep / "sweep.yaml").write_text("name: s\n")
     (t / "trial.json").write_text(json.dumps({"id": "t0", "status": "done", "values": {"seed": 0}}))
     (t / "run" / "metrics.json").write_text(json.dumps({"table": None}))
+    from tests.conftest import finished_trial_files
+
+    finished_trial_files(t)
     (t / name).write_bytes(content)
     r = runner.invoke(app, ["report", str(sweep)])
     assert r.exit_code == 2 and name.split("/")[-1] in r.output and "Traceback" not in r.output, (r.output, r.exception)

@@ -190,7 +190,7 @@ def test_unknown_backend_and_changed_shard_size_write_nothing(tmp_path, cc_spec)
     out = tmp_path / "pq"
     with pytest.raises(KeyboardInterrupt):
         generate_parquet(cc_spec, out, shard_bytes=10_000, on_progress=lambda d, t: (_ for _ in ()).throw(KeyboardInterrupt) if d else None)
-    with pytest.raises(DatasetError, match=r"rerun with --shard-mb 0.0095367431640625 to resume"):
+    with pytest.raises(DatasetError, match=r"rerun with --shard-mb 0.009537 to resume"):
         generate_parquet(cc_spec, out, shard_bytes=16_000)
 
 

@@ -94,10 +94,16 @@ def fake_trial(root: Path, values: dict, status: str, held: float | None = None,
     (tdir / "run").mkdir(parents=True)
     write_status(tdir, {"id": trial_id(values), "values": values, "status": status, "time_s": 3.0,
                         "error": None if status == "done" else "boom"})
+    # the trial's config and its run's, alike, as a sweep writes them (a run folder without its config is no trial's)
+    cfg = yaml.safe_dump({"name": "fake", "training": {"seed": values.get("seed", 0)}})
+    (tdir / "config.yaml").write_text(cfg)
+    (tdir / "run" / "config.yaml").write_text(cfg)
     if held is not None:
         (tdir / "run" / "metrics.json").write_text(json.dumps({
             "table": {"seen": {"n": 10, "color": seen, "joint": seen}, "held_out": {"n": 10, "color": held, "joint": held}},
             "evaluator_check": {"joint": 0.998}, "train": {"steps": 5, "final_loss": 0.1}}))
+        if status == "done":
+            (tdir / "run" / "DONE").write_text("")
     return tdir
 
 

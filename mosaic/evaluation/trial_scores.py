@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from pathlib import Path
 
 import numpy as np
 
 from mosaic.audit import read_rows
 from mosaic.errors import MosaicError, SweepError
+from mosaic.evaluation.load import load_evaluator
 from mosaic.evaluation.metrics import score
+from mosaic.evaluation.quality import read_images
 from mosaic.evaluation.table import table_columns, table_from_scores
 from mosaic.io import read_json
 from mosaic.lab.config import read_config_yaml
+from mosaic.png import FOREIGN_FORMATS, decode_image
 from mosaic.records import spec_from_data
 
 def scored_samples(run: Path, metrics: dict) -> Path | None:
@@ -139,12 +143,6 @@ def _read(path: Path, fix: str, why: str) -> dict:
 def _spot_read(run: Path, cfg: dict, settings: dict, spec, folder: Path, rows: list[dict], fix: str) -> None:
     """:data:`SPOT_READS` rows' ``read`` must be what the run's evaluator (``sampling.json``'s, with the
     config's ``position_bins``) reads in their images now: verdicts rewritten to "right" were believed."""
-    import random
-
-    from mosaic.evaluation.load import load_evaluator
-    from mosaic.evaluation.quality import read_images
-    from mosaic.png import FOREIGN_FORMATS, decode_image
-
     if not rows:
         return
     ev_cfg = cfg.get("evaluation") if isinstance(cfg.get("evaluation"), dict) else {}
