@@ -68,7 +68,8 @@ def foreign_names(root: str | Path, limit: int = 20, manifest: dict | None = Non
     ``root`` whose names mosaic never writes there; ``manifest``: the folder's own mosaic manifest,
     which narrows the names to those it lists (image indices below each split's count, a finished
     Parquet dataset's listed shards, the root names of its storage form: no ``data/`` in an
-    imagefolder dataset, no split folders in a Parquet one). A link is judged by its own name, never followed. Raises
+    imagefolder dataset, no split folders in a Parquet one; only its own splits, and ``masks/`` only
+    in a dataset made with masks). A link is judged by its own name, never followed. Raises
     OSError when a folder cannot be listed (the caller names it)."""
     root = Path(root)
     out: list[str] = []
@@ -105,13 +106,16 @@ def foreign_names(root: str | Path, limit: int = 20, manifest: dict | None = Non
 
     storage = manifest.get("storage") if isinstance(manifest, dict) else None  # an imagefolder has no data/, Parquet no split folders
     names = ROOT_NAMES - ({"data"} if storage == "imagefolder" else SPLIT_NAMES if storage == "parquet" else set())
+    if counts:  # only the manifest's own splits (a person's test/ beside train/val/test_id/test_ood, attack round 25)
+        names = names - (SPLIT_NAMES - set(counts))
+    subs = ("metadata.jsonl", "images") if isinstance(manifest, dict) and manifest.get("masks") is False else ("metadata.jsonl", "images", "masks")
     for e in walk("", names.__contains__, lambda n: n in names or bool(_ROOT_METADATA.fullmatch(n)), _ROOT_FILES.__contains__):
         if e.is_symlink() or not e.is_dir(follow_symlinks=False):
             continue
         if e.name == "data":
             walk("data", shard)
         elif e.name in SPLIT_NAMES:
-            for s in walk(e.name, lambda n: n in ("metadata.jsonl", "images", "masks"), files="metadata.jsonl".__eq__):
+            for s in walk(e.name, subs.__contains__, files="metadata.jsonl".__eq__):
                 if s.name in ("images", "masks") and not s.is_symlink() and s.is_dir(follow_symlinks=False):
                     walk(f"{e.name}/{s.name}", image_of(e.name))
     return out

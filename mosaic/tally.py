@@ -137,8 +137,8 @@ def leak_check_damage(stored, spec: Spec, splits: dict[str, int], tally: Tally |
     counted in train, the held-out and seen cells swapped) passed ``verify`` and was written into
     the card by ``--repair`` (attack round 23). A shape problem is :func:`mosaic.manifest_fields.leak_check_problem`'s.
     """
-    if not isinstance(stored, dict):
-        return None
+    if not isinstance(stored, dict):  # a complete dataset always has one (a shape problem is named elsewhere)
+        return None if stored is not None else "leak_check is missing: a complete dataset records the leak check it passed"
     if tally is not None:
         want = json.loads(json.dumps(tally.report()))
         if want == stored:
@@ -157,6 +157,8 @@ def leak_check_damage(stored, spec: Spec, splits: dict[str, int], tally: Tally |
     if "counts" not in ref:
         return None
     counts = stored.get("counts") if isinstance(stored.get("counts"), dict) else {}
+    if other := sorted(set(counts) - set(splits)):
+        return f"leak_check.counts counts the split(s) {', '.join(map(str, other))[:60]}, which the dataset does not have"
     seen, held = ({_key(c) for c in ref[k]} for k in ("seen", "held_out"))
     for split, n in splits.items():
         c = counts.get(split) or {}

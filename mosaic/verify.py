@@ -574,7 +574,7 @@ def _leak_check_damage(man: dict, report: VerifyReport, tally) -> None:
     damaged) or against the spec (:func:`mosaic.tally.leak_check_damage`)."""
     if not report.repairable or any(".jsonl" in d.path or d.problem == CLAIMS for d in report.damage):
         return  # records missing or damaged: their tally is no measure (the damage is named already)
-    why = leak_check_damage(man.get("leak_check"), spec_from_data(man["spec"]),
+    why = leak_check_damage(man.get("leak_check", None), spec_from_data(man["spec"]),
                             {k: int(v.get("count", 0)) for k, v in man["splits"].items()}, tally)
     if why is not None:
         report.damage.append(Damage(MANIFEST, "leak_check", why))

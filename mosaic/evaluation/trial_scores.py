@@ -85,17 +85,20 @@ def check_run_scores(run: Path, metrics: dict) -> None:
         cfg = None
     if "analysis" in metrics:
         _check_analysis(run, metrics["analysis"])
-    if not isinstance(cfg, dict) or not isinstance(cfg.get("sampling"), dict) or not ("table" in metrics or "scores" in metrics):
-        return
+    if not ("table" in metrics or "scores" in metrics) or (isinstance(cfg, dict) and "objective" in cfg):
+        return  # no figures, or a transformer run (its config has an objective)
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("sampling"), dict) or not isinstance(cfg.get("evaluation", {}), dict):
+        raise _fail(run / "config.yaml", "holds no sampling section, so the samples its figures come from cannot be checked", fix)
     scores, folder = metrics.get("scores"), scored_samples(run, metrics)
     if folder is None or not isinstance(scores, dict):
         raise _fail(mpath, "its figures name no scored samples folder (samples.out) or have no scores, so nothing they come from "
                            "can be read", fix)
-    if isinstance(metrics.get("table"), dict):
-        want, got = table_columns(table_from_scores(scores)), table_columns(metrics["table"])
-        if not _same(want, got):
-            k = next((k for k in sorted(set(want) | set(got)) if not _same(want.get(k), got.get(k))), "?")
-            raise _fail(mpath, f"its table is not the table of its own scores ({k}: {got.get(k)!r}, its scores give {want.get(k)!r})", fix)
+    if not isinstance(metrics.get("table"), dict):  # null: the figures a report shows would be gone (attack round 25)
+        raise _fail(mpath, "its table is missing, while its scores are there", fix)
+    want, got = table_columns(table_from_scores(scores)), table_columns(metrics["table"])
+    if not _same(want, got):
+        k = next((k for k in sorted(set(want) | set(got)) if not _same(want.get(k), got.get(k))), "?")
+        raise _fail(mpath, f"its table is not the table of its own scores ({k}: {got.get(k)!r}, its scores give {want.get(k)!r})", fix)
     own = _read(folder / "metrics.json", fix, f"the figures of {mpath} come from it")
     if not _same(own, scores):
         raise _fail(mpath, f"its scores are not those of its samples ({folder / 'metrics.json'})", fix)
@@ -106,8 +109,15 @@ def check_run_scores(run: Path, metrics: dict) -> None:
         if not _same({k: v for k, v in check.items() if k not in timing}, {k: v for k, v in mine.items() if k not in timing}):
             raise _fail(mpath, f"its evaluator_check is not the samples' own ({folder / 'evaluator_check.json'})", fix)
     settings = _read(folder / "sampling.json", fix, "it records how the samples were made")
-    differs = [k for k in ("guidance", "steps", "sampler", "n_per_combination", "checkpoint")
-               if k in cfg["sampling"] and k in settings and not _same(settings[k], cfg["sampling"][k])]
+    ev_cfg = cfg.get("evaluation") or {}
+    want = {k: cfg["sampling"][k] for k in ("guidance", "steps", "sampler", "n_per_combination", "checkpoint") if k in cfg["sampling"]}
+    want.update({k: ev_cfg[k] for k in ("evaluator", "abstain") if k in ev_cfg})
+    if isinstance(ev_cfg.get("splits"), list):
+        want["splits"] = ev_cfg["splits"]
+    differs = [k for k in want if k not in settings or not _same(settings[k], want[k])]  # a key removed is a difference
+    if not differs and isinstance(metrics.get("samples"), dict) and metrics["samples"].get("splits") is not None \
+            and settings.get("splits") != metrics["samples"]["splits"]:
+        differs = ["splits"]
     if differs:
         raise _fail(folder / "sampling.json", f"these samples were made with other settings than the run's ({', '.join(differs)}): "
                                               "they are not the run's scored samples", fix)
@@ -118,6 +128,9 @@ def check_run_scores(run: Path, metrics: dict) -> None:
     except Exception as e:  # noqa: BLE001 - a spec that no longer parses (SpecError), or no spec, is named
         raise _fail(run / "dataset_manifest.json", f"holds no spec that parses ({str(e)[:120]})", fix) from None
     rows = [r for _, r in read_rows(folder / "predictions.jsonl")]
+    if settings.get("images") != len(rows) or own.get("n") != len(rows):  # rows dropped, then everything rescored (round 25)
+        raise _fail(folder / "predictions.jsonl", f"holds {len(rows)} rows, but sampling.json records {settings.get('images')!r} "
+                                                  f"images and metrics.json scores {own.get('n')!r}", fix)
     try:  # the flags the spec gives, never the rows' own (held-out images re-filed as seen, attack round 24)
         again = score([{"concepts": r.get("intended")} for r in rows], [r.get("read") or {} for r in rows], spec)
     except Exception as e:  # noqa: BLE001 - rows the spec cannot score are named
