@@ -106,8 +106,9 @@ def foreign_names(root: str | Path, limit: int = 20, manifest: dict | None = Non
 
     storage = manifest.get("storage") if isinstance(manifest, dict) else None  # an imagefolder has no data/, Parquet no split folders
     names = ROOT_NAMES - ({"data"} if storage == "imagefolder" else SPLIT_NAMES if storage == "parquet" else set())
-    if counts:  # only the manifest's own splits (a person's test/ beside train/val/test_id/test_ood, attack round 25)
-        names = names - (SPLIT_NAMES - set(counts))
+    splits = manifest.get("splits") if isinstance(manifest, dict) else None
+    if isinstance(splits, dict) and splits:  # only the manifest's own splits (a person's test/ beside train/val/test_id/test_ood, round 25)
+        names = names - (SPLIT_NAMES - set(splits))
     subs = ("metadata.jsonl", "images") if isinstance(manifest, dict) and manifest.get("masks") is False else ("metadata.jsonl", "images", "masks")
     for e in walk("", names.__contains__, lambda n: n in names or bool(_ROOT_METADATA.fullmatch(n)), _ROOT_FILES.__contains__):
         if e.is_symlink() or not e.is_dir(follow_symlinks=False):

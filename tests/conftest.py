@@ -247,3 +247,64 @@ def finished_trial_files(tdir: Path, seed: int = 0, analysis: dict | None = None
     if analysis is not None:
         (tdir / "run" / "analysis").mkdir(exist_ok=True)
         (tdir / "run" / "analysis" / "analysis.json").write_text(json.dumps(analysis))
+
+
+# ------------------------------------------------------------------------------------------------
+# the attack rounds' shared CLI and sweep helpers (each file imports them under its own short names)
+# ------------------------------------------------------------------------------------------------
+
+def run_cli(args):
+    """``mosaic ARGS`` in-process (typer's CliRunner), every argument as a string."""
+    from typer.testing import CliRunner
+
+    from mosaic.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def ok_cli(args):
+    """:func:`run_cli`, which must exit 0 (the output shown otherwise)."""
+    r = run_cli(args)
+    assert r.exit_code == 0, r.output
+    return r
+
+
+def enospc(*a, **k):
+    """Raise a full disk (a stand-in for any write a test makes fail)."""
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def verify_ok(ds: Path) -> None:
+    """``mosaic verify DS`` must pass."""
+    r = run_cli(["verify", ds])
+    assert r.exit_code == 0, r.output
+
+
+def sweep_copy(swept, tmp_path: Path) -> Path:
+    """A private copy (links kept) of a sweep fixture's folder (``swept[1]``) at ``tmp_path/sw``."""
+    import shutil
+
+    sw = tmp_path / "sw"
+    shutil.copytree(swept[1], sw, symlinks=True)
+    return sw
+
+
+def trial_dirs(sw: Path) -> list[Path]:
+    """A sweep folder's trial folders, sorted."""
+    return sorted((sw / "trials").iterdir())
+
+
+def scored_folder(t: Path) -> Path:
+    """The one scored samples folder of a trial's run."""
+    (s,) = [p for p in (t / "run" / "samples").iterdir() if (p / "metrics.json").is_file()]
+    return s
+
+
+def results_row(sw: Path, t: Path):
+    """The ``results.csv`` row of trial folder ``t`` of sweep folder ``sw``."""
+    import pandas as pd
+
+    df = pd.read_csv(sw / "results.csv")
+    return df[df["trial"] == t.name].iloc[0]

@@ -26,16 +26,10 @@ import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli import app
-from tests.conftest import QUICK_SAMPLE, clean_exit_2, copy_dataset, edit_manifest
+from tests.conftest import ok_cli as _ok, QUICK_SAMPLE, clean_exit_2, copy_dataset, edit_manifest
 
 runner = CliRunner()
 _clean_exit_2 = partial(clean_exit_2, collapse_space=True)
-
-
-def _ok(args):
-    r = runner.invoke(app, [str(a) for a in args])
-    assert r.exit_code == 0, r.output
-    return r
 
 
 # ------------------------------------------------------------------------------------------------

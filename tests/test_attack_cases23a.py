@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli import app
-from tests.conftest import QUICK_SAMPLE, clean_exit_2, copy_dataset, edit_manifest
+from tests.conftest import sweep_copy as _sweep_copy, QUICK_SAMPLE, clean_exit_2, copy_dataset, edit_manifest
 
 runner = CliRunner()
 _clean_exit_2 = partial(clean_exit_2, collapse_space=True)
@@ -83,12 +83,6 @@ def swept(tmp_path_factory):
     from tests.conftest import two_trial_sweep
 
     return two_trial_sweep(tmp_path_factory, "a23sw")
-
-
-def _sweep_copy(swept, tmp_path) -> Path:
-    sw = tmp_path / "sw"
-    shutil.copytree(swept[1], sw, symlinks=True)
-    return sw
 
 
 def _run_copy(drun, tmp_path) -> Path:
@@ -268,7 +262,6 @@ def test_a_parquet_datasets_data_folder_as_a_link_is_refused(made_pq, tmp_path):
 # ------------------------------------------------------------------------------------------------
 
 
-
 def _held_out_cell_in_train(m):
     lc = m["leak_check"]
     cell = "|".join(str(v) for v in lc["held_out"][0])
@@ -301,7 +294,6 @@ def test_a_manifest_leak_check_edited_in_shape_is_refused(made, tmp_path):
 # ------------------------------------------------------------------------------------------------
 # 5. a run's dataset.json redirected to another dataset of the same concepts (another holdout)
 # ------------------------------------------------------------------------------------------------
-
 
 
 @pytest.fixture(scope="module")
@@ -359,7 +351,6 @@ def test_sample_refuses_a_dataset_json_whose_fingerprint_was_edited(drun, tmp_pa
 # ------------------------------------------------------------------------------------------------
 # 6. mosaic report: a trial's edited table, and the figures of another samples folder
 # ------------------------------------------------------------------------------------------------
-
 
 
 def _forge_table(m):
@@ -430,7 +421,6 @@ def test_report_samples_sheet_is_of_the_samples_folder_the_trials_figures_come_f
 # ------------------------------------------------------------------------------------------------
 # 7. a trial folder holding another trial's run: the run's config compared without its dataset
 # ------------------------------------------------------------------------------------------------
-
 
 
 @pytest.fixture(scope="module")
@@ -597,8 +587,6 @@ def test_sample_refuses_another_runs_best_weights_with_their_record_removed(drun
     r = runner.invoke(app, ["sample", str(run), *QUICK_SAMPLE, "--out", str(out)])
     _clean_exit_2(r, "weights.json")
     assert not (out / "metadata.jsonl").exists()
-
-
 
 
 @pytest.fixture(scope="module")

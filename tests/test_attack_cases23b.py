@@ -7,7 +7,6 @@ fail are written as they should behave and marked ``xfail(strict=True, reason="a
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -17,33 +16,11 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from mosaic.cli import app
-from tests.conftest import QUICK_SAMPLE, clean_exit_2, copy_dataset, edit_manifest, unscored_samples
+from tests.conftest import run_cli as _run, ok_cli as _ok, enospc as _enospc, verify_ok as _verify_ok, QUICK_SAMPLE, clean_exit_2, copy_dataset, edit_manifest, unscored_samples
 
 ROOT = Path(__file__).resolve().parents[1]
-runner = CliRunner()
 _clean_exit_2 = partial(clean_exit_2, collapse_space=True)
-
-
-def _run(args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def _ok(args):
-    r = _run(args)
-    assert r.exit_code == 0, r.output
-    return r
-
-
-def _enospc(*a, **k):
-    raise OSError(errno.ENOSPC, "No space left on device")
-
-
-def _verify_ok(ds: Path) -> None:
-    r = _run(["verify", ds])
-    assert r.exit_code == 0, r.output
 
 
 def _tree(p: Path) -> dict:

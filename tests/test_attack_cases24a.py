@@ -5,22 +5,14 @@ are written as they should behave and marked xfail(strict)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from mosaic.cli import app
-from tests.conftest import QUICK_SAMPLE, clean_exit_2, copy_dataset, edit_manifest
+from tests.conftest import run_cli as _run, sweep_copy as _sweep_copy, trial_dirs as _trials, scored_folder as _scored, results_row as _row, clean_exit_2, copy_dataset, edit_manifest
 
-runner = CliRunner()
-
-
-def _run(args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def _ok(args):
@@ -52,30 +44,10 @@ def swept(tmp_path_factory):
     return two_trial_sweep(tmp_path_factory, "a24sw")
 
 
-def _sweep_copy(swept, tmp_path) -> Path:
-    sw = tmp_path / "sw"
-    shutil.copytree(swept[1], sw, symlinks=True)
-    return sw
-
-
-def _trials(sw):
-    return sorted((sw / "trials").iterdir())
-
-
-def _scored(t: Path) -> Path:
-    (s,) = [p for p in (t / "run" / "samples").iterdir() if (p / "metrics.json").is_file()]
-    return s
-
-
 def _results(sw):
     import pandas as pd
 
     return pd.read_csv(sw / "results.csv")
-
-
-def _row(sw, t):
-    df = _results(sw)
-    return df[df["trial"] == t.name].iloc[0]
 
 
 def _truth(t, group="held_out"):
@@ -287,7 +259,7 @@ def test_a_moved_sweep_folder_resumes_as_finished(swept, tmp_path):
     sw = _sweep_copy(swept, tmp_path)
     moved = tmp_path / "moved"
     sw.rename(moved)
-    r = _ok(["sweep", swept[0], "--out", moved, "--no-report"])
+    _ok(["sweep", swept[0], "--out", moved, "--no-report"])
     df = _results(moved)
     assert df["status"].eq("done").all()
     for t in _trials(moved):
@@ -363,7 +335,6 @@ def test_report_never_shows_a_forged_transformer_table(tswept, tmp_path):
     sw = _sweep_copy(tswept, tmp_path)
     t = _trials(sw)[0]
     m = json.loads((t / "run" / "metrics.json").read_text())
-    cells = [c for c in m["per_cell"].values() if c.get("held_out")]
     truth = m["table"]["held_out"]["joint"]
     _edit_json(t / "run" / "metrics.json", _forge_table)
     r = _run(["report", sw])

@@ -19,33 +19,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from mosaic.cli import app
-from tests.conftest import SPECS, TINY_COUNT_SPEC, clean_exit_2, copy_dataset, edit_manifest, tiny
+from tests.conftest import run_cli as _run, ok_cli as _ok, enospc as _enospc, verify_ok as _verify_ok, SPECS, TINY_COUNT_SPEC, clean_exit_2, copy_dataset, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
-runner = CliRunner()
 _clean_exit_2 = partial(clean_exit_2, collapse_space=True)
-
-
-def _run(args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def _ok(args):
-    r = _run(args)
-    assert r.exit_code == 0, r.output
-    return r
-
-
-def _enospc(*a, **k):
-    raise OSError(errno.ENOSPC, "No space left on device")
-
-
-def _verify_ok(ds: Path) -> None:
-    r = _run(["verify", ds])
-    assert r.exit_code == 0, r.output
 
 
 def _files(p: Path) -> set[str]:
@@ -127,7 +105,6 @@ def test_overwrite_of_a_parquet_dataset_interrupted_midway(made, tmp_path, monke
     import mosaic.parquet as P
 
     ds = tmp_path / "pq"
-    real, n = P.finalize_parquet, []
     with monkeypatch.context() as m:
         m.setattr(P, "finalize_parquet", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
         r = _run(["generate", made[0], "--out", ds, "-f", "parquet", "--shard-mb", "0.001"])
@@ -549,7 +526,7 @@ def test_a_latent_cache_with_one_latent_swapped_is_never_served(ae24, tmp_path, 
     import random
 
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
     folder = _ae_copy(ae24, tmp_path)
     z = _latents(folder, ae24[3], "train", 24)
@@ -706,7 +683,6 @@ def test_a_parquet_repair_whose_shard_differs_leaves_no_complete_dataset(made_pq
     pq = tmp_path / "pq"
     shutil.copytree(made_pq[1], pq)
     _damage_a_shard(pq)
-    real = P.png_bytes
 
     def other(img, *a, **k):  # another encoder (another mosaic or Pillow): other bytes of the same pixels
         import io

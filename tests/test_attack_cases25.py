@@ -11,16 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from mosaic.cli import app
-from tests.conftest import copy_dataset, edit_manifest
+from tests.conftest import run_cli as _run, sweep_copy as _copy, trial_dirs as _trials, scored_folder as _scored, results_row as _row, copy_dataset, edit_manifest
 
-runner = CliRunner()
-
-
-def _run(args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def _ok(args):
@@ -71,30 +64,10 @@ def hswept(tmp_path_factory):
     return p, base / "out"
 
 
-def _copy(swept, tmp_path) -> Path:
-    sw = tmp_path / "sw"
-    shutil.copytree(swept[1], sw, symlinks=True)
-    return sw
-
-
-def _trials(sw):
-    return sorted((sw / "trials").iterdir())
-
-
-def _scored(t: Path) -> Path:
-    (s,) = [p for p in (t / "run" / "samples").iterdir() if (p / "metrics.json").is_file()]
-    return s
-
-
 def _results(sw):
     import pandas as pd
 
     return pd.read_csv(sw / "results.csv")
-
-
-def _row(sw, t):
-    df = _results(sw)
-    return df[df["trial"] == t.name].iloc[0]
 
 
 def _spec(t):
