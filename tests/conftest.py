@@ -239,7 +239,7 @@ def finished_trial_files(tdir: Path, seed: int = 0, analysis: dict | None = None
 
     import yaml
 
-    cfg = yaml.safe_dump({"name": "fake", "training": {"seed": seed}})
+    cfg = yaml.safe_dump({"name": "fake", "objective": "classifier", "training": {"seed": seed}})
     (tdir / "run").mkdir(parents=True, exist_ok=True)
     (tdir / "config.yaml").write_text(cfg)
     (tdir / "run" / "config.yaml").write_text(cfg)

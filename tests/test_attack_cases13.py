@@ -121,9 +121,10 @@ def _trial_with_run(out: Path, seed: int, run_seed: int, lr: float = 0.001) -> P
     from tests.test_sweep import fake_trial
 
     tdir = fake_trial(out, {"training.lr": lr, "seed": seed}, "done", 0.5 + 0.1 * run_seed, 0.9)
-    own = {"name": "t", "training": {"lr": lr, "seed": seed, "steps": 5}, "out": str(tdir / "run")}
+    own = {"name": "t", "objective": "classifier", "training": {"lr": lr, "seed": seed, "steps": 5}, "out": str(tdir / "run")}
     (tdir / "config.yaml").write_text(yaml.safe_dump(own))
-    run_cfg = {"name": "t", "training": {"lr": lr, "seed": run_seed, "steps": 5, "batch_size": 8}, "out": f"/elsewhere/seed{run_seed}/run"}
+    run_cfg = {"name": "t", "objective": "classifier", "training": {"lr": lr, "seed": run_seed, "steps": 5, "batch_size": 8},
+               "out": f"/elsewhere/seed{run_seed}/run"}
     (tdir / "run" / "config.yaml").write_text(yaml.safe_dump(run_cfg))
     return tdir
 

@@ -95,7 +95,7 @@ def fake_trial(root: Path, values: dict, status: str, held: float | None = None,
     write_status(tdir, {"id": trial_id(values), "values": values, "status": status, "time_s": 3.0,
                         "error": None if status == "done" else "boom"})
     # the trial's config and its run's, alike, as a sweep writes them (a run folder without its config is no trial's)
-    cfg = yaml.safe_dump({"name": "fake", "training": {"seed": values.get("seed", 0)}})
+    cfg = yaml.safe_dump({"name": "fake", "objective": "classifier", "training": {"seed": values.get("seed", 0)}})
     (tdir / "config.yaml").write_text(cfg)
     (tdir / "run" / "config.yaml").write_text(cfg)
     if held is not None:

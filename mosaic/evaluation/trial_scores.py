@@ -85,8 +85,10 @@ def check_run_scores(run: Path, metrics: dict) -> None:
         cfg = None
     if "analysis" in metrics:
         _check_analysis(run, metrics["analysis"])
-    if not ("table" in metrics or "scores" in metrics) or (isinstance(cfg, dict) and "objective" in cfg):
-        return  # no figures, or a transformer run (its config has an objective)
+    diffusion = (not isinstance(cfg, dict) or "objective" not in cfg or "sampling" in cfg or "scores" in metrics or "samples" in metrics
+                 or any((run / w / "conditioner.safetensors").exists() for w in ("best", "final")))
+    if not ("table" in metrics or "scores" in metrics) or not diffusion:
+        return  # no figures, or a transformer run (an objective, and nothing of a diffusion run's: its weights, samples, scores)
     if not isinstance(cfg, dict) or not isinstance(cfg.get("sampling"), dict) or not isinstance(cfg.get("evaluation", {}), dict):
         raise _fail(run / "config.yaml", "holds no sampling section, so the samples its figures come from cannot be checked", fix)
     scores, folder = metrics.get("scores"), scored_samples(run, metrics)
