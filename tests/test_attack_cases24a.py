@@ -330,7 +330,6 @@ def test_report_of_a_transformer_sweep(tswept, tmp_path):
     assert _results(sw)["status"].eq("done").all()
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: a transformer run's table is never derived again (its per_cell holds it)")
 def test_report_never_shows_a_forged_transformer_table(tswept, tmp_path):
     sw = _sweep_copy(tswept, tmp_path)
     t = _trials(sw)[0]

@@ -251,6 +251,7 @@ LAZY: dict[tuple[str, str], str] = {
     ("mosaic.reproduce", "mosaic.lab.cost"): HEAVY,
     ("mosaic.reproduce", "mosaic.lab.data"): HEAVY,
     ("mosaic.torch_data", "mosaic.parquet"): HEAVY,
+    ("mosaic.evaluation.trial_scores", "mosaic.diagnostics.runs"): HEAVY,
     ("mosaic.trials", "mosaic.lab.data"): HEAVY,
     ("mosaic.trials", "mosaic.lab.diffusion"): HEAVY,
     ("mosaic.trials", "mosaic.lab.transformer"): HEAVY,

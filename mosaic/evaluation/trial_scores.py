@@ -87,8 +87,11 @@ def check_run_scores(run: Path, metrics: dict) -> None:
         _check_analysis(run, metrics["analysis"])
     diffusion = (not isinstance(cfg, dict) or "objective" not in cfg or "sampling" in cfg or "scores" in metrics or "samples" in metrics
                  or any((run / w / "conditioner.safetensors").exists() for w in ("best", "final")))
-    if not ("table" in metrics or "scores" in metrics) or not diffusion:
-        return  # no figures, or a transformer run (an objective, and nothing of a diffusion run's: its weights, samples, scores)
+    if not ("table" in metrics or "scores" in metrics):
+        return
+    if not diffusion:  # a transformer run (an objective, and nothing of a diffusion run's: its weights, samples, scores)
+        _check_transformer_table(run, metrics, fix)
+        return
     if not isinstance(cfg, dict) or not isinstance(cfg.get("sampling"), dict) or not isinstance(cfg.get("evaluation", {}), dict):
         raise _fail(run / "config.yaml", "holds no sampling section, so the samples its figures come from cannot be checked", fix)
     scores, folder = metrics.get("scores"), scored_samples(run, metrics)
@@ -143,6 +146,39 @@ def check_run_scores(run: Path, metrics: dict) -> None:
         raise _fail(folder / "metrics.json", f"its figures ({k}) are not those of its own per-image verdicts "
                                              f"({folder / 'predictions.jsonl'}, scored again with the spec's held-out flags)", fix)
     _spot_read(run, cfg, settings, spec, folder, rows, fix)
+
+
+#: how far a transformer run's accuracies measured again may lie from its recorded ones (a GPU's floats at training
+#: against the CPU's now can turn an argmax; a forged figure lies far further)
+TRANSFORMER_TOLERANCE = 0.02
+
+
+def _check_transformer_table(run: Path, metrics: dict, fix: str) -> None:
+    """A transformer run keeps no per-image record, so its table is measured again: the weights its evaluation
+    chose, on the run's own (checked) test splits, on the CPU (:meth:`Task.evaluate`, a few seconds at CPU scale).
+    Each accuracy must lie within :data:`TRANSFORMER_TOLERANCE` of the recorded one, each ``n`` equal (a forged
+    table was reported, attack round 24). A run without its weights (neither ``best/`` nor ``final/``) cannot be
+    measured and is reported as recorded."""
+    if not any((run / w / "model.safetensors").is_file() for w in ("best", "final")):
+        return
+    import torch
+
+    from mosaic.diagnostics.runs import load_task, open_any_run
+
+    try:
+        family, cfg, runf, root = open_any_run(run)
+        task, _ = load_task(family, cfg, runf, root, None)
+        with torch.no_grad():
+            table = task.evaluate(task.model.eval(), "cpu").get("table")
+    except MosaicError as e:
+        raise _fail(run / "metrics.json", f"its table cannot be measured again ({str(e)[:160]})", fix) from None
+    want, got = table_columns(table), table_columns(metrics.get("table"))
+    for k in sorted(set(want) | set(got)):
+        a, b = want.get(k), got.get(k)
+        exact = k.endswith(".n")
+        if not (_same(a, b) or (not exact and isinstance(a, float) and isinstance(b, (int, float)) and abs(a - b) <= TRANSFORMER_TOLERANCE)):
+            raise _fail(run / "metrics.json", f"its table says {k} = {b!r}, but the run's weights measure {a!r} on its test splits now",
+                        fix)
 
 
 def _read(path: Path, fix: str, why: str) -> dict:
