@@ -202,7 +202,10 @@ def _spot_read(run: Path, cfg: dict, settings: dict, spec, folder: Path, rows: l
     try:
         ev = load_evaluator(spec, which, abstain=bool(abstain), position_bins=ev_cfg.get("position_bins", "strict"))
     except MosaicError as e:
-        raise _fail(folder / "sampling.json", f"its evaluator cannot be loaded to read the samples again ({str(e)[:120]})", fix) from None
+        rel = which != "parser" and not Path(str(which)).is_absolute()
+        raise _fail(folder / "sampling.json", f"its evaluator cannot be loaded to read the samples again ({str(e)[:120]})"
+                    + (f"; {which!r} is a relative path, read from the current folder {Path.cwd()}: run the report from the folder "
+                       "the sweep was run from" if rel else ""), fix) from None
     picked = random.SystemRandom().sample(range(len(rows)), min(SPOT_READS, len(rows)))
     images = []
     for k in picked:
