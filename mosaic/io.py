@@ -394,7 +394,6 @@ def own_folders(out: str | Path, rels) -> None:
 
 
 def file_kind(mode: int) -> str:
-
     return ("a regular file" if stat.S_ISREG(mode) else "a character device" if stat.S_ISCHR(mode)
             else "a block device" if stat.S_ISBLK(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
             else "a socket" if stat.S_ISSOCK(mode) else "not a folder")

@@ -379,9 +379,9 @@ def _generate_parquet_locked(spec, out, workers, overwrite, masks, shard_bytes, 
                                f"its layout; rerun with --overwrite to start again")  # resumed by an edited layout: deleted shards
         was = existing.get("parquet", {}).get("shard_bytes")
         if was != int(shard_bytes):
-            mib = shard_mb_text  # noqa: N806 - the CLI's unit
-            raise DatasetError([("--shard-mb", f"{out} was started with shard size {mib(was)} MiB ({was} bytes), not {mib(int(shard_bytes))} MiB: "
-                                 f"rerun with --shard-mb {mib(was)} to resume, or --overwrite to start again")])
+            raise DatasetError([("--shard-mb", f"{out} was started with shard size {shard_mb_text(was)} MiB ({was} bytes), not "
+                                 f"{shard_mb_text(int(shard_bytes))} MiB: rerun with --shard-mb {shard_mb_text(was)} to resume, or "
+                                 "--overwrite to start again")])
         plan = {s: int(r) for s, r in existing["parquet"]["rows_per_shard"].items()}
     else:
         plan = {s: _estimate(spec, s, n, masks, renderer, shard_bytes) for s, n in sizes.items() if n > 0}

@@ -78,16 +78,6 @@ class Tally:
         for r in records:
             self.add(split, r["index"], r["concepts"])
 
-    def counting(self: "Tally | None", check, split: str):
-        """``check`` (a record's claims: why it contradicts its spec, or None) that also counts each record
-        that passes it into this tally (none when called on None)."""
-        def counted(rec: dict):
-            why = check(rec)
-            if why is None and self is not None:
-                self.add(split, rec.get("index"), rec["concepts"])
-            return why
-        return counted
-
     def report(self) -> dict:
         """The leak-check report (same keys and values as :func:`mosaic.holdout.leak_check`):
         ``passed``; ``checks`` (``every_value_in_train``, and with a holdout
@@ -124,6 +114,20 @@ class Tally:
             })
         report["passed"] = all(c["passed"] for c in checks.values())
         return report
+
+
+def counting(check, tally: Tally | None, split: str):
+    """``check`` (a record's claims: why it contradicts its spec, or None) that also counts each record of
+    ``split`` that passes it into ``tally`` (``check`` itself when there is no tally)."""
+    if tally is None:
+        return check
+
+    def counted(rec: dict):
+        why = check(rec)
+        if why is None:
+            tally.add(split, rec.get("index"), rec["concepts"])
+        return why
+    return counted
 
 
 def leak_check_damage(stored, spec: Spec, splits: dict[str, int], tally: Tally | None = None) -> str | None:

@@ -42,7 +42,7 @@ from mosaic.io import loads_json, read_bounded, unreadable_path
 from mosaic.png import HEADER_BYTES, SIGNATURE, max_png_bytes, png_header_problem, png_structure_problem
 from mosaic.shard_checks import check_shards, layout_problem, spec_image_size, tally_shards  # noqa: F401 - check_shards re-exported
 from mosaic.manifest_fields import fields_problem
-from mosaic.tally import Tally, leak_check_damage
+from mosaic.tally import Tally, counting, leak_check_damage
 from mosaic.card_check import card_problem
 from mosaic.hf import CARD
 from mosaic.records import count_problem, no_manifest, record_claims, sample_record, shards_problem, spec_from_data, spec_key, unfinished_hint
@@ -480,9 +480,10 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
     sums = read_checksums(root, man, report)
     recorded_bytes = (man.get("checksums") or {}).get("bytes", {})
     image_size = spec_image_size(man)
-    spec = None
+    # parsed once (an edited spec, refused above, is no measure of the records); the leak check counted again from them
+    spec = spec_from_data(man["spec"]) if report.repairable else None
     root_s = str(root)
-    tally = Tally(spec_from_data(man["spec"])) if report.repairable else None  # the leak check counted again from the records
+    tally = Tally(spec) if spec is not None else None
     for split, info in man["splits"].items():
         if tally is not None:
             tally.begin(split)
@@ -497,11 +498,9 @@ def _verify_imagefolder(root: Path, man: dict, report: VerifyReport, sample_fn=N
                 report.damage.append(Damage(rel_meta, kind[0], f"metadata of split {split!r}: {kind[1]}", split))
         else:
             report.files += 1
-            if spec is None and report.repairable:  # (an edited spec, refused above, is no measure of the records)
-                spec = spec_from_data(man["spec"])
             # line by line, no record held; each record's claims against the spec (a leak past the holdout: ~5 us a record)
             try:  # gone after the check above: a writer racing this reader
-                scan = scan_metadata(meta, masks, claims=None if spec is None else Tally.counting(tally, record_claims(spec, split), split),
+                scan = scan_metadata(meta, masks, claims=None if spec is None else counting(record_claims(spec, split), tally, split),
                                      key=(spec_key(man["spec"]), split))
             except OSError as e:
                 raise vanished(meta, e) from None

@@ -85,10 +85,10 @@ def check_run_scores(run: Path, metrics: dict) -> None:
         cfg = None
     if "analysis" in metrics:
         _check_analysis(run, metrics["analysis"])
-    diffusion = (not isinstance(cfg, dict) or "objective" not in cfg or "sampling" in cfg or "scores" in metrics or "samples" in metrics
-                 or any((run / w / "conditioner.safetensors").exists() for w in ("best", "final")))
     if not ("table" in metrics or "scores" in metrics):
         return
+    diffusion = (not isinstance(cfg, dict) or "objective" not in cfg or "sampling" in cfg or "scores" in metrics or "samples" in metrics
+                 or any((run / w / "conditioner.safetensors").exists() for w in ("best", "final")))
     if not diffusion:  # a transformer run (an objective, and nothing of a diffusion run's: its weights, samples, scores)
         _check_transformer_table(run, metrics, fix)
         return
@@ -115,11 +115,11 @@ def check_run_scores(run: Path, metrics: dict) -> None:
             raise _fail(mpath, f"its evaluator_check is not the samples' own ({folder / 'evaluator_check.json'})", fix)
     settings = _read(folder / "sampling.json", fix, "it records how the samples were made")
     ev_cfg = cfg.get("evaluation") or {}
-    want = {k: cfg["sampling"][k] for k in ("guidance", "steps", "sampler", "n_per_combination", "checkpoint") if k in cfg["sampling"]}
-    want.update({k: ev_cfg[k] for k in ("evaluator", "abstain") if k in ev_cfg})
+    given = {k: cfg["sampling"][k] for k in ("guidance", "steps", "sampler", "n_per_combination", "checkpoint") if k in cfg["sampling"]}
+    given.update({k: ev_cfg[k] for k in ("evaluator", "abstain") if k in ev_cfg})
     if isinstance(ev_cfg.get("splits"), list):
-        want["splits"] = ev_cfg["splits"]
-    differs = [k for k in want if k not in settings or not _same(settings[k], want[k])]  # a key removed is a difference
+        given["splits"] = ev_cfg["splits"]
+    differs = [k for k in given if k not in settings or not _same(settings[k], given[k])]  # a key removed is a difference
     if not differs and isinstance(metrics.get("samples"), dict) and metrics["samples"].get("splits") is not None \
             and settings.get("splits") != metrics["samples"]["splits"]:
         differs = ["splits"]

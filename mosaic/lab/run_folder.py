@@ -194,6 +194,16 @@ class RunFolder:
             raise DatasetError([("", f"the dataset of run {self.root}:")] + e.problems, source=str(root)) from None
         return root
 
+    def _manifest_copy_sha256(self) -> str | None:
+        """The sha256 of the run's copy of its dataset's manifest (``dataset_manifest.json``), or None when it is
+        missing or unreadable (not a regular file, over the JSON bound)."""
+        import hashlib
+
+        try:
+            return hashlib.sha256(read_bounded(self.root / "dataset_manifest.json", MAX_JSON_BYTES)).hexdigest()
+        except (OSError, ValueError):
+            return None
+
     def _check_dataset_record(self, rec: dict) -> None:
         """``dataset.json`` must name the dataset whose manifest the run copied when it started
         (``dataset_manifest.json``, byte for byte: its sha256 is the record's ``manifest_sha256``). A
@@ -202,13 +212,8 @@ class RunFolder:
 
         Raises:
             TrainingError: naming both files and the fix."""
-        import hashlib
-
         copy_path = self.root / "dataset_manifest.json"
-        try:
-            copy = hashlib.sha256(read_bounded(copy_path, MAX_JSON_BYTES)).hexdigest()
-        except (OSError, ValueError):
-            copy = None
+        copy = self._manifest_copy_sha256()
         if copy != rec["manifest_sha256"]:
             what = "is missing or unreadable" if copy is None else f"has sha256 {copy[:12]}, not {rec['manifest_sha256'][:12]}"
             raise TrainingError([(str(self.dataset), f"names the dataset {rec['path']}, but the run's copy of the manifest it was "
@@ -310,13 +315,7 @@ class RunFolder:
         the manifest it started on (``dataset_manifest.json``) is byte for byte the dataset's manifest now (the record
         holds nothing but what :func:`mosaic.lab.data.manifest_fingerprint` reads from that manifest and the path);
         otherwise refused, since nothing then says that the checkpoints were trained on this dataset."""
-        import hashlib
-
-        try:
-            copy = hashlib.sha256(read_bounded(self.root / "dataset_manifest.json", MAX_JSON_BYTES)).hexdigest()
-        except (OSError, ValueError):
-            copy = None
-        if copy != current["manifest_sha256"]:
+        if self._manifest_copy_sha256() != current["manifest_sha256"]:
             raise TrainingError([(str(self.dataset), f"is missing, and {self.root / 'dataset_manifest.json'} is missing or "
                                   "not the dataset's manifest now, so nothing says the run's checkpoints were trained on this "
                                   "dataset: restore dataset.json, or delete the run folder (or give another --out) to start over")])
