@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mosaic.errors import MosaicError
 from mosaic.io import read_json
-from mosaic.lab.config import read_config_yaml
+from mosaic.lab.config import read_config_yaml, validate_config
 from mosaic.sweep import LABEL, SweepSpec, trial_config
 
 
@@ -90,10 +90,39 @@ def foreign_run(tdir: Path, sweep: SweepSpec | None, values: dict) -> str | None
             differs.append(f"{'.'.join(map(str, keys))} missing (the trial's: {want!r})")
         elif node is not _MISSING and not _same_value(node, want):
             differs.append(f"{'.'.join(map(str, keys))} {node!r} (the trial's: {want!r})")
+    if not differs:
+        differs = _default_differs(trial_cfg, run_cfg, sweep)
     if differs:
         return (f"its run was trained with another config, so it is another trial's run: {'; '.join(differs[:4])[:300]}; "
                 "delete that trial's run folder and rerun `mosaic sweep` to train it")
     return _run_dataset_problem(tdir, trial_cfg)
+
+
+def _default_differs(trial_cfg: dict, run_cfg: dict, sweep: SweepSpec | None) -> list[str]:
+    """The fields a trial's config leaves to their defaults (``sampling.guidance`` when the sweep's config does not
+    set it) where the run's ``config.yaml`` holds another value: the run's config is the trial's validated, so the
+    two agree on every field of an honest run; a run config edited to another sampling's settings passed the
+    samples check (attack round 25). The trial's config validated by its family's class (the sweep's ``kind``, else
+    the run config's: ``objective`` is a transformer's); a config that no longer validates is compared as written
+    only. Fields the run's config lacks (an older mosaic) and ``out`` / ``dataset`` are not compared."""
+    from mosaic.lab.diffusion.config import DiffusionConfig
+    from mosaic.lab.transformer.config import TransformerConfig
+
+    family = sweep.kind if sweep is not None else ("transformer" if "objective" in run_cfg else "diffusion")
+    try:
+        full = validate_config(TransformerConfig if family == "transformer" else DiffusionConfig, trial_cfg).model_dump(mode="json")
+    except (MosaicError, ValueError, TypeError):
+        return []
+    differs = []
+    for keys, want in _leaves(full):
+        if keys[0] in ("out", "dataset"):
+            continue
+        node = run_cfg
+        for k in keys:
+            node = node.get(k, _MISSING) if isinstance(node, dict) else _MISSING
+        if node is not _MISSING and not _same_value(node, want):
+            differs.append(f"{'.'.join(map(str, keys))} {node!r} (the trial's: {want!r}, its default)")
+    return differs
 
 
 def _run_dataset_problem(tdir: Path, trial_cfg: dict) -> str | None:

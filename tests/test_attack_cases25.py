@@ -633,7 +633,6 @@ def test_a_sweep_scored_by_a_learned_evaluator_reports_from_its_own_folder(lswep
     _ok(["report", sw])
 
 
-@pytest.mark.xfail(strict=True, reason="attack25: a sweep scored by a learned evaluator named relative (evaluation.evaluator: ev) is refused by report run from another folder (spot read loads 'ev' from the cwd)")
 def test_a_sweep_scored_by_a_learned_evaluator_reports_from_another_folder(lswept, tmp_path, monkeypatch):
     """The report's spot reads load the evaluator the run recorded; the trial's config names it
     relative to the sweep's start folder (the sweep ran fine). A report from another folder should
@@ -963,7 +962,6 @@ def test_report_never_shows_a_forged_table_of_a_run_whose_config_lost_its_sampli
     _refused_or_truth(sw, t, "held_out.joint", truth)
 
 
-@pytest.mark.xfail(strict=True, reason="attack25: other-guidance samples pass once the run's config.yaml sampling.guidance is edited to theirs (a field the trial config does not set is never compared)")
 def test_report_refuses_other_guidance_samples_with_the_runs_config_edited_to_match(g1, tmp_path):
     sw = tmp_path / "sw"
     shutil.copytree(g1, sw, symlinks=True)

@@ -199,6 +199,10 @@ def _spot_read(run: Path, cfg: dict, settings: dict, spec, folder: Path, rows: l
     ev_cfg = cfg.get("evaluation") if isinstance(cfg.get("evaluation"), dict) else {}
     which = settings.get("evaluator") or ev_cfg.get("evaluator") or "parser"
     abstain = settings.get("abstain") if isinstance(settings.get("abstain"), bool) else ev_cfg.get("abstain", True)
+    kept = settings.get("evaluator_folder")
+    if which != "parser" and not Path(str(which)).is_absolute() and not Path(str(which)).is_dir() and isinstance(kept, str) \
+            and Path(kept).is_absolute() and Path(kept).is_dir():
+        which = kept  # a relative name is read from the sweep's start folder; `sample` recorded where it was
     try:
         ev = load_evaluator(spec, which, abstain=bool(abstain), position_bins=ev_cfg.get("position_bins", "strict"))
     except MosaicError as e:

@@ -97,6 +97,11 @@ def refuse_linked_out(out: Path | None) -> None:
                              f"({os.path.realpath(out)}) or another path")])
 
 
+def ev_folder(name) -> bool:
+    """Whether an evaluator name is a learned evaluator's folder (anything but ``parser``)."""
+    return isinstance(name, str) and name != "parser" and Path(name).is_dir()
+
+
 def sample_and_score(task: DiffusionTask, run: RunFolder, splits: list[str], *, n_per_combination: int | None, guidance: float,
                      steps: int, sampler: str, checkpoint: str, score: bool, out: Path | None = None, batch_size: int | None = None,
                      device=None, autocast: str = "no", evaluator: str | None = None, check_n: int = 0, say=print,
@@ -199,6 +204,8 @@ def _sample_into(tmp: Path, out: Path, task, splits, records, key, *, n_per_comb
         for m in meta:
             f.write(json.dumps(m, sort_keys=True) + "\n")
     settings = {**key, "images": len(meta), "seconds": seconds}
+    if ev_folder(key.get("evaluator")):  # where a learned evaluator named by a relative path was: a report from another folder loads it
+        settings["evaluator_folder"] = str(Path(key["evaluator"]).resolve())
     (tmp / "sampling.json").write_text(json.dumps(settings, indent=2) + "\n")
     result = {"out": str(out), "n": len(meta), "seconds": seconds, "metrics": None, "evaluator_check": None}
     preds = None
