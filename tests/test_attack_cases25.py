@@ -158,11 +158,27 @@ def test_report_refuses_sample_images_replaced_by_clean_renders(swept, tmp_path)
         if m is None:
             continue
         shutil.copyfile(ds / "train" / m["file_name"], s / r["file_name"])
-        r["read"] = dict(r["intended"])
-        r["correct"] = True
         changed += 1
     assert changed
+    # the forger scores the replaced images honestly: every row (raw reads, match quality) and every figure agree
+    import numpy as np
+    from PIL import Image
+
+    from mosaic.evaluation.folder import prediction_rows
+    from mosaic.evaluation.load import load_evaluator
+    from mosaic.evaluation.quality import quality_summary, read_images
+
+    spec = _spec(t)
+    ev = load_evaluator(spec, "parser")
+    images = np.stack([np.asarray(Image.open(s / r["file_name"]).convert("RGB")) for r in rows])
+    preds, reads = read_images(ev, images)
+    recs = [{"file_name": r["file_name"], "concepts": r["intended"], "held_out": r["held_out"]} for r in rows]
+    rows = json.loads(json.dumps(prediction_rows(recs, preds, spec, ev, images, reads=reads), default=str))
     _rescore(t, s, rows)
+    own = json.loads((s / "metrics.json").read_text())
+    own["quality"] = json.loads(json.dumps(quality_summary(recs, reads, spec, ev)))
+    (s / "metrics.json").write_text(json.dumps(own))
+    _edit_json(t / "run" / "metrics.json", lambda m: m.update({"scores": own}))
     r = _run(["report", sw])
     _no_traceback(r)
     assert r.exit_code == 2, (r.output, _row(sw, t)["seen.joint"], truth)
@@ -976,7 +992,6 @@ def test_report_refuses_other_guidance_samples_with_the_runs_config_edited_to_ma
     assert r.exit_code == 2, r.output
 
 
-@pytest.mark.xfail(strict=True, reason="attack25: scores.quality (held_out.raw.joint) forged in the samples' metrics.json and the run's scores together is reported; quality is never derived from predictions.jsonl")
 def test_report_never_shows_a_quality_figure_forged_in_both_layers(swept, tmp_path):
     """The quality section (accuracy without abstention) edited in the samples' metrics.json and the
     run's scores together: it is not among the figures scored again from predictions.jsonl."""

@@ -26,7 +26,7 @@ from mosaic.evaluation.agreement import compare_evaluators
 from mosaic.evaluation.copies import copy_stats
 from mosaic.evaluation.metrics import score, write_metrics
 from mosaic.evaluation.provenance import check_spec_reads
-from mosaic.evaluation.quality import quality_summary, read_images
+from mosaic.evaluation.quality import below_threshold, quality_settings, quality_summary, read_images
 from mosaic.holdout import is_held_out
 from mosaic.png import FOREIGN_FORMATS, decode_image, eval_pixel_bound
 from mosaic.io import atomic_text_writer, atomic_write, check_output_dir, make_output_dir, read_bounded, read_json
@@ -423,12 +423,15 @@ def prediction_rows(records: list[dict], preds: list[dict], spec: Spec, evaluato
     (the evaluator's values, None = unreadable), ``correct`` (every concept read as intended) and
     ``reasons`` (one line per wrong concept, plus the evaluator's own explanation of the image
     when it has ``explain`` and ``images`` (uint8 ``[N, H, W, 3]`` or a list) are given); with the
-    parser's ``reads`` also ``quality`` (match quality in [0, 1]), ``measures`` and ``abstained``."""
+    parser's ``reads`` also ``quality`` (match quality in [0, 1]), ``measures``, ``abstained``, ``below`` (a
+    measure under the evaluator's threshold, abstention on or off) and ``raw`` (the values before abstention):
+    what :func:`mosaic.evaluation.quality.quality_from_predictions` derives the quality figures from again."""
     wrong = [i for i, (r, p) in enumerate(zip(records, preds)) if any(p.get(c) != r["concepts"].get(c) for c in spec.concepts)]
     why: dict = {}
     if evaluator is not None and images is not None and wrong and len({images[i].shape for i in wrong}) == 1:
         why = dict(zip(wrong, explanations(evaluator, np.stack([images[i] for i in wrong]))))
     rows = []
+    thresholds = quality_settings(evaluator)[0]
     for i, (r, p) in enumerate(zip(records, preds)):
         bad = [c for c in spec.concepts if p.get(c) != r["concepts"].get(c)]
         reasons = [f"{c}: read {p.get(c)!r}, intended {r['concepts'].get(c)!r}" for c in bad] + why.get(i, [])
@@ -437,7 +440,8 @@ def prediction_rows(records: list[dict], preds: list[dict], spec: Spec, evaluato
         if reads is not None:
             q = reads[i]
             row.update({"quality": round(q.quality, 4), "measures": {k: round(v, 4) for k, v in q.measures.items()},
-                        "abstained": q.abstained})
+                        "abstained": q.abstained, "below": below_threshold(q, thresholds),
+                        "raw": dict(q.raw_values if q.raw_values is not None else q.values)})
         rows.append(row)
     return rows
 

@@ -142,7 +142,8 @@ def read_images(evaluator, images: np.ndarray) -> tuple[list[dict], list | None]
     return [r.values for r in reads], reads
 
 
-def _below(read, thresholds: dict[str, float]) -> bool:
+def below_threshold(read, thresholds: dict[str, float]) -> bool:
+    """Whether any of a read's quality measures lies below its threshold (unreadable when abstention is on)."""
     return any(read.measures.get(m, 1.0) < t for m, t in thresholds.items())
 
 
@@ -164,20 +165,58 @@ def quality_summary(records: list[dict], reads: list, spec, evaluator=None) -> d
         "verdicts_changed", "joint_accuracy_without_abstention", "accuracy_without_abstention" (concept ->
         fraction read right before abstention)}}``.
     """
-    from mosaic.evaluation.parser import ABSTAIN_THRESHOLDS
-
     if len(records) != len(reads):
         raise ValueError(f"quality_summary(): {len(records)} records but {len(reads)} reads")
-    thresholds = dict(getattr(evaluator, "thresholds", None) or ABSTAIN_THRESHOLDS)
-    abstain = bool(getattr(evaluator, "abstain", True))
+    thresholds, abstain = quality_settings(evaluator)
     concepts = list(spec.concepts)
     rows = []
     for r, q in zip(records, reads):
         raw = q.raw_values if q.raw_values is not None else q.values
-        below = _below(q, thresholds)
-        right = {c: raw.get(c) is not None and str(raw.get(c)) == str(r["concepts"].get(c)) for c in concepts}
-        rows.append({"held_out": bool(r.get("held_out") or False), "q": q.quality, "m": q.measures, "below": below,
-                     "raw_joint": all(right.values()), "right": right})
+        rows.append({"held_out": bool(r.get("held_out") or False), "q": q.quality, "m": q.measures, "below": below_threshold(q, thresholds),
+                     "right": _right(raw, r["concepts"], concepts)})
+    return _summarize(rows, concepts, thresholds, abstain)
+
+
+def quality_settings(evaluator) -> tuple[dict, bool]:
+    from mosaic.evaluation.parser import ABSTAIN_THRESHOLDS
+
+    return dict(getattr(evaluator, "thresholds", None) or ABSTAIN_THRESHOLDS), bool(getattr(evaluator, "abstain", True))
+
+
+def _right(raw: dict, intended: dict, concepts: list[str]) -> dict:
+    return {c: raw.get(c) is not None and str(raw.get(c)) == str(intended.get(c)) for c in concepts}
+
+
+def quality_from_predictions(rows: list[dict], spec, evaluator=None) -> dict | None:
+    """:func:`quality_summary` derived again from the rows of a ``predictions.jsonl``
+    (:func:`mosaic.evaluation.folder.prediction_rows` with the parser's reads: ``quality``, ``measures``
+    rounded to 4 decimals, ``below``, ``raw``), so the means agree with the recorded ones to about 1e-4
+    and every count exactly. None when no row carries ``raw`` (rows of an older mosaic, or of an
+    evaluator without quality).
+
+    Raises:
+        ValueError: some rows carry the fields and others do not, or a row's fields are malformed.
+    """
+    have = [isinstance(r.get("raw"), dict) for r in rows]
+    if not any(have):
+        return None
+    if not all(have):
+        raise ValueError(f"{have.count(False)} of {len(rows)} rows carry no raw read (the values before abstention)")
+    thresholds, abstain = quality_settings(evaluator)
+    concepts = list(spec.concepts)
+    out = []
+    for k, r in enumerate(rows):
+        q, m, below = r.get("quality"), r.get("measures"), r.get("below")
+        if not (isinstance(q, (int, float)) and isinstance(m, dict) and isinstance(below, bool) and isinstance(r.get("intended"), dict)):
+            raise ValueError(f"row {k + 1} lacks its match quality, measures, below flag or intended values")
+        out.append({"held_out": r.get("held_out") is True, "q": float(q), "m": m, "below": below,
+                    "right": _right(r["raw"], r["intended"], concepts)})
+    return _summarize(out, concepts, thresholds, abstain)
+
+
+def _summarize(rows: list[dict], concepts: list[str], thresholds: dict, abstain: bool) -> dict:
+    for x in rows:
+        x["raw_joint"] = all(x["right"].values())
     out: dict = {"abstain": abstain, "thresholds": thresholds}
     for name, keep in (("overall", lambda x: True), ("seen", lambda x: not x["held_out"]), ("held_out", lambda x: x["held_out"])):
         sel = [x for x in rows if keep(x)]
@@ -242,7 +281,7 @@ def calibrate_abstention(spec, n: int = 1000, degradations: tuple[str, ...] = ("
             for im, r in zip(images, recs):
                 q = parser.parse(im)
                 meas.append(q.measures)
-                rej += _below(q, thr)
+                rej += below_threshold(q, thr)
                 right += all(str(q.raw_values.get(c)) == str(r["concepts"][c]) for c in concepts)
             done += len(recs)
             if on_progress:
@@ -265,7 +304,7 @@ def calibrate_abstention(spec, n: int = 1000, degradations: tuple[str, ...] = ("
             im = bad_render(scene, kind, 0, angle=float(rng.uniform(0, 180)), supersample=spec.image.supersample)
             for x in (im, degrade(im[None], "mild", seed=i)[0]):
                 q = parser.parse(x)
-                b = _below(q, thr)
+                b = below_threshold(q, thr)
                 ok = all(str(q.raw_values.get(c)) == str(vals[c]) for c in concepts)
                 rej += b
                 cred += ok

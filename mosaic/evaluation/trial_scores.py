@@ -23,7 +23,7 @@ from mosaic.audit import read_rows
 from mosaic.errors import MosaicError, SweepError
 from mosaic.evaluation.load import load_evaluator
 from mosaic.evaluation.metrics import score
-from mosaic.evaluation.quality import read_images
+from mosaic.evaluation.quality import quality_from_predictions, read_images
 from mosaic.evaluation.table import table_columns, table_from_scores
 from mosaic.io import read_json
 from mosaic.lab.config import read_config_yaml
@@ -145,7 +145,7 @@ def check_run_scores(run: Path, metrics: dict) -> None:
         k = next(k for k in keys if not _same(again.get(k), own.get(k)))
         raise _fail(folder / "metrics.json", f"its figures ({k}) are not those of its own per-image verdicts "
                                              f"({folder / 'predictions.jsonl'}, scored again with the spec's held-out flags)", fix)
-    _spot_read(run, cfg, settings, spec, folder, rows, fix)
+    _spot_read(run, cfg, settings, spec, folder, rows, fix, own.get("quality"))
 
 
 #: how far a transformer run's accuracies measured again may lie from its recorded ones (a GPU's floats at training
@@ -191,7 +191,7 @@ def _read(path: Path, fix: str, why: str) -> dict:
     return data
 
 
-def _spot_read(run: Path, cfg: dict, settings: dict, spec, folder: Path, rows: list[dict], fix: str) -> None:
+def _spot_read(run: Path, cfg: dict, settings: dict, spec, folder: Path, rows: list[dict], fix: str, quality=None) -> None:
     """:data:`SPOT_READS` rows' ``read`` must be what the run's evaluator (``sampling.json``'s, with the
     config's ``position_bins``) reads in their images now: verdicts rewritten to "right" were believed."""
     if not rows:
@@ -217,13 +217,48 @@ def _spot_read(run: Path, cfg: dict, settings: dict, spec, folder: Path, rows: l
         if not isinstance(name, str):
             raise _fail(folder / "predictions.jsonl", f"row {k + 1} names no image", fix)
         images.append(decode_image(folder / name, where=str(folder / name), error=SweepError, formats=FOREIGN_FORMATS))
-    preds, _ = read_images(ev, np.stack(images))
-    for k, p in zip(picked, preds):
+    preds, reads = read_images(ev, np.stack(images))
+    for j, (k, p) in enumerate(zip(picked, preds)):
         read = rows[k].get("read") or {}
         if any(p.get(c) != read.get(c) for c in spec.concepts):
             raise _fail(folder / "predictions.jsonl", f"row {k + 1} ({rows[k].get('file_name')}) says the evaluator read "
                                                       f"{json.dumps(read)[:100]}, but it reads {json.dumps(p, default=str)[:100]} in that "
                                                       "image now: the verdicts are not the images'", fix)
+        if reads is not None and "raw" in rows[k] and (rows[k]["raw"] != json.loads(json.dumps(reads[j].raw_values, default=str)) or rows[k].get("quality") != round(reads[j].quality, 4)):
+            raise _fail(folder / "predictions.jsonl", f"row {k + 1} ({rows[k].get('file_name')}) records a raw read or match quality "
+                                                      "the evaluator does not read in that image now", fix)
+    _check_quality(folder, rows, spec, ev, quality, fix)
+
+
+#: how far a mean of the quality figures derived again from predictions.jsonl (measures rounded to 4 decimals there)
+#: may lie from the recorded one
+QUALITY_TOLERANCE = 1e-3
+
+
+def _check_quality(folder: Path, rows: list[dict], spec, ev, quality, fix: str) -> None:
+    """The match-quality figures (``scores.quality``: accuracy without abstention, what abstention changed) must be
+    those :func:`mosaic.evaluation.quality.quality_from_predictions` derives from the rows again (forged in both the
+    run's and the samples' files, they were reported, attack round 25). Rows of an older mosaic carry no raw reads and
+    are not compared; rows that carry them and no recorded quality, or the reverse for a parser, are refused."""
+    if quality is None and not any("raw" in r for r in rows):
+        return
+    try:
+        again = quality_from_predictions(rows, spec, ev)
+    except ValueError as e:
+        raise _fail(folder / "predictions.jsonl", f"its quality fields cannot be read ({str(e)[:120]})", fix) from None
+    if again is None:
+        return
+    if not isinstance(quality, dict) or not _close(again, quality):
+        raise _fail(folder / "metrics.json", "its quality figures (accuracy without abstention, abstained images) are not those "
+                                             f"of its own per-image reads ({folder / 'predictions.jsonl'})", fix)
+
+
+def _close(a, b) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return set(a) == set(b) and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        return abs(a - b) <= QUALITY_TOLERANCE
+    return _same(a, b)
 
 
 def _check_analysis(run: Path, analysis) -> None:
