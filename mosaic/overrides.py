@@ -114,6 +114,19 @@ def _numbers_as_written(loader: type) -> None:
 _numbers_as_written(UniqueKeyLoader)
 
 
+def _unordered_or_odd(loader, node):
+    """A tag whose value has no order or no JSON form is refused where it stands (line and column): ``!!set``
+    builds a Python set, whose order (a spec's labels, its fingerprint) changes with the process's hash seed
+    (attack round 26); ``!!omap`` / ``!!pairs`` build lists of tuples that no field means."""
+    raise yaml.constructor.ConstructorError(
+        None, None, f"the YAML tag {node.tag.rsplit(':', 1)[-1]!r} is not allowed: its value has no order every reader "
+        "agrees on (or no JSON form); write a plain list ([a, b]) or mapping ({a: 1})", node.start_mark)
+
+
+for _tag in ("set", "omap", "pairs"):
+    UniqueKeyLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _unordered_or_odd)
+
+
 def safe_load(text: str) -> Any:
     """``yaml.safe_load`` that refuses duplicate mapping keys (:class:`UniqueKeyLoader`): the one
     YAML parser of every user file and ``--set`` value (specs, configs, sweeps, registries)."""

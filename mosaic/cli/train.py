@@ -118,7 +118,7 @@ def diffusion(config: DiffusionConfigArg, set_: SetOpt = None, out: OutOpt = Non
 
             print_table(metrics["table"], console=console)
         _print_check(metrics.get("evaluator_check"))
-        console.print(f"[green]done[/] {metrics['run']} in {metrics.get('time_s', 0):.0f} s (metrics.json, samples in {metrics['samples']['out']})")
+        console.print(f"[green]done[/] {metrics['run']} in {metrics.get('time_s', 0):.0f} s (metrics.json, samples in {(metrics.get('samples') or {}).get('out')})")
 
 
 @train_app.command("transformer")

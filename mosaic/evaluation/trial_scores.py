@@ -62,7 +62,7 @@ def _fail(path, why: str, fix: str) -> SweepError:
     return SweepError([(str(path), f"{why}; {fix}")])
 
 
-def check_run_scores(run: Path, metrics: dict) -> None:
+def check_run_scores(run: Path, metrics: dict, fix: str | None = None) -> None:
     """Raise unless the figures of a finished diffusion run's ``metrics.json`` (``metrics``) are those
     its scored samples give (see the module docstring): the table is its scores' table; its scores,
     whole (per value, per cell, unreadable fractions, match quality), and its ``evaluator_check`` are
@@ -74,11 +74,12 @@ def check_run_scores(run: Path, metrics: dict) -> None:
     without a sampling section in its config (a transformer) is not checked here.
 
     Raises:
-        SweepError: naming the file whose figures are not the ones below it, and the fix."""
+        SweepError: naming the file whose figures are not the ones below it, and the fix (``fix``, default: a
+            sweep trial's)."""
     run = Path(run)
     mpath = run / "metrics.json"
-    fix = (f"restore it, or score the samples again (`mosaic sample {run}` with the run's settings), or delete the trial "
-           "folder and rerun `mosaic sweep`")
+    fix = fix or (f"restore it, or score the samples again (`mosaic sample {run}` with the run's settings), or delete the trial "
+                  "folder and rerun `mosaic sweep`")
     try:
         cfg = read_config_yaml(run / "config.yaml")
     except (MosaicError, OSError, ValueError):

@@ -25,13 +25,15 @@ from typing import Callable
 
 import torch
 
-from mosaic.errors import ConfigError, TrainingError
+from mosaic.errors import ConfigError, SweepError, TrainingError
 from mosaic.lab.config import RunConfig, config_diff
 from mosaic.lab.loop import Task, make_accelerator, torch_threads_restored, train
 from mosaic.lab.run_folder import RunFolder
 from mosaic.locks import FolderLock
 from mosaic.dataset import spec_of
-from mosaic.io import output_dir_problem
+from mosaic.evaluation.table import table_problem
+from mosaic.evaluation.trial_scores import check_run_scores
+from mosaic.io import loads_json, output_dir_problem
 from mosaic.lab.data import load_dataset_spec, manifest_fingerprint, resolve_dataset
 
 
@@ -48,6 +50,10 @@ class RunContext:
 
 class Family:
     """A model family's plug-in to :func:`run` (override :meth:`build_task` and :meth:`results`)."""
+
+    #: whether a finished run's figures are derived again before a rerun prints them
+    #: (:func:`mosaic.evaluation.trial_scores.check_run_scores`: mosaic's diffusion and transformer families)
+    checks_figures: bool = False
 
     def build_task(self, cfg: RunConfig, root: Path, run: RunFolder) -> Task:
         """The task of ``cfg`` on the dataset at ``root``, built with torch seeded. ``run`` is not
@@ -76,19 +82,61 @@ class Family:
         return metrics
 
 
-def finished_metrics(run: RunFolder, config: dict | None = None) -> dict | None:
+def finished_metrics(run: RunFolder, config: dict | None = None, figures: bool = True) -> dict | None:
     """A finished run's metrics with ``already_done``, or None. With ``config``, only when the
-    run's config is the same (``out`` aside)."""
+    run's config is the same (``out`` aside). Each field a rerun prints must be of its type, and with
+    ``figures`` (a family whose :attr:`Family.checks_figures`) its figures are derived again
+    (:func:`mosaic.evaluation.trial_scores.check_run_scores`, as under ``mosaic report``).
+
+    Raises:
+        TrainingError: ``metrics.json`` damaged, or figures that are not those its samples or weights give."""
     if not (run.is_done() and run.metrics.is_file()):
         return None
     if config is not None:
         if [d for d in config_diff(run.read_config(), config) if d not in ("out", "dataset.path")]:
             return None
-    metrics = run._read(run.metrics, json.loads)
+    metrics = run._read(run.metrics, loads_json)  # a key given twice is damage (attack round 26)
+    fix = (f"restore it, or delete {run.done} and rerun the same command (training resumes from its last checkpoint, then "
+           "samples and scores again)")
+    bad = _finished_problem(metrics)
+    if bad is not None:  # printed field by field as the run's result: another type was a traceback (attack round 26)
+        raise TrainingError(f"{run.metrics} is damaged: {bad}; {fix}")
     was, now = metrics.get("run"), str(run.root)
     if isinstance(was, str) and was != now:  # a copied or moved run folder: its own paths, never the original's
         metrics = _moved(metrics, was, now)
+    try:  # its figures are shown as the run's result: derived again, as under `mosaic report` (a forged table was printed)
+        if figures:
+            check_run_scores(run.root, metrics, fix=fix)
+    except SweepError as e:
+        raise TrainingError(str(e)) from None
     return {**metrics, "already_done": True}
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+#: the fields of a finished run's metrics.json that a rerun prints, and what each must be
+_FINISHED_FIELDS = {
+    "run": (lambda v: isinstance(v, str), "a path"),
+    "train": (lambda v: isinstance(v, dict) and all(_num(v.get(k)) for k in ("steps", "train_time_s", "images_per_s", "final_loss"))
+              and isinstance(v.get("device"), str) and _num(v.get("processes")), "a mapping of steps, times, device and final loss"),
+    "time_s": (_num, "a number of seconds"),
+    "evaluator_check": (lambda v: v is None or isinstance(v, dict), "a mapping or null"),
+    "samples": (lambda v: isinstance(v, dict) and isinstance(v.get("out"), str), "a mapping naming its folder (out)"),
+}
+
+
+def _finished_problem(metrics: dict) -> str | None:
+    """Why a finished run's ``metrics.json`` cannot be printed as its result, or None: each field a rerun prints
+    (:data:`_FINISHED_FIELDS`; ``run`` and ``train`` required, the others where given) of its type, and the table
+    one mosaic writes."""
+    for key, (ok, what) in _FINISHED_FIELDS.items():
+        if key in metrics or key in ("run", "train"):
+            if not ok(metrics.get(key)):
+                return f"its {key} is {json.dumps(metrics.get(key), default=str)[:60]}, not {what}"
+    bad = table_problem(metrics.get("table"))
+    return None if bad is None else f"its table: {bad}"
 
 
 def _moved(value, was: str, now: str):
@@ -208,7 +256,7 @@ def _run(cfg: RunConfig, family: Family, say, on_generate) -> dict:
     t_start = time.perf_counter()
     run_folder = RunFolder(cfg.run_dir())
     config = cfg.model_dump(mode="json")
-    done = finished_metrics(run_folder, config)  # cheap path: a finished run with the same config is a no-op
+    done = finished_metrics(run_folder, config, figures=family.checks_figures)  # cheap path: a finished run with the same config is a no-op
     if done is not None:
         return done
     check_outputs(cfg)  # a run that could not be written fails before its dataset is generated
@@ -235,7 +283,7 @@ def _train_locked(cfg, family, say, run_folder, config, root, accelerator, task,
     with accelerator.main_process_first():
         status = run_folder.open(config, root, accelerator.is_main_process)
     if status == "done" and run_folder.metrics.is_file():
-        return finished_metrics(run_folder)
+        return finished_metrics(run_folder, figures=family.checks_figures)
     family.opened(cfg, task, ctx)
     say(family.describe(cfg, task, status, ctx))
     summary = train(task, cfg.training, run_folder, accelerator, on_log=say)

@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 
 from mosaic.errors import DatasetError, TrainingError
-from mosaic.io import MAX_JSON_BYTES, atomic_write, file_kind, open_append, read_bounded
+from mosaic.io import MAX_JSON_BYTES, atomic_write, file_kind, loads_json, open_append, read_bounded
 from mosaic.lab.config import config_diff
 from mosaic.lab.data import manifest_fingerprint
 from mosaic.overrides import load_yaml_text
@@ -67,7 +67,7 @@ def _read_jsonl_rows(path: Path) -> list[dict]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = loads_json(line)
         except (ValueError, RecursionError):
             row = None
         if not isinstance(row, dict) or not isinstance(row.get("step"), int) or isinstance(row.get("step"), bool):
@@ -127,7 +127,7 @@ class RunFolder:
         if self.identity.is_symlink() or not self.identity.is_file():  # a FIFO, folder or link is no run id: never "no id yet"
             raise TrainingError(f"{self.identity} is damaged (not a regular file: a link, folder, FIFO or device): restore it, "
                                 f"or delete the run folder {self.root} to start over")
-        rid = self._read(self.identity, json.loads).get("id")
+        rid = self._read(self.identity, loads_json).get("id")  # a key given twice is damage (attack round 26)
         if not isinstance(rid, str) or not 8 <= len(rid) <= 64 or not rid.isalnum():
             raise TrainingError(f"{self.identity} is damaged (no run id): restore it, or delete the run folder {self.root} to start over")
         return rid
@@ -151,7 +151,7 @@ class RunFolder:
         return self._read(self.config, _yaml)
 
     def read_dataset(self) -> dict:
-        return self._read(self.dataset, json.loads)
+        return self._read(self.dataset, loads_json)
 
     def _read(self, path: Path, parse) -> dict:
         """A run file parsed as a mapping; TrainingError naming the file and the fix when damaged."""
