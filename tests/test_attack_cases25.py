@@ -1012,7 +1012,6 @@ def test_report_never_shows_a_quality_figure_forged_in_both_layers(swept, tmp_pa
     _refused_or_truth(sw, t, "held_out.raw.joint", truth)
 
 
-@pytest.mark.xfail(strict=True, reason="attack25: evaluator_check.json and the run's evaluator_check forged together are reported; the check on fresh renders is never measured again")
 def test_report_never_shows_an_evaluator_check_forged_in_both_layers(swept, tmp_path):
     """evaluator_check.json (the evaluator on fresh renders) and the run's copy edited together."""
     sw = _copy(swept, tmp_path)

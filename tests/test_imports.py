@@ -223,6 +223,7 @@ LAZY: dict[tuple[str, str], str] = {
     ("mosaic.cli.sweep", "mosaic.sweep"): HELP,
     ("mosaic.cli.sweep", "mosaic.trials"): HELP,
     ("mosaic.cli.train", "mosaic.evaluation.table"): HELP,
+    ("mosaic.cli.train", "mosaic.evaluation.trial_scores"): HELP,
     ("mosaic.cli.train", "mosaic.lab.config"): HELP,
     ("mosaic.cli.train", "mosaic.lab.cost"): HELP,
     ("mosaic.cli.train", "mosaic.lab.cost_table"): HELP,

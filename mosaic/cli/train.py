@@ -85,6 +85,13 @@ def _train(config_cls, run, config: Path, set_, out, unit: str, inside: str = ""
     if "run" not in metrics:  # a non-main process of a multi-process run
         return None
     if metrics.get("already_done"):
+        from mosaic.evaluation.trial_scores import check_run_scores
+        from mosaic.lab.run import rerun_fix
+
+        try:  # its figures are printed as the run's result: derived again, as under `mosaic report` (attack round 26)
+            check_run_scores(Path(metrics["run"]), metrics, fix=rerun_fix(metrics["run"]))
+        except MosaicError as e:
+            fail(e)
         console.print(f"[green]already done[/]: {metrics['run']} (delete its DONE file or use another --out to train again)")
     tr = metrics["train"]
     console.print(f"trained {tr['steps']} steps in {tr['train_time_s']:.0f} s ({tr['images_per_s']:.0f} {unit}/s, "

@@ -146,7 +146,7 @@ def check_run_scores(run: Path, metrics: dict, fix: str | None = None) -> None:
         k = next(k for k in keys if not _same(again.get(k), own.get(k)))
         raise _fail(folder / "metrics.json", f"its figures ({k}) are not those of its own per-image verdicts "
                                              f"({folder / 'predictions.jsonl'}, scored again with the spec's held-out flags)", fix)
-    _spot_read(run, cfg, settings, spec, folder, rows, fix, own.get("quality"))
+    _spot_read(run, cfg, settings, spec, folder, rows, fix, own.get("quality"), metrics.get("evaluator_check"))
 
 
 #: how far a transformer run's accuracies measured again may lie from its recorded ones (a GPU's floats at training
@@ -192,7 +192,8 @@ def _read(path: Path, fix: str, why: str) -> dict:
     return data
 
 
-def _spot_read(run: Path, cfg: dict, settings: dict, spec, folder: Path, rows: list[dict], fix: str, quality=None) -> None:
+def _spot_read(run: Path, cfg: dict, settings: dict, spec, folder: Path, rows: list[dict], fix: str, quality=None,
+               check=None) -> None:
     """:data:`SPOT_READS` rows' ``read`` must be what the run's evaluator (``sampling.json``'s, with the
     config's ``position_bins``) reads in their images now: verdicts rewritten to "right" were believed."""
     if not rows:
@@ -229,6 +230,44 @@ def _spot_read(run: Path, cfg: dict, settings: dict, spec, folder: Path, rows: l
             raise _fail(folder / "predictions.jsonl", f"row {k + 1} ({rows[k].get('file_name')}) records a raw read or match quality "
                                                       "the evaluator does not read in that image now", fix)
     _check_quality(folder, rows, spec, ev, quality, fix)
+    if check is not None:
+        _measure_check_again(folder, cfg, spec, ev, which, check, fix)
+
+
+#: how far the evaluator's accuracies on fresh renders measured again may lie from the recorded ones (a learned
+#: evaluator on a GPU at sampling against the CPU now; the parser on another host's floats)
+CHECK_TOLERANCE = 0.02
+#: evaluator checks measured in this process: ``(spec fingerprint, evaluator, n, abstain, bins) -> check`` (the seeds of one
+#: condition share their spec, so a sweep's report renders each condition's check once)
+_CHECKS: dict = {}
+
+
+def _measure_check_again(folder: Path, cfg: dict, spec, ev, which, check, fix: str) -> None:
+    """The run's ``evaluator_check`` (the evaluator's accuracy on ``evaluation.check_n`` fresh ground-truth renders,
+    :func:`mosaic.evaluation.check_evaluator`) measured again: its ``n`` must be the run config's ``check_n``, its
+    accuracies within :data:`CHECK_TOLERANCE` of the fresh ones and its verdict (``passed``) the same (forged in both
+    the run's and the samples' files, a check was reported, attack round 25). About 1-2 CPU s per 200 renders at
+    16-24 px, once per spec and evaluator in a process."""
+    from mosaic.evaluation import check_evaluator
+
+    where = folder / "evaluator_check.json"
+    ev_cfg = cfg.get("evaluation") if isinstance(cfg.get("evaluation"), dict) else {}
+    n = check.get("n") if isinstance(check, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1 or n != ev_cfg.get("check_n", n):
+        raise _fail(where, f"measured on {n!r} renders, but the run's config sets evaluation.check_n {ev_cfg.get('check_n')!r}", fix)
+    key = (spec.fingerprint(), str(which), n, getattr(ev, "abstain", None), getattr(ev, "position_bins", None))
+    if key not in _CHECKS:
+        _CHECKS[key] = check_evaluator(spec, ev, n=n)
+    fresh = _CHECKS[key]
+    acc = check.get("accuracy") if isinstance(check.get("accuracy"), dict) else {}
+    pairs = [("joint_accuracy", check.get("joint_accuracy"), fresh["joint_accuracy"])] + \
+            [(f"accuracy.{c}", acc.get(c), v) for c, v in fresh["accuracy"].items()]
+    for name, got, want in pairs:
+        if not (_same(got, want) or (isinstance(got, (int, float)) and not isinstance(got, bool) and isinstance(want, float)
+                                     and abs(got - want) <= CHECK_TOLERANCE)):
+            raise _fail(where, f"says the evaluator's {name} on fresh renders is {got!r}, but it measures {want!r} now", fix)
+    if check.get("passed") is not fresh["passed"]:
+        raise _fail(where, f"says the evaluator passed: {check.get('passed')!r}, but it measures {fresh['passed']!r} now", fix)
 
 
 #: how far a mean of the quality figures derived again from predictions.jsonl (measures rounded to 4 decimals there)

@@ -25,14 +25,13 @@ from typing import Callable
 
 import torch
 
-from mosaic.errors import ConfigError, SweepError, TrainingError
+from mosaic.errors import ConfigError, TrainingError
 from mosaic.lab.config import RunConfig, config_diff
 from mosaic.lab.loop import Task, make_accelerator, torch_threads_restored, train
 from mosaic.lab.run_folder import RunFolder
 from mosaic.locks import FolderLock
 from mosaic.dataset import spec_of
 from mosaic.evaluation.table import table_problem
-from mosaic.evaluation.trial_scores import check_run_scores
 from mosaic.io import loads_json, output_dir_problem
 from mosaic.lab.data import load_dataset_spec, manifest_fingerprint, resolve_dataset
 
@@ -50,11 +49,6 @@ class RunContext:
 
 class Family:
     """A model family's plug-in to :func:`run` (override :meth:`build_task` and :meth:`results`)."""
-
-    #: whether a finished run's figures are derived again before a rerun prints them
-    #: (:func:`mosaic.evaluation.trial_scores.check_run_scores`: mosaic's diffusion and transformer families)
-    checks_figures: bool = False
-
     def build_task(self, cfg: RunConfig, root: Path, run: RunFolder) -> Task:
         """The task of ``cfg`` on the dataset at ``root``, built with torch seeded. ``run`` is not
         open yet: nothing may be written into it. Raise ConfigError for a config that does not fit
@@ -82,34 +76,32 @@ class Family:
         return metrics
 
 
-def finished_metrics(run: RunFolder, config: dict | None = None, figures: bool = True) -> dict | None:
+def finished_metrics(run: RunFolder, config: dict | None = None) -> dict | None:
     """A finished run's metrics with ``already_done``, or None. With ``config``, only when the
-    run's config is the same (``out`` aside). Each field a rerun prints must be of its type, and with
-    ``figures`` (a family whose :attr:`Family.checks_figures`) its figures are derived again
-    (:func:`mosaic.evaluation.trial_scores.check_run_scores`, as under ``mosaic report``).
+    run's config is the same (``out`` aside). Each field a rerun prints must be of its type (``mosaic
+    train`` then derives its figures again, :func:`mosaic.evaluation.trial_scores.check_run_scores`).
 
     Raises:
-        TrainingError: ``metrics.json`` damaged, or figures that are not those its samples or weights give."""
+        TrainingError: ``metrics.json`` damaged (a field of another type, a key given twice)."""
     if not (run.is_done() and run.metrics.is_file()):
         return None
     if config is not None:
         if [d for d in config_diff(run.read_config(), config) if d not in ("out", "dataset.path")]:
             return None
     metrics = run._read(run.metrics, loads_json)  # a key given twice is damage (attack round 26)
-    fix = (f"restore it, or delete {run.done} and rerun the same command (training resumes from its last checkpoint, then "
-           "samples and scores again)")
     bad = _finished_problem(metrics)
     if bad is not None:  # printed field by field as the run's result: another type was a traceback (attack round 26)
-        raise TrainingError(f"{run.metrics} is damaged: {bad}; {fix}")
+        raise TrainingError(f"{run.metrics} is damaged: {bad}; {rerun_fix(run.root)}")
     was, now = metrics.get("run"), str(run.root)
     if isinstance(was, str) and was != now:  # a copied or moved run folder: its own paths, never the original's
         metrics = _moved(metrics, was, now)
-    try:  # its figures are shown as the run's result: derived again, as under `mosaic report` (a forged table was printed)
-        if figures:
-            check_run_scores(run.root, metrics, fix=fix)
-    except SweepError as e:
-        raise TrainingError(str(e)) from None
     return {**metrics, "already_done": True}
+
+
+def rerun_fix(root: Path) -> str:
+    """The fix for a finished run whose ``metrics.json`` is damaged or whose figures are not its own."""
+    return (f"restore it, or delete {Path(root) / 'DONE'} and rerun the same command (training resumes from its last "
+            "checkpoint, then samples and scores again)")
 
 
 def _num(v) -> bool:
@@ -256,7 +248,7 @@ def _run(cfg: RunConfig, family: Family, say, on_generate) -> dict:
     t_start = time.perf_counter()
     run_folder = RunFolder(cfg.run_dir())
     config = cfg.model_dump(mode="json")
-    done = finished_metrics(run_folder, config, figures=family.checks_figures)  # cheap path: a finished run with the same config is a no-op
+    done = finished_metrics(run_folder, config)  # cheap path: a finished run with the same config is a no-op
     if done is not None:
         return done
     check_outputs(cfg)  # a run that could not be written fails before its dataset is generated
@@ -283,7 +275,7 @@ def _train_locked(cfg, family, say, run_folder, config, root, accelerator, task,
     with accelerator.main_process_first():
         status = run_folder.open(config, root, accelerator.is_main_process)
     if status == "done" and run_folder.metrics.is_file():
-        return finished_metrics(run_folder, figures=family.checks_figures)
+        return finished_metrics(run_folder)
     family.opened(cfg, task, ctx)
     say(family.describe(cfg, task, status, ctx))
     summary = train(task, cfg.training, run_folder, accelerator, on_log=say)

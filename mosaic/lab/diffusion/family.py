@@ -25,8 +25,6 @@ from mosaic.lab.data import evaluation_splits
 class DiffusionFamily(Family):
     """Conditional diffusion in pixel or latent space (see :mod:`mosaic.lab.diffusion`)."""
 
-    checks_figures = True
-
     def build_task(self, cfg: DiffusionConfig, root: Path, run: RunFolder) -> DiffusionTask:
         return DiffusionTask(cfg, root, run)
 

@@ -47,8 +47,6 @@ def build_task(cfg: TransformerConfig, root: Path) -> Task:
 class TransformerFamily(Family):
     """ViTs and token encoders from scratch: the classifier and binding objectives."""
 
-    checks_figures = True
-
     def build_task(self, cfg: TransformerConfig, root: Path, run: RunFolder) -> Task:
         return build_task(cfg, root)
 
