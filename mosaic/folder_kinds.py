@@ -9,6 +9,7 @@ names are looked at (nothing is read).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 #: (marker files, what the folder is, the fix per expected kind: "dataset", "images", "sweep")
@@ -40,3 +41,17 @@ def kind_hint(folder: str | Path, expected: str) -> str | None:
 
 
 _EXPECTED = {"dataset": "a dataset", "images": "a folder of images to evaluate", "sweep": "a sweep folder"}
+
+
+#: the files that mark a folder mosaic wrote (a run, a samples folder, a sweep, a sweep's trial)
+OWNED_MARKERS = ("run.json", "sampling.json", "sweep.yaml", "trial.json")
+
+
+def owned_folder(folder: str | Path) -> Path | None:
+    """The nearest of ``folder`` (links resolved) and its ancestors that holds a marker of a folder mosaic
+    wrote (:data:`OWNED_MARKERS`), or None."""
+    p = Path(os.path.realpath(os.path.abspath(folder)))
+    for f in (p, *p.parents):
+        if any((f / m).is_file() for m in OWNED_MARKERS):
+            return f
+    return None

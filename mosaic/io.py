@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from mosaic.errors import MosaicError
+from mosaic.folder_kinds import owned_folder
 
 
 def new_temp_file(path: str | Path) -> tuple[Path, int]:
@@ -569,7 +570,9 @@ def _long_name(p: Path) -> str | None:
 def output_file_problem(path: str | Path) -> str | None:
     """Why a file cannot be written at ``path`` (a PNG, a report), or None: an existing ``path``
     must be a regular file (a folder, device such as ``/dev/null``, FIFO or socket is refused: an
-    atomic replace would put a file in its place); its folder is checked as :func:`output_dir_problem`."""
+    atomic replace would put a file in its place) outside every folder mosaic wrote (:func:`owned_folder`:
+    a run's, a samples folder's, a sweep's or trial's records are never replaced by another command's
+    file); its folder is checked as :func:`output_dir_problem`."""
     p = Path(path)
     long = _long_name(p)
     if long:
@@ -582,6 +585,10 @@ def output_file_problem(path: str | Path) -> str | None:
         return f"cannot be read: {e.strerror}"
     if st is not None and not stat.S_ISREG(st.st_mode):
         return "is a folder, not a file" if stat.S_ISDIR(st.st_mode) else f"is {file_kind(st.st_mode)}, not a regular file"
+    owner = owned_folder(p.absolute().parent) if st is not None else None
+    if owner is not None:  # `schema -o RUN/samples/S/metrics.json` replaced a record of a run (attack round 27)
+        return (f"is a file of {owner} (a folder mosaic wrote: its records are written by the command that made it, never "
+                "replaced by another); give a path outside it")
     parent = p.absolute().parent
     problem = output_dir_problem(parent)
     return None if problem is None else f"cannot be written: its folder {parent} {problem}"

@@ -70,6 +70,8 @@ def renderer_problem(man: dict) -> str | None:
         return "renderer.name is 'shaded', but the manifest's spec is drawn flat (image.renderer is not shaded)"
     if not (isinstance(ss, int) and not isinstance(ss, bool) and ss > 0):
         return f"renderer.supersample is {str(ss)[:40]!r}, not a whole number > 0"
+    if isinstance(image, dict) and "supersample" in image and image["supersample"] != ss:  # attack round 27
+        return f"renderer.supersample is {ss!r}, but the manifest's spec draws at image.supersample {image['supersample']!r}"
     return None
 
 
@@ -88,6 +90,9 @@ def identity_problem(man: dict) -> str | None:
       full check was skipped, so two swapped images were read as an old dataset's (wrong labels, exit 0)."""
     if man.get("format") != FORMAT:
         return f"format is {str(man.get('format'))[:40]!r}: this mosaic reads {FORMAT} datasets only"
+    spec = man.get("spec")
+    if isinstance(spec, dict) and "name" in spec and "name" in man and man["name"] != spec["name"]:  # a run records it (round 27)
+        return f"name is {str(man['name'])[:40]!r}, but its spec's name is {str(spec['name'])[:40]!r}"
     if man.get("storage", "imagefolder") == "imagefolder" and man.get("status") == "complete" and not man.get("checksums"):
         return "its checksums record (the digests of every file) is gone, so its files cannot be vouched for"
     return None

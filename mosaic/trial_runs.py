@@ -29,6 +29,8 @@ _MISSING = object()
 def _same_value(node, want) -> bool:
     """Whether a run's config value is the trial's: equal, or the number a YAML string of the trial's
     reads as (PyYAML reads ``1e-3`` as a string, the run's validated config holds 0.001)."""
+    if isinstance(node, bool) != isinstance(want, bool):  # YAML `true` is no 1 (attack round 27)
+        return False
     if node == want:
         return True
     if isinstance(want, str) and isinstance(node, (int, float)) and not isinstance(node, bool):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import numpy as np
 
 from mosaic.audit import read_rows
 from mosaic.errors import MosaicError, SweepError
+from mosaic.evaluation.check import check_evaluator
 from mosaic.evaluation.load import load_evaluator
 from mosaic.evaluation.metrics import score
 from mosaic.evaluation.quality import quality_from_predictions, read_images
@@ -86,6 +88,7 @@ def check_run_scores(run: Path, metrics: dict, fix: str | None = None) -> None:
         cfg = None
     if "analysis" in metrics:
         _check_analysis(run, metrics["analysis"])
+    _check_train_record(run, metrics, cfg, fix)
     if not ("table" in metrics or "scores" in metrics):
         return
     diffusion = (not isinstance(cfg, dict) or "objective" not in cfg or "sampling" in cfg or "scores" in metrics or "samples" in metrics
@@ -108,6 +111,8 @@ def check_run_scores(run: Path, metrics: dict, fix: str | None = None) -> None:
     own = _read(folder / "metrics.json", fix, f"the figures of {mpath} come from it")
     if not _same(own, scores):
         raise _fail(mpath, f"its scores are not those of its samples ({folder / 'metrics.json'})", fix)
+    if metrics.get("evaluator_check") is None and os.path.lexists(folder / "evaluator_check.json"):  # a failed check hidden (round 27)
+        raise _fail(mpath, f"its evaluator_check is gone, while its samples hold one ({folder / 'evaluator_check.json'})", fix)
     if metrics.get("evaluator_check") is not None:
         check = _read(folder / "evaluator_check.json", fix, f"the evaluator check of {mpath} comes from it")
         timing = ("seconds", "images_per_second")  # measured again with the same figures when the run is sampled again
@@ -134,6 +139,8 @@ def check_run_scores(run: Path, metrics: dict, fix: str | None = None) -> None:
     except Exception as e:  # noqa: BLE001 - a spec that no longer parses (SpecError), or no spec, is named
         raise _fail(run / "dataset_manifest.json", f"holds no spec that parses ({str(e)[:120]})", fix) from None
     rows = [r for _, r in read_rows(folder / "predictions.jsonl")]
+    if isinstance(metrics.get("samples"), dict) and "images" in metrics["samples"] and not _same(metrics["samples"]["images"], len(rows)):
+        raise _fail(mpath, f"its samples.images is {metrics['samples']['images']!r}, but its samples folder holds {len(rows)} scored images", fix)
     if settings.get("images") != len(rows) or own.get("n") != len(rows):  # rows dropped, then everything rescored (round 25)
         raise _fail(folder / "predictions.jsonl", f"holds {len(rows)} rows, but sampling.json records {settings.get('images')!r} "
                                                   f"images and metrics.json scores {own.get('n')!r}", fix)
@@ -234,6 +241,43 @@ def _spot_read(run: Path, cfg: dict, settings: dict, spec, folder: Path, rows: l
         _measure_check_again(folder, cfg, spec, ev, which, check, fix)
 
 
+#: the seconds a run's metrics.json records (each a finite number >= 0 where given)
+_TIMES = (("time_s",), ("generate_s",), ("train", "train_time_s"), ("train", "images_per_s"), ("train", "train_time_this_call_s"),
+          ("samples", "seconds"))
+
+
+def _check_train_record(run: Path, metrics: dict, cfg, fix: str) -> None:
+    """The training record of a finished run (``metrics.json``'s ``train`` and times) as the run gives it: ``steps``
+    the config's ``training.steps``, ``final_loss`` the mean loss of the last 10 % of ``log.jsonl``'s rows (as
+    :func:`mosaic.lab.loop.train` records it), every time a finite number >= 0. Edited values went into a sweep's
+    results and a rerun's print (attack round 27). ``params`` and ``best`` are not derived again."""
+    mpath = run / "metrics.json"
+    for keys in _TIMES:
+        node = metrics
+        for k in keys:
+            node = node.get(k) if isinstance(node, dict) else None
+        if node is not None and not (isinstance(node, (int, float)) and not isinstance(node, bool) and math.isfinite(node) and node >= 0):
+            raise _fail(mpath, f"its {'.'.join(keys)} is {node!r}, not a time in seconds (a finite number >= 0)", fix)
+    tr = metrics.get("train")
+    if not isinstance(tr, dict):
+        return
+    want = ((cfg or {}).get("training") or {}).get("steps") if isinstance(cfg, dict) else None
+    if want is not None and not _same(tr.get("steps"), want):
+        raise _fail(mpath, f"its train.steps is {tr.get('steps')!r}, but the run's config trains {want!r} steps", fix)
+    if "final_loss" in tr and isinstance(want, int):
+        from mosaic.lab.run_folder import RunFolder
+
+        try:
+            log = RunFolder(run).read_log()
+        except MosaicError as e:
+            raise _fail(run / "log.jsonl", f"cannot be read ({str(e)[:100]}), so its final loss cannot be checked", fix) from None
+        recent = [r for r in log if r["step"] > 0.9 * want] or log[-1:]
+        loss = sum(r["loss"] for r in recent) / len(recent) if recent else None
+        if not (loss is None and tr["final_loss"] is None) and not (isinstance(tr["final_loss"], (int, float)) and loss is not None
+                                                                     and math.isclose(tr["final_loss"], loss, rel_tol=1e-6, abs_tol=1e-9)):
+            raise _fail(mpath, f"its train.final_loss is {tr['final_loss']!r}, but its log.jsonl gives {loss!r}", fix)
+
+
 #: how far the evaluator's accuracies on fresh renders measured again may lie from the recorded ones (a learned
 #: evaluator on a GPU at sampling against the CPU now; the parser on another host's floats)
 CHECK_TOLERANCE = 0.02
@@ -248,8 +292,6 @@ def _measure_check_again(folder: Path, cfg: dict, spec, ev, which, check, fix: s
     accuracies within :data:`CHECK_TOLERANCE` of the fresh ones and its verdict (``passed``) the same (forged in both
     the run's and the samples' files, a check was reported, attack round 25). About 1-2 CPU s per 200 renders at
     16-24 px, once per spec and evaluator in a process."""
-    from mosaic.evaluation import check_evaluator
-
     where = folder / "evaluator_check.json"
     ev_cfg = cfg.get("evaluation") if isinstance(cfg.get("evaluation"), dict) else {}
     n = check.get("n") if isinstance(check, dict) else None
