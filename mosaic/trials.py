@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import stat
 import subprocess
@@ -359,6 +360,13 @@ def result_row(tdir: Path, cells: dict | None = None) -> dict:
     (:func:`mosaic.evaluation.cell_sets.cell_set_columns`). Raises TypeError & co. on records of other JSON types
     (:func:`_row` names them)."""
     st = read_status(tdir)
+    t_s = st.get("time_s")
+    if t_s is not None and not (isinstance(t_s, (int, float)) and not isinstance(t_s, bool) and math.isfinite(t_s) and t_s >= 0):
+        raise SweepError([(str(tdir / "trial.json"), f"damaged: time_s is {t_s!r}, not a time in seconds (finite, >= 0): restore it, "
+                                                     "or delete the trial folder and rerun `mosaic sweep`")])
+    if st.get("status") == "done" and st.get("error"):  # an error text on a done trial went into results (attack round 27)
+        raise SweepError([(str(tdir / "trial.json"), "damaged: a done trial with an error: restore it, or delete the trial folder "
+                                                     "and rerun `mosaic sweep`")])
     row: dict[str, Any] = {"trial": st.get("id", tdir.name), "status": st.get("status"), "time_s": None if st.get("time_s") is None else float(st["time_s"]),
                            "error": (st.get("error") or "")[-500:] or None}
     row.update(st.get("values", {}))

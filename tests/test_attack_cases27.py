@@ -836,8 +836,7 @@ def test_a_rerun_never_prints_an_edited_training_record(drun, tmp_path, field, v
     _clean_exit_2(res, "metrics.json")
 
 
-@pytest.mark.xfail(strict=True, reason="attack27: W: a finished run's metrics.json samples.out edited to an empty folder outside the "
-                   "run is printed by a rerun of `mosaic train` as where its samples lie, exit 0")
+# fixed (was recorded): attack27: W: a finished run's metrics.json samples.out edited to an empty folder outside the run is printed by a rerun of `mosaic train` as where its samples lie, exit 0
 def test_a_rerun_never_prints_samples_of_a_folder_outside_the_run(drun, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
@@ -1617,8 +1616,7 @@ def test_hf_load_of_a_dataset_whose_card_is_a_fifo_is_named_without_waiting(made
         load_dataset(ds, cache_dir=str(tmp_path / "cache"))
 
 
-@pytest.mark.xfail(strict=True, reason="attack27: W: a done trial's trial.json edited to time_s -77.5 (or an error text on a done "
-                   "trial) lands in the sweep's results.csv by `mosaic report`, exit 0")
+# fixed (was recorded): attack27: W: a done trial's trial.json edited to time_s -77.5 (or an error text on a done trial) lands in the sweep's results.csv by `mosaic report`, exit 0
 @pytest.mark.parametrize("field,value", [("time_s", -77.5), ("error", "CUDA out of memory")])
 def test_report_never_puts_an_impossible_trial_record_into_the_results(swept, tmp_path, field, value):
     from tests.conftest import results_row, trial_dirs

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +96,10 @@ def finished_metrics(run: RunFolder, config: dict | None = None) -> dict | None:
     was, now = metrics.get("run"), str(run.root)
     if isinstance(was, str) and was != now:  # a copied or moved run folder: its own paths, never the original's
         metrics = _moved(metrics, was, now)
+    out = (metrics.get("samples") or {}).get("out")
+    if isinstance(out, str) and not Path(os.path.abspath(out)).is_relative_to(Path(os.path.abspath(run.root))):
+        raise TrainingError(f"{run.metrics} is damaged: its samples.out {out!r} lies outside the run (a run's samples are "
+                            f"written into it); {rerun_fix(run.root)}")
     return {**metrics, "already_done": True}
 
 
