@@ -585,10 +585,12 @@ def output_file_problem(path: str | Path) -> str | None:
         return f"cannot be read: {e.strerror}"
     if st is not None and not stat.S_ISREG(st.st_mode):
         return "is a folder, not a file" if stat.S_ISDIR(st.st_mode) else f"is {file_kind(st.st_mode)}, not a regular file"
-    owner = owned_folder(p.absolute().parent) if st is not None else None
+    parent = p.absolute().parent
+    problem = output_dir_problem(parent)
+    if problem is not None:
+        return f"cannot be written: its folder {parent} {problem}"
+    owner = owned_folder(parent) if st is not None else None
     if owner is not None:  # `schema -o RUN/samples/S/metrics.json` replaced a record of a run (attack round 27)
         return (f"is a file of {owner} (a folder mosaic wrote: its records are written by the command that made it, never "
                 "replaced by another); give a path outside it")
-    parent = p.absolute().parent
-    problem = output_dir_problem(parent)
-    return None if problem is None else f"cannot be written: its folder {parent} {problem}"
+    return None

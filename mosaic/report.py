@@ -41,6 +41,21 @@ def _refuse_link(root: Path, path: Path) -> None:
         raise _refuse(f"{link} is a symbolic link (to {os.readlink(link)!r})")
 
 
+def _redraw_heatmap(run: Path, scored: Path, path: Path) -> None:
+    """A trial's per-cell heatmap drawn again from its scored samples' ``metrics.json`` (checked against its
+    predictions and images by the results pass, :func:`mosaic.evaluation.trial_scores.check_run_scores`) and the
+    run's spec: the folder's ``heatmap.png`` replaced by another picture was shown as the trial's (attack round 27)."""
+    from mosaic.plots import plot_cell_heatmap
+    from mosaic.records import spec_from_data
+
+    try:
+        metrics, spec = read_json(scored / "metrics.json"), spec_from_data(read_json(run / "dataset_manifest.json")["spec"])
+    except (OSError, ValueError, KeyError, TypeError, MosaicError) as e:
+        raise MosaicError([(str(scored / "metrics.json"), f"its heatmap cannot be drawn ({str(e)[:120]}): restore the run's files, or "
+                                                          "delete the trial folder and rerun `mosaic sweep`")]) from None
+    plot_cell_heatmap(metrics, path, spec)
+
+
 def _own_figure(path: Path, root: Path) -> bytes:
     """The bytes of the sweep's own PNG figure ``path`` (below ``root``).
 
@@ -255,7 +270,10 @@ def write_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = Non
         own = [(f"{tdir.name}-heatmap{k}.png", hm) for k, hm in enumerate(maps[:2])]
         own += [(f"{tdir.name}-analysis-{fig.stem}.png", fig) for fig in sorted((run / "analysis").glob("*.png"))[:4]]  # mosaic analyze's
         for name, src in own:
-            atomic_write(out / name, _own_figure(src, sweep_dir))
+            if scored is not None and src == scored / "heatmap.png":  # drawn again from its checked scores (attack round 27)
+                _redraw_heatmap(run, scored, out / name)
+            else:
+                atomic_write(out / name, _own_figure(src, sweep_dir))
             item["heatmaps"].append(name)
         sheet = _sample_sheet(run, out / f"{tdir.name}-samples.png", sweep_dir)
         if sheet:

@@ -112,10 +112,10 @@ def test_complexity_vs_imbalance_direction_measured_on_cpu(tmp_path, monkeypatch
 
 
 def test_complexity_costs_more_than_imbalance_on_the_position_task(tmp_path, monkeypatch):
-    """complexity_position_cpu (seed 0), read with nearest bins as the shipped sweep reads it: the
-    baseline learns its combinations and 0-8 distractors cost more joint accuracy than MOSAIC's
-    skewed position table (seed 0: baseline 96.1 %, distractors 83.7 %, skew 95.4 %; README
-    "Findings"). Three 24 px trials of 4400 steps: about 80 CPU-minutes."""
+    """complexity_position_cpu (seed 0) as shipped (the UNet's last level at 32 channels), read with
+    nearest bins: the baseline learns its combinations and 0-8 distractors cost more joint accuracy
+    than MOSAIC's skewed position table (seed 0: baseline 94.3 %, distractors 83.3 %, skew 90.4 %;
+    docs/findings.md). Three 24 px trials of 4400 steps: about 35 CPU-minutes."""
     monkeypatch.chdir(ROOT)
     skew = {"kind": "weights", "weights": [2255, 1795, 1435, 1145, 915, 730, 585, 465, 375, 300]}
     conds = {"baseline": ([0, 0], "uniform"), "complexity": ([0, 8], "uniform"), "imbalance": ([0, 0], skew)}

@@ -102,6 +102,7 @@ def fake_trial(root: Path, values: dict, status: str, held: float | None = None,
         (tdir / "run" / "metrics.json").write_text(json.dumps({
             "table": {"seen": {"n": 10, "color": seen, "joint": seen}, "held_out": {"n": 10, "color": held, "joint": held}},
             "evaluator_check": {"joint": 0.998}, "train": {"steps": 5, "final_loss": 0.1}}))
+        (tdir / "run" / "log.jsonl").write_text(json.dumps({"step": 5, "loss": 0.1}) + "\n")  # the loss its record gives
         if status == "done":
             (tdir / "run" / "DONE").write_text("")
     return tdir
