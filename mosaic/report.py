@@ -10,7 +10,8 @@ from typing import Callable
 
 from mosaic.errors import MosaicError
 from mosaic.folder_kinds import kind_hint
-from mosaic.plots import plot_curves
+from mosaic.plots import plot_cell_heatmap, plot_curves
+from mosaic.records import spec_from_data
 from mosaic.audit import audit_summary, find_audit_files, linked_part
 from mosaic.verdicts import check_sweep_claims, write_claims
 from mosaic.evaluation.agreement import wilson_interval
@@ -45,9 +46,6 @@ def _redraw_heatmap(run: Path, scored: Path, path: Path) -> None:
     """A trial's per-cell heatmap drawn again from its scored samples' ``metrics.json`` (checked against its
     predictions and images by the results pass, :func:`mosaic.evaluation.trial_scores.check_run_scores`) and the
     run's spec: the folder's ``heatmap.png`` replaced by another picture was shown as the trial's (attack round 27)."""
-    from mosaic.plots import plot_cell_heatmap
-    from mosaic.records import spec_from_data
-
     try:
         metrics, spec = read_json(scored / "metrics.json"), spec_from_data(read_json(run / "dataset_manifest.json")["spec"])
     except (OSError, ValueError, KeyError, TypeError, MosaicError) as e:
