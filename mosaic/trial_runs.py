@@ -26,6 +26,13 @@ def _leaves(d: dict, prefix: tuple = ()):
 _MISSING = object()
 
 
+def _at(cfg: dict, keys: tuple):
+    """The value at the path ``keys`` of a nested mapping, or :data:`_MISSING`."""
+    for k in keys:
+        cfg = cfg.get(k, _MISSING) if isinstance(cfg, dict) else _MISSING
+    return cfg
+
+
 def _same_value(node, want) -> bool:
     """Whether a run's config value is the trial's: equal, or the number a YAML string of the trial's
     reads as (PyYAML reads ``1e-3`` as a string, the run's validated config holds 0.001)."""
@@ -85,9 +92,7 @@ def foreign_run(tdir: Path, sweep: SweepSpec | None, values: dict) -> str | None
     for keys, want in _leaves(trial_cfg):
         if keys[0] == "out" or keys[:2] == ("dataset", "path"):
             continue
-        node = run_cfg
-        for k in keys:
-            node = node.get(k, _MISSING) if isinstance(node, dict) else _MISSING
+        node = _at(run_cfg, keys)
         if node is _MISSING and keys in axes:
             differs.append(f"{'.'.join(map(str, keys))} missing (the trial's: {want!r})")
         elif node is not _MISSING and not _same_value(node, want):
@@ -119,9 +124,7 @@ def _default_differs(trial_cfg: dict, run_cfg: dict, sweep: SweepSpec | None) ->
     for keys, want in _leaves(full):
         if keys[0] in ("out", "dataset"):
             continue
-        node = run_cfg
-        for k in keys:
-            node = node.get(k, _MISSING) if isinstance(node, dict) else _MISSING
+        node = _at(run_cfg, keys)
         if node is not _MISSING and not _same_value(node, want):
             differs.append(f"{'.'.join(map(str, keys))} {node!r} (the trial's: {want!r}, its default)")
     return differs

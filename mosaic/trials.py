@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import os
 import stat
 import subprocess
@@ -25,7 +24,7 @@ from mosaic.claims import sweep_claim_problems
 from mosaic.diagnostics.columns import analysis_columns
 from mosaic.errors import MosaicError, SweepError
 from mosaic.evaluation.cell_sets import cell_set_columns
-from mosaic.evaluation.trial_scores import check_run_scores
+from mosaic.evaluation.trial_scores import check_run_scores, seconds_ok
 from mosaic.evaluation.table import check_row, table_columns, table_problem
 from mosaic.io import atomic_write, atomic_writer, make_output_dir, open_append, own_folders, read_json
 from mosaic.lab.config import config_diff, read_config_yaml, validate_config
@@ -361,7 +360,7 @@ def result_row(tdir: Path, cells: dict | None = None) -> dict:
     (:func:`_row` names them)."""
     st = read_status(tdir)
     t_s = st.get("time_s")
-    if t_s is not None and not (isinstance(t_s, (int, float)) and not isinstance(t_s, bool) and math.isfinite(t_s) and t_s >= 0):
+    if t_s is not None and not seconds_ok(t_s):
         raise SweepError([(str(tdir / "trial.json"), f"damaged: time_s is {t_s!r}, not a time in seconds (finite, >= 0): restore it, "
                                                      "or delete the trial folder and rerun `mosaic sweep`")])
     if st.get("status") == "done" and st.get("error"):  # an error text on a done trial went into results (attack round 27)

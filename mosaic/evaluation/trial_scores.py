@@ -183,10 +183,19 @@ def _check_transformer_table(run: Path, metrics: dict, fix: str) -> None:
     want, got = table_columns(table), table_columns(metrics.get("table"))
     for k in sorted(set(want) | set(got)):
         a, b = want.get(k), got.get(k)
-        exact = k.endswith(".n")
-        if not (_same(a, b) or (not exact and isinstance(a, float) and isinstance(b, (int, float)) and abs(a - b) <= TRANSFORMER_TOLERANCE)):
+        if not (_same(a, b) or (not k.endswith(".n") and _within(b, a, TRANSFORMER_TOLERANCE))):
             raise _fail(run / "metrics.json", f"its table says {k} = {b!r}, but the run's weights measure {a!r} on its test splits now",
                         fix)
+
+
+def _within(got, want, tol: float) -> bool:
+    """Whether a recorded number ``got`` lies within ``tol`` of a float measured again, ``want`` (a bool is no number)."""
+    return isinstance(got, (int, float)) and not isinstance(got, bool) and isinstance(want, float) and abs(got - want) <= tol
+
+
+def seconds_ok(v) -> bool:
+    """Whether ``v`` is a time in seconds as mosaic records one: a finite number >= 0 (not a bool)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
 
 
 def _read(path: Path, fix: str, why: str) -> dict:
@@ -233,7 +242,8 @@ def _spot_read(run: Path, cfg: dict, settings: dict, spec, folder: Path, rows: l
             raise _fail(folder / "predictions.jsonl", f"row {k + 1} ({rows[k].get('file_name')}) says the evaluator read "
                                                       f"{json.dumps(read)[:100]}, but it reads {json.dumps(p, default=str)[:100]} in that "
                                                       "image now: the verdicts are not the images'", fix)
-        if reads is not None and "raw" in rows[k] and (rows[k]["raw"] != json.loads(json.dumps(reads[j].raw_values, default=str)) or rows[k].get("quality") != round(reads[j].quality, 4)):
+        raw_now = None if reads is None else json.loads(json.dumps(reads[j].raw_values, default=str))
+        if reads is not None and "raw" in rows[k] and (rows[k]["raw"] != raw_now or rows[k].get("quality") != round(reads[j].quality, 4)):
             raise _fail(folder / "predictions.jsonl", f"row {k + 1} ({rows[k].get('file_name')}) records a raw read or match quality "
                                                       "the evaluator does not read in that image now", fix)
     _check_quality(folder, rows, spec, ev, quality, fix)
@@ -256,7 +266,7 @@ def _check_train_record(run: Path, metrics: dict, cfg, fix: str) -> None:
         node = metrics
         for k in keys:
             node = node.get(k) if isinstance(node, dict) else None
-        if node is not None and not (isinstance(node, (int, float)) and not isinstance(node, bool) and math.isfinite(node) and node >= 0):
+        if node is not None and not seconds_ok(node):
             raise _fail(mpath, f"its {'.'.join(keys)} is {node!r}, not a time in seconds (a finite number >= 0)", fix)
     tr = metrics.get("train")
     if not isinstance(tr, dict):
@@ -265,14 +275,13 @@ def _check_train_record(run: Path, metrics: dict, cfg, fix: str) -> None:
     if want is not None and not _same(tr.get("steps"), want):
         raise _fail(mpath, f"its train.steps is {tr.get('steps')!r}, but the run's config trains {want!r} steps", fix)
     if "final_loss" in tr and isinstance(want, int):
-        from mosaic.lab.run_folder import RunFolder
+        from mosaic.lab.run_folder import RunFolder, final_loss
 
         try:
             log = RunFolder(run).read_log()
         except MosaicError as e:
             raise _fail(run / "log.jsonl", f"cannot be read ({str(e)[:100]}), so its final loss cannot be checked", fix) from None
-        recent = [r for r in log if r["step"] > 0.9 * want] or log[-1:]
-        loss = sum(r["loss"] for r in recent) / len(recent) if recent else None
+        loss = final_loss(log, want)
         if not (loss is None and tr["final_loss"] is None) and not (isinstance(tr["final_loss"], (int, float)) and loss is not None
                                                                      and math.isclose(tr["final_loss"], loss, rel_tol=1e-6, abs_tol=1e-9)):
             raise _fail(mpath, f"its train.final_loss is {tr['final_loss']!r}, but its log.jsonl gives {loss!r}", fix)
@@ -305,8 +314,7 @@ def _measure_check_again(folder: Path, cfg: dict, spec, ev, which, check, fix: s
     pairs = [("joint_accuracy", check.get("joint_accuracy"), fresh["joint_accuracy"])] + \
             [(f"accuracy.{c}", acc.get(c), v) for c, v in fresh["accuracy"].items()]
     for name, got, want in pairs:
-        if not (_same(got, want) or (isinstance(got, (int, float)) and not isinstance(got, bool) and isinstance(want, float)
-                                     and abs(got - want) <= CHECK_TOLERANCE)):
+        if not (_same(got, want) or _within(got, want, CHECK_TOLERANCE)):
             raise _fail(where, f"says the evaluator's {name} on fresh renders is {got!r}, but it measures {want!r} now", fix)
     if check.get("passed") is not fresh["passed"]:
         raise _fail(where, f"says the evaluator passed: {check.get('passed')!r}, but it measures {fresh['passed']!r} now", fix)
@@ -338,9 +346,7 @@ def _check_quality(folder: Path, rows: list[dict], spec, ev, quality, fix: str) 
 def _close(a, b) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return set(a) == set(b) and all(_close(a[k], b[k]) for k in a)
-    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
-        return abs(a - b) <= QUALITY_TOLERANCE
-    return _same(a, b)
+    return _same(a, b) or _within(b, a, QUALITY_TOLERANCE)
 
 
 def _check_analysis(run: Path, analysis) -> None:

@@ -33,7 +33,7 @@ from mosaic.lab.checkpoint import (
     RECORD, WEIGHTS_RECORD, CheckpointError, check_weights_meaning, foreign_file, load_checkpoint, read_weights_record,
     save_checkpoint as write_checkpoint, write_weights_record,
 )
-from mosaic.lab.run_folder import RunFolder
+from mosaic.lab.run_folder import RunFolder, final_loss
 
 
 # ----------------------------------------------------------------------------------------------
@@ -473,7 +473,6 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
         accelerator.end_training()
     accelerator.wait_for_everyone()
     log = run.read_log() if accelerator.is_main_process else []
-    recent = [r for r in log if r["step"] > 0.9 * cfg.steps] or log[-1:]  # the last 10 % of training
     steps_timed = cfg.steps
     return {
         "steps": cfg.steps,
@@ -484,7 +483,7 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
         "device": str(device),
         "train_time_s": state["train_time_s"],
         "images_per_s": global_batch * steps_timed / max(state["train_time_s"], 1e-9),
-        "final_loss": sum(r["loss"] for r in recent) / len(recent) if recent else None,  # mean of the logged rows
+        "final_loss": final_loss(log, cfg.steps),  # mean of the logged rows of the last 10 % of training
         "best": {"metric": sel_metric, "value": state["best"], "step": state["best_step"]},
         "val": state["val"],
         "resumed_at": resumed_at,

@@ -50,6 +50,7 @@ class RunContext:
 
 class Family:
     """A model family's plug-in to :func:`run` (override :meth:`build_task` and :meth:`results`)."""
+
     def build_task(self, cfg: RunConfig, root: Path, run: RunFolder) -> Task:
         """The task of ``cfg`` on the dataset at ``root``, built with torch seeded. ``run`` is not
         open yet: nothing may be written into it. Raise ConfigError for a config that does not fit

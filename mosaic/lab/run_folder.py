@@ -44,6 +44,13 @@ LOG_FIELDS = ("step", "loss", "lr", "grad_norm", "images_per_s", "time_s")
 MAX_LOG_BYTES = 1 << 30
 
 
+def final_loss(log: list[dict], steps: int) -> float | None:
+    """A run's final loss as ``metrics.json`` records it: the mean ``loss`` of the log rows of the last 10 % of
+    ``steps`` (the last row alone when none lies there), or None for an empty log."""
+    recent = [r for r in log if r["step"] > 0.9 * steps] or log[-1:]
+    return sum(r["loss"] for r in recent) / len(recent) if recent else None
+
+
 def _read_jsonl_rows(path: Path) -> list[dict]:
     """The rows of a run's JSON-lines log (``log.jsonl``, ``val.jsonl``): ``[{"step": int, ...}]``,
     [] when there is none. A last line without its newline is an append cut short (the run was killed,
