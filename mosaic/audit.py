@@ -30,7 +30,7 @@ from mosaic.evaluation.agreement import wilson_interval
 from mosaic.evaluation.folder import MAX_METADATA_BYTES, file_name_problem, loads_record
 from mosaic.foreign_names import refuse_foreign_outputs
 from mosaic.io import FileReadError, atomic_write, make_output_dir, read_bounded, read_json, read_own_file
-from mosaic.png import FOREIGN_FORMATS, SIGNATURE, decode_image, encode_png
+from mosaic.png import FOREIGN_FORMATS, SIGNATURE, decode_image, encode_png, pixel_digest
 from mosaic.locks import FolderLock
 
 AUDIT_DIR = "audit"
@@ -57,6 +57,10 @@ def find_scored_samples(root: str | Path) -> list[Path]:
         raise MosaicError(f"{root} holds no scored samples (a folder with predictions.jsonl and metadata.jsonl): "
                           "sample and score the run first (`mosaic sample RUN`)")
     for folder in found:  # an evaluation interrupted there: its files are of two evaluations (attack round 23)
+        if not (folder / "metrics.json").is_file():  # nothing says the rows are one whole evaluation (attack round 27)
+            raise MosaicError([(str(folder / "metrics.json"), "is missing: every evaluation writes it last, so nothing says the "
+                                "predictions beside it are one whole evaluation's; rerun `mosaic evaluate ... --out` (or "
+                                "`mosaic sample RUN`) to score that folder, then audit")])
         try:
             status = read_json(folder / "metrics.json").get("status")
         except (OSError, ValueError, AttributeError):
@@ -120,9 +124,21 @@ def read_rows(path: Path, what: str = "predictions file") -> list[tuple[int, dic
     return rows
 
 
-def _audit_image(folder: Path, name: str, where: str) -> str:
-    """The data URI of the image ``name`` of a samples folder (:func:`read_sample_image`)."""
-    data, arr = read_sample_image(folder, name, where)
+def _audit_image(folder: Path, row: dict, where: str) -> str:
+    """The data URI of the image a prediction row scored (:func:`read_sample_image`): its pixels must be the ones the
+    row's ``image_sha256`` records (:func:`mosaic.png.pixel_digest`), else the page would show a verdict beside another
+    image (two images swapped after scoring, attack round 27).
+
+    Raises:
+        MosaicError: the row records no digest (scored by a mosaic before 2026-12-06) or another image's."""
+    data, arr = read_sample_image(folder, row["file_name"], where)
+    fix = "score the folder again (`mosaic evaluate DIR --spec SPEC --out DIR`, or `mosaic sample RUN`), then audit"
+    if not isinstance(row.get("image_sha256"), str):
+        raise MosaicError([(where, f"the row records no image_sha256 (the digest of the image it scored), so nothing ties its verdict "
+                                   f"to image {row['file_name']!r}; {fix}")])
+    if pixel_digest(arr) != row["image_sha256"]:
+        raise MosaicError([(where, f"image {row['file_name']!r} is not the image this row scored (its pixels' digest differs from the "
+                                   f"row's image_sha256: replaced or swapped since); {fix}")])
     png = data if data.startswith(SIGNATURE) else encode_png(arr)  # what the page shows is an image that decoded
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
@@ -185,7 +201,7 @@ def collect_items(root: str | Path, n: int = 100, seed: int = 0) -> list[dict]:
     items = []
     for k, i in enumerate(take):
         rel, folder, ln, r = pool[i]
-        image = _audit_image(folder, r["file_name"], f"{folder / 'predictions.jsonl'} line {ln}")
+        image = _audit_image(folder, r, f"{folder / 'predictions.jsonl'} line {ln}")
         items.append({"id": k, "source": rel, "file_name": r.get("file_name"), "held_out": bool(r.get("held_out")),
                       "intended": r.get("intended") or {}, "read": r.get("read") or {}, "verdict": verdict_of(r),
                       "reasons": list(r.get("reasons") or []), "image": image})

@@ -15,7 +15,7 @@ from pathlib import Path
 #: (marker files, what the folder is, the fix per expected kind: "dataset", "images", "sweep")
 _KINDS = (
     (("manifest.json",), "a mosaic dataset",
-     {"images": "give one of its splits, e.g. {p}/test_ood (and --spec {p})", "sweep": "`mosaic verify {p}` checks a dataset; "
+     {"images": lambda p: _split_fix(p), "sweep": "`mosaic verify {p}` checks a dataset; "
       "`mosaic report` takes the folder `mosaic sweep` wrote"}),
     (("run.json",), "a training run folder (`mosaic train` wrote it)",
      {"dataset": "a run's dataset is the folder its dataset.json names", "images": "evaluate a samples folder of it "
@@ -36,8 +36,20 @@ def kind_hint(folder: str | Path, expected: str) -> str | None:
     p = Path(folder)
     for markers, what, fixes in _KINDS:
         if expected in fixes and all((p / m).is_file() for m in markers):
-            return f"{p} is {what}, not {_EXPECTED[expected]}: {fixes[expected].format(p=p)}"
+            fix = fixes[expected]
+            return f"{p} is {what}, not {_EXPECTED[expected]}: {fix(p) if callable(fix) else fix.format(p=p)}"
     return None
+
+
+def _split_fix(p: Path) -> str:
+    """The fix for a dataset given where images are wanted: one of its split folders that exists; a dataset whose
+    splits are Parquet shards has none (it advised ``{p}/test_ood``, a folder a Parquet dataset lacks, attack round 27)."""
+    splits = sorted(d.name for d in p.iterdir() if (d / "metadata.jsonl").is_file()) if p.is_dir() else []
+    if splits:
+        split = "test_ood" if "test_ood" in splits else splits[0]
+        return f"give one of its splits, e.g. {p / split} (and --spec {p})"
+    return (f"its splits are Parquet shards, not image folders: export it first (`mosaic export {p} --format imagefolder "
+            f"--out NEW`), then give one of NEW's splits, e.g. NEW/test_ood (and --spec NEW)")
 
 
 _EXPECTED = {"dataset": "a dataset", "images": "a folder of images to evaluate", "sweep": "a sweep folder"}

@@ -13,6 +13,7 @@ pixels.
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import zlib
 
@@ -291,3 +292,15 @@ def decode_image(src, *, where: str, error: type[Exception], mode: str | None = 
         except (OSError, ValueError, SyntaxError, EOFError, struct.error, Image.DecompressionBombError) as e:
             raise error([(where, f"the image does not decode ({type(e).__name__}: {str(e)[:100]}): truncated or damaged")]) from None
     return arr
+
+
+def pixel_digest(array: np.ndarray) -> str:
+    """The sha256 (hex) of an image's decoded pixels and shape: what a prediction row records of the
+    image it scored (``image_sha256``), so that ``mosaic audit`` shows each verdict beside the very image it
+    was given (two images swapped after scoring were shown with each other's verdicts, attack round 27).
+
+    Args:
+        array: uint8 ``[H, W, 3]`` (or ``[H, W]``) pixels as decoded (:func:`decode_image`).
+    """
+    a = np.ascontiguousarray(array, dtype=np.uint8)
+    return hashlib.sha256(repr(a.shape).encode() + a.tobytes()).hexdigest()

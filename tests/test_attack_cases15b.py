@@ -358,6 +358,7 @@ def test_an_audit_never_takes_prediction_rows_through_a_link(scored_run, tmp_pat
     _clean_exit_2(runner.invoke(app, ["audit", str(run), "--out", str(tmp_path / "aud")]), "holds no scored samples")
     (s / "predictions.jsonl").unlink()
     (s / "predictions.jsonl").write_bytes((src / "predictions.jsonl").read_bytes())
+    (s / "metrics.json").write_bytes((src / "metrics.json").read_bytes())  # the whole evaluation copied: audited
     assert runner.invoke(app, ["audit", str(run), "--out", str(tmp_path / "aud")]).exit_code == 0
 
 

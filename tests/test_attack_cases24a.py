@@ -738,12 +738,16 @@ def test_report_after_analyze_of_a_trial(swept, tmp_path):
     assert "analysis.probe.test_ood.mean" in _results(sw).columns
 
 
-@pytest.mark.xfail(strict=True, reason="attack24a: `mosaic reproduce` from outside the repo finds the registry's sweeps but not their configs")
+# fixed (was recorded): attack24a: `mosaic reproduce` from outside the repo finds the registry's sweeps but not their configs
 def test_reproduce_dry_run_from_another_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    r = _run(["reproduce", "mosaic", "--scale", "cpu", "--dry-run", "--out", tmp_path / "rep"])
+    r = _run(["reproduce", "mosaic", "--scale", "cpu", "--dry-run", "--out", "rep"])
     _no_traceback(r)
     assert r.exit_code == 0, r.output
+    assert "reading and writing there" in " ".join(r.output.split()), r.output
+    assert str(tmp_path / "rep") in "".join(r.output.split()), r.output  # a relative --out is in the user's folder
+    assert Path.cwd() == tmp_path  # the folder is given back
+    assert not (tmp_path / "rep").exists()  # a dry run writes nothing
 
 
 def test_report_never_reports_a_samples_folder_of_other_settings_as_the_runs(swept, tmp_path):

@@ -827,8 +827,8 @@ def test_a_rerun_never_prints_an_impossible_run_time(drun, tmp_path, value):
 
 # fixed (was recorded): attack27: W: a finished run's metrics.json train record edited (steps 999999, final loss, device, processes, negative images/s) is printed by a rerun of `mosaic train` as the run's, exit 0
 @pytest.mark.parametrize("field,value", [("steps", 999999), ("final_loss", 0.0001),
-                                         pytest.param("device", "cuda:7", marks=pytest.mark.xfail(strict=True, reason="attack27: W: train.device is recorded, not derived again")),
-                                         pytest.param("processes", 64, marks=pytest.mark.xfail(strict=True, reason="attack27: W: train.processes is recorded, not derived again")),
+                                         ("device", "cuda:7"),  # fixed (was recorded): train.device is recorded, not derived again
+                                         ("processes", 64),  # fixed (was recorded): train.processes is recorded, not derived again
                                          ("images_per_s", -3.0)])
 def test_a_rerun_never_prints_an_edited_training_record(drun, tmp_path, field, value):
     r = _edited_metrics(drun, tmp_path, lambda m: m["train"].__setitem__(field, value))
@@ -1107,8 +1107,7 @@ def test_an_audit_of_an_evaluation_that_never_finished_is_refused(made, tmp_path
     assert not (f / "audit" / "audit.html").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="attack27: O: `mosaic audit` makes a page from a predictions.jsonl whose metrics.json is gone "
-                   "(it refuses one whose metrics.json says incomplete): nothing says the rows are one whole evaluation")
+# fixed (was recorded): attack27: O: `mosaic audit` makes a page from a predictions.jsonl whose metrics.json is gone (it refuses one whose metrics.json says incomplete): nothing says the rows are one whole evaluation
 def test_an_audit_of_predictions_without_their_metrics_is_refused(made, tmp_path):
     f = _eval_folder(made, tmp_path)
     _ok(["evaluate", f, "--spec", made[0], "-o", f])
@@ -1117,8 +1116,7 @@ def test_an_audit_of_predictions_without_their_metrics_is_refused(made, tmp_path
     _clean_exit_2(r)
 
 
-@pytest.mark.xfail(strict=True, reason="attack27: W: after two scored images are swapped, `mosaic audit` shows each image with the "
-                   "other's evaluator verdict for a person to mark, exit 0 (no digest in predictions rows, no re-read)")
+# fixed (was recorded): attack27: W: after two scored images are swapped, `mosaic audit` shows each image with the other's evaluator verdict for a person to mark, exit 0 (no digest in predictions rows, no re-read)
 def test_an_audit_of_predictions_whose_images_were_replaced_is_refused(made, tmp_path):
     f = _eval_folder(made, tmp_path)
     _ok(["evaluate", f, "--spec", made[0], "-o", f])
@@ -1132,11 +1130,10 @@ def test_an_audit_of_predictions_whose_images_were_replaced_is_refused(made, tmp
     assert r.exit_code == 2, r.output
 
 
-@pytest.mark.xfail(strict=True, reason="attack27: O: `evaluate PARQUET_DATASET` advises `give one of its splits, e.g. PQ/test_ood`, "
-                   "a folder a Parquet dataset does not have (then refused as missing); it should say to export it to imagefolder")
+# fixed (was recorded): attack27: O: `evaluate PARQUET_DATASET` advises `give one of its splits, e.g. PQ/test_ood`, a folder a Parquet dataset does not have (then refused as missing); it should say to export it to imagefolder
 def test_evaluate_of_a_parquet_dataset_never_advises_a_folder_it_lacks(pq):
     r = _run(["evaluate", pq])
-    _clean_exit_2(r)
+    _clean_exit_2(r, "export")
     text = " ".join(r.output.split())
     assert f"{pq}/test_ood" not in text or (pq / "test_ood").exists(), r.output
 
@@ -1377,8 +1374,8 @@ _RESULT_EDITS = {
 
 
 # fixed (was recorded): attack27: W: a trial run's metrics.json edited outside its scores (train.steps 999, final_loss, params, dataset.splits.train, train.best.value, samples.images 999 of a folder of 6 images, generate_s -4) lands in the sweep's results.csv by `mosaic report`, exit 0
-@pytest.mark.parametrize("edit", [pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=f"attack27: W: {k} is recorded, not derived again"))
-                                  if k in ("params", "dataset.splits.train", "train.best.value") else k for k in sorted(_RESULT_EDITS)])
+# fixed (was recorded): attack27: W: params, dataset.splits.train, train.best.value are recorded, not derived again
+@pytest.mark.parametrize("edit", sorted(_RESULT_EDITS))
 def test_report_never_puts_an_edited_run_record_into_the_results(swept, tmp_path, edit):
     from tests.conftest import results_row
 

@@ -28,8 +28,9 @@ SPEC = ["name=audit_t", "image.size=32", "concepts.color.values=[red, green, blu
 
 def scored_folder(path: Path, n: int = 12) -> Path:
     """A samples folder as `mosaic sample` writes it: ground-truth renders, some drawn as blobs,
-    read by the parser (abstention on), metadata.jsonl + predictions.jsonl."""
+    read by the parser (abstention on), metadata.jsonl + predictions.jsonl + metrics.json."""
     from mosaic.dataset import png_bytes
+    from mosaic.evaluation import metrics as M
     from mosaic.evaluation import prediction_rows, write_prediction_rows
     from mosaic.evaluation.check import ground_truth
     from mosaic.evaluation.parser import SceneParser
@@ -52,6 +53,7 @@ def scored_folder(path: Path, n: int = 12) -> Path:
     ev = SceneParser(spec)
     preds, reads = read_images(ev, images)
     write_prediction_rows(prediction_rows(meta, preds, spec, ev, images, reads=reads), path / "predictions.jsonl")
+    M.write_metrics(M.score(meta, preds, spec), path, spec)  # written last, as `mosaic sample` does
     return path
 
 

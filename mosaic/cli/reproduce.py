@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -20,16 +21,33 @@ def _fmt_s(s: float) -> str:
 def reproduce_command(
     paper: Annotated[str, typer.Argument(help="mosaic, binding or coverage (experiments/reproduce.yaml)")],
     scale: Annotated[str, typer.Option("--scale", help="cpu (the CPU-sized sweeps) or gpu (the papers' scale)")] = "cpu",
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Folder of the sweeps and the report (default data/reproduce/<paper>_<scale>)")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Folder of the sweeps and the report (default data/reproduce/<paper>_<scale> in the project folder)")] = None,
     workers: Annotated[int, typer.Option("--workers", "-w", min=1, max=MAX_WORKERS, help="Trials at a time")] = 1,
     backend: Annotated[str, typer.Option("--backend", help="local (process pool) or ray")] = "local",
     address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (with --backend ray)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List the trials and an estimated time; run nothing")] = False,
 ) -> None:
     """Run a paper's sweeps at a scale (resumable) and write one report: each claim, its effect and 95 % interval, and the paper's statement."""
+    from mosaic.reproduce import ROOT
+
+    # the registry's sweeps name their configs, specs and datasets relative to the project folder (experiments/...,
+    # data/...): run from elsewhere, they are read and written there, never half found (attack round 24a)
+    folder = out.resolve() if out is not None else ROOT / "data" / "reproduce" / f"{paper}_{scale}"
+    here = Path.cwd()
+    if here.resolve() != ROOT.resolve() and (ROOT / "experiments").is_dir():
+        console.print(f"the registry's sweeps name their files relative to the project folder {ROOT}: reading and writing "
+                      f"there (datasets under {ROOT / 'data'})", highlight=False)
+        os.chdir(ROOT)
+    try:
+        _reproduce(paper, scale, out, folder, workers, backend, address, dry_run)
+    finally:
+        os.chdir(here)
+
+
+def _reproduce(paper: str, scale: str, out: Path | None, folder: Path, workers: int, backend: str, address: str | None,
+               dry_run: bool) -> None:
     from mosaic.reproduce import SCALES, plan_reproduction, reproduce
 
-    folder = out or Path("data") / "reproduce" / f"{paper}_{scale}"
     try:
         if scale not in SCALES:
             raise MosaicError(f"--scale {scale!r}: use one of {', '.join(SCALES)}")

@@ -28,7 +28,7 @@ from mosaic.evaluation.metrics import score, write_metrics
 from mosaic.evaluation.provenance import check_spec_reads
 from mosaic.evaluation.quality import below_threshold, quality_settings, quality_summary, read_images
 from mosaic.holdout import is_held_out
-from mosaic.png import FOREIGN_FORMATS, decode_image, eval_pixel_bound
+from mosaic.png import FOREIGN_FORMATS, decode_image, eval_pixel_bound, pixel_digest
 from mosaic.io import atomic_text_writer, atomic_write, check_output_dir, make_output_dir, read_bounded, read_json
 from mosaic.locks import reading
 from mosaic.records import spec_from_data
@@ -420,7 +420,8 @@ INCOMPLETE = {"status": "incomplete", "written_by": "mosaic evaluate",
 
 def prediction_rows(records: list[dict], preds: list[dict], spec: Spec, evaluator=None, images=None, reads=None) -> list[dict]:
     """One row per image: ``file_name``, ``held_out``, ``intended`` (the record's concepts), ``read``
-    (the evaluator's values, None = unreadable), ``correct`` (every concept read as intended) and
+    (the evaluator's values, None = unreadable), ``correct`` (every concept read as intended),
+    ``image_sha256`` (:func:`mosaic.png.pixel_digest` of the image scored, when ``images`` are given) and
     ``reasons`` (one line per wrong concept, plus the evaluator's own explanation of the image
     when it has ``explain`` and ``images`` (uint8 ``[N, H, W, 3]`` or a list) are given); with the
     parser's ``reads`` also ``quality`` (match quality in [0, 1]), ``measures``, ``abstained``, ``below`` (a
@@ -437,6 +438,8 @@ def prediction_rows(records: list[dict], preds: list[dict], spec: Spec, evaluato
         reasons = [f"{c}: read {p.get(c)!r}, intended {r['concepts'].get(c)!r}" for c in bad] + why.get(i, [])
         row = {"file_name": r.get("file_name"), "held_out": r.get("held_out") is True, "intended": r["concepts"],
                "read": p, "correct": not bad, "reasons": reasons}
+        if images is not None:  # the image scored, by its pixels: mosaic audit shows a verdict only beside that image
+            row["image_sha256"] = pixel_digest(images[i])
         if reads is not None:
             q = reads[i]
             row.update({"quality": round(q.quality, 4), "measures": {k: round(v, 4) for k, v in q.measures.items()},

@@ -29,6 +29,7 @@ from mosaic.evaluation.quality import quality_from_predictions, read_images
 from mosaic.evaluation.table import table_columns, table_from_scores
 from mosaic.io import read_json
 from mosaic.lab.config import read_config_yaml
+from mosaic.lab.run_record import record_problem
 from mosaic.png import FOREIGN_FORMATS, decode_image
 from mosaic.records import spec_from_data
 
@@ -259,9 +260,14 @@ _TIMES = (("time_s",), ("generate_s",), ("train", "train_time_s"), ("train", "im
 def _check_train_record(run: Path, metrics: dict, cfg, fix: str) -> None:
     """The training record of a finished run (``metrics.json``'s ``train`` and times) as the run gives it: ``steps``
     the config's ``training.steps``, ``final_loss`` the mean loss of the last 10 % of ``log.jsonl``'s rows (as
-    :func:`mosaic.lab.loop.train` records it), every time a finite number >= 0. Edited values went into a sweep's
-    results and a rerun's print (attack round 27). ``params`` and ``best`` are not derived again."""
+    :func:`mosaic.lab.loop.train` records it), every time a finite number >= 0; ``params``, ``train.best``,
+    ``train.val``, ``train.processes``, ``train.device``, ``train.global_batch`` and ``dataset`` as their own files give
+    them (:func:`mosaic.lab.run_record.record_problem`). Edited values went into a sweep's results and a rerun's print
+    (attack round 27)."""
     mpath = run / "metrics.json"
+    problem = record_problem(run, metrics, cfg)
+    if problem is not None:
+        raise _fail(problem[0], problem[1], fix)
     for keys in _TIMES:
         node = metrics
         for k in keys:

@@ -186,6 +186,7 @@ def save_checkpoint(folder: Path, accelerator, model, optimizer, scheduler, ema,
         digest, size = _digest(p)
         files[p.name] = {"bytes": size, "sha256": digest}
     record = {"format": FORMAT, "run_id": run_id, "step": int(trainer_state.get("step", 0)), "processes": world,
+              "device": str(accelerator.device),  # what a finished run's metrics.json says it trained on is checked against it
               "objects": objects, "files": files}
     with open(folder / RECORD, "w") as f:
         json.dump(record, f)
