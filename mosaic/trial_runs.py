@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mosaic.errors import MosaicError
 from mosaic.io import read_json
-from mosaic.lab.config import read_config_yaml, validate_config
+from mosaic.lab.config import config_diff, read_config_yaml, validate_config
 from mosaic.sweep import LABEL, SweepSpec, trial_config
 
 
@@ -164,3 +164,37 @@ def _run_dataset_problem(tdir: Path, trial_cfg: dict) -> str | None:
     elif isinstance(rec.get("path"), str) and Path(rec["path"]).name != Path(want).name:
         return f"its run was trained on the dataset {Path(rec['path']).name!r}, not the trial's {Path(want).name!r}; {fix}"
     return None
+
+
+def sweep_base_config(sweep: SweepSpec | None) -> dict | None:
+    """The sweep's training config (``sweep.config``) as it reads now, or None: no sweep, or the file is not there
+    (a sweep folder moved to another machine) or unreadable (then the trials are not compared with it)."""
+    if sweep is None or not Path(sweep.config).is_file():
+        return None
+    try:
+        base = read_config_yaml(sweep.config)
+    except (MosaicError, OSError, ValueError):
+        return None
+    return base if isinstance(base, dict) else None
+
+
+def changed_trial_config(tdir: Path, sweep: SweepSpec, values: dict, base: dict | None) -> str | None:
+    """Why a trial folder's ``config.yaml`` is not the config the sweep gives that trial now (its ``sweep.yaml`` with the
+    sweep's training config ``base``, :func:`mosaic.sweep.trial_config`), or None (the same; no base to compare with; no
+    readable config there, which :func:`foreign_run` names). Where the run and its dataset lie is no difference, and
+    the dataset is compared through the run's (:func:`_run_dataset_problem`). A trial's and its run's config both
+    edited to ``evaluation.check_n: 1`` were reported (attack round 27): the sweep's own expansion was never compared."""
+    p = tdir / "config.yaml"
+    if base is None or not p.is_file():
+        return None
+    try:
+        have, want = read_config_yaml(p), trial_config(sweep, values, base)
+    except (MosaicError, OSError, ValueError):
+        return None
+    diff = [d for d in config_diff(have, want) if d != "out" and d.split(".")[0] != "dataset"]
+    if not diff:
+        return None
+    return (f"its config.yaml is not the config the sweep gives this trial ({', '.join(diff[:6])[:200]} differ from "
+            f"{sweep.config} with the sweep's settings): restore the sweep's config as it was when the sweep ran, or delete "
+            "the trial folder and rerun `mosaic sweep` (or run the sweep into a new folder, --out)")
+

@@ -8,6 +8,7 @@ stop the others; a trial folder whose config changed since it ran is refused."""
 from __future__ import annotations
 
 import copy
+import io
 import json
 import os
 import stat
@@ -26,11 +27,11 @@ from mosaic.errors import MosaicError, SweepError
 from mosaic.evaluation.cell_sets import cell_set_columns
 from mosaic.evaluation.trial_scores import check_run_scores, seconds_ok
 from mosaic.evaluation.table import check_row, table_columns, table_problem
-from mosaic.io import atomic_write, atomic_writer, make_output_dir, open_append, own_folders, read_json
+from mosaic.io import atomic_write, make_output_dir, open_append, own_folders, read_json
 from mosaic.lab.config import config_diff, read_config_yaml, validate_config
 from mosaic.locks import FolderLock
 from mosaic.overrides import read_yaml_file
-from mosaic.trial_runs import foreign_run
+from mosaic.trial_runs import changed_trial_config, foreign_run, sweep_base_config
 from mosaic.sweep import LABEL, MAX_SWEEP_WORKERS, SweepSpec, check_sweep_options, expand, trial_config, trial_id  # noqa: F401
 
 
@@ -431,6 +432,12 @@ def folder_sweep(out: Path) -> tuple[dict, SweepSpec | None]:
         return data, None
 
 
+def _json_key(v) -> str:
+    """A value as JSON text, so that equal means the same JSON (``false`` is no ``0``, ``1.0`` no ``1``: Python's ``==``
+    let a trial.json seed of ``false`` pass as trial 0's, attack round 28)."""
+    return json.dumps(v, sort_keys=True, default=str)
+
+
 def check_trial_folders(out: Path, dirs: list[Path]) -> None:
     """Each trial folder must be one of the sweep's own trials (``sweep.yaml``): its name one of the
     trial ids the sweep expands to, its ``trial.json`` naming that id, those axis values and (when
@@ -443,7 +450,7 @@ def check_trial_folders(out: Path, dirs: list[Path]) -> None:
     name = data.get("name")
     expected = ({tid: json.loads(json.dumps(v, default=str)) for v in expand(sweep) for tid in (trial_id(v), trial_id(v, legacy=True))}
                 if sweep is not None else None)
-    foreign = []
+    foreign, base = [], sweep_base_config(sweep)
     for d in dirs:
         st = read_status(d)
         if expected is None:  # a sweep.yaml that is no whole sweep: the sweep's name, and the run against the trial's own config
@@ -454,12 +461,12 @@ def check_trial_folders(out: Path, dirs: list[Path]) -> None:
             continue
         if d.name not in expected:
             why = f"not a trial of sweep {name!r} (its axis values are not among the sweep's {len(expected)} trials)"
-        elif st.get("id", d.name) != d.name or st.get("values", expected[d.name]) != expected[d.name]:
+        elif st.get("id", d.name) != d.name or _json_key(st.get("values", expected[d.name])) != _json_key(expected[d.name]):
             why = f"its trial.json names trial {str(st.get('id'))[:60]!r} with values {str(st.get('values'))[:80]}, not this folder's"
         elif st.get("sweep", name) != name:
             why = f"its trial.json says it is a trial of sweep {str(st.get('sweep'))[:60]!r}, not {name!r}"
         else:
-            why = foreign_run(d, sweep, expected[d.name])
+            why = changed_trial_config(d, sweep, expected[d.name], base) or foreign_run(d, sweep, expected[d.name])
             if why is None:
                 continue
         foreign.append((str(d), why))
@@ -496,13 +503,31 @@ def collect(out: Path) -> "pd.DataFrame":  # noqa: F821
     sortable = [c for c in axes if df[c].map(lambda v: isinstance(v, (int, float))).all()]
     if sortable:
         df = df.sort_values(sortable, kind="stable").reset_index(drop=True)
+    # an axis whose values mix strings and mappings (`distribution: [uniform, {kind: geometric}]`), or strings, booleans and
+    # numbers, has no Arrow type: such columns go to Parquet as JSON text (the returned frame keeps the values)
+    mixed = [c for c in df.columns if _mixed_column(df[c])]
+    buf = io.BytesIO()
+    try:  # both files made before either is written: never a new results.csv beside an old results.parquet (attack round 28)
+        df.assign(**{c: df[c].map(lambda v: json.dumps(v, sort_keys=True, default=str)) for c in mixed}).to_parquet(buf, index=False)
+    except (ValueError, TypeError, ImportError) as e:  # pyarrow's ArrowInvalid / ArrowTypeError are ValueError / TypeError
+        raise SweepError([(str(out / "results.parquet"), f"the results cannot be written as Parquet ({str(e)[:160]}): a trial's "
+                                                         "trial.json or metrics.json holds a value of another type than the "
+                                                         "other trials'; restore it, or delete that trial folder and rerun")]) from None
     atomic_write(out / "results.csv", df.to_csv(index=False))  # whole or not replaced
-    # an axis whose values mix strings and mappings (`distribution: [uniform, {kind: geometric}]`)
-    # has no Arrow type: such columns go to Parquet as JSON text (the returned frame keeps the values)
-    mixed = [c for c in df.columns if df[c].map(lambda v: isinstance(v, (dict, list, tuple))).any()]
-    with atomic_writer(out / "results.parquet") as f:
-        df.assign(**{c: df[c].map(lambda v: json.dumps(v, sort_keys=True, default=str)) for c in mixed}).to_parquet(f, index=False)
+    atomic_write(out / "results.parquet", buf.getvalue())
     return df
+
+
+def _mixed_column(col) -> bool:
+    """Whether a results column holds mappings or lists, or values of several JSON kinds (text, booleans, numbers)."""
+    kinds = set()
+    for v in col:
+        if isinstance(v, (dict, list, tuple)):
+            return True
+        if v is None or (isinstance(v, float) and v != v):
+            continue
+        kinds.add("bool" if isinstance(v, bool) else "number" if isinstance(v, (int, float)) else type(v).__name__)
+    return len(kinds) > 1
 
 
 def run_sweep(sweep: SweepSpec, out: Path, backend: str = "local", workers: int = 1, address: str | None = None,

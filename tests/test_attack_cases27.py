@@ -1444,9 +1444,7 @@ def test_evaluator_train_out_into_a_dataset_or_run_is_refused(made, drun, tmp_pa
     assert (_tree(ds), _tree(r)) == before
 
 
-@pytest.mark.xfail(strict=True, reason="attack27: F: a trial's config.yaml and its run's config.yaml both edited to evaluation.check_n 1 "
-                   "(not the sweep's 8), with evaluator_check n=1 written into the samples folder and metrics: `mosaic report` "
-                   "re-measures on 1 render and reports, exit 0; the trial config is never compared with the sweep's expansion")
+# fixed (was recorded): attack27: F: a trial's config.yaml and its run's config.yaml both edited to evaluation.check_n 1 (not the sweep's 8), with evaluator_check n=1 written into the samples folder and metrics: `mosaic report` re-measures on 1 render and reports, exit 0; the trial config is never compared with the sweep's expansion
 def test_report_refuses_a_trial_config_shrunk_away_from_the_sweeps(swept, tmp_path):
     import yaml
 

@@ -334,8 +334,9 @@ QUALITY_TOLERANCE = 1e-3
 def _check_quality(folder: Path, rows: list[dict], spec, ev, quality, fix: str) -> None:
     """The match-quality figures (``scores.quality``: accuracy without abstention, what abstention changed) must be
     those :func:`mosaic.evaluation.quality.quality_from_predictions` derives from the rows again (forged in both the
-    run's and the samples' files, they were reported, attack round 25). Rows of an older mosaic carry no raw reads and
-    are not compared; rows that carry them and no recorded quality, or the reverse for a parser, are refused."""
+    run's and the samples' files, they were reported, attack round 25). Rows that carry raw reads and no recorded
+    quality, or a recorded quality with rows that carry none (every row's ``raw`` stripped, as an older mosaic wrote
+    them, and the figures forged: attack round 28), are refused: such a folder is scored again."""
     if quality is None and not any("raw" in r for r in rows):
         return
     try:
@@ -343,7 +344,8 @@ def _check_quality(folder: Path, rows: list[dict], spec, ev, quality, fix: str) 
     except ValueError as e:
         raise _fail(folder / "predictions.jsonl", f"its quality fields cannot be read ({str(e)[:120]})", fix) from None
     if again is None:
-        return
+        raise _fail(folder / "predictions.jsonl", "its rows carry no raw reads (the values before abstention), so the quality "
+                                                  f"figures of {folder / 'metrics.json'} cannot be derived again", fix)
     if not isinstance(quality, dict) or not _close(again, quality):
         raise _fail(folder / "metrics.json", "its quality figures (accuracy without abstention, abstained images) are not those "
                                              f"of its own per-image reads ({folder / 'predictions.jsonl'})", fix)
