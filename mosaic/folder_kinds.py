@@ -45,8 +45,8 @@ def _split_fix(p: Path) -> str:
     """The fix for a dataset given where images are wanted: one of its split folders that exists; a dataset whose
     splits are Parquet shards has none (it advised ``{p}/test_ood``, a folder a Parquet dataset lacks, attack round 27)."""
     splits = sorted(d.name for d in p.iterdir() if (d / "metadata.jsonl").is_file()) if p.is_dir() else []
-    if splits:
-        split = "test_ood" if "test_ood" in splits else splits[0]
+    if splits or not any((p / "data").glob("*.parquet")):
+        split = "test_ood" if "test_ood" in splits or not splits else splits[0]
         return f"give one of its splits, e.g. {p / split} (and --spec {p})"
     return (f"its splits are Parquet shards, not image folders: export it first (`mosaic export {p} --format imagefolder "
             f"--out NEW`), then give one of NEW's splits, e.g. NEW/test_ood (and --spec NEW)")
