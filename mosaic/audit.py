@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mosaic.audit_rows import evaluation_problem
 from mosaic.errors import MosaicError
 from mosaic.evaluation.agreement import wilson_interval
 from mosaic.evaluation.folder import MAX_METADATA_BYTES, file_name_problem, loads_record
@@ -193,6 +194,14 @@ def collect_items(root: str | Path, n: int = 100, seed: int = 0) -> list[dict]:
     pool = []
     for folder in find_scored_samples(root):
         rows = read_rows(folder / "predictions.jsonl")
+        try:
+            metrics = read_json(folder / "metrics.json")
+        except (OSError, ValueError) as e:
+            raise MosaicError([(str(folder / "metrics.json"), f"cannot be read ({str(e)[:100]}): rerun that evaluation, then audit")]) from None
+        why = evaluation_problem(rows, read_rows(folder / "metadata.jsonl", "metadata file"), metrics)
+        if why is not None:  # the rows are not one whole evaluation: never shown as the evaluator's verdicts (attack round 29)
+            raise MosaicError([(str(folder / "predictions.jsonl"), f"{why}; score the folder again (`mosaic evaluate DIR --spec SPEC "
+                                                                  "--out DIR`, or `mosaic sample RUN`), then audit")])
         rel = "." if folder == root else str(folder.relative_to(root))
         for ln, r in rows:
             pool.append((rel, folder, ln, r))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -201,6 +202,25 @@ def load_yaml_text(text: str, where: str, error: ErrorFactory) -> Any:
     return data
 
 
+def missing_file_hint(path: str | Path) -> str:
+    """What to say after "no such file": the closest name of a file beside it (a typo), else, for a relative path
+    whose folder is not here, that it is read from the current folder (commands that name ``experiments/...`` are run
+    from the project folder)."""
+    path = Path(path)
+    parent = path.parent
+    if parent.is_dir():
+        try:
+            names = [p.name for p in parent.iterdir() if p.is_file() and p.suffix == path.suffix]
+        except OSError:
+            names = []
+        c = closest(path.name, names, cutoff=0.75)
+        return f"; did you mean {str(parent / c)!r}?" if c else ""
+    if not path.is_absolute():
+        return (f" (a relative path is read from the current folder {os.getcwd()}: run from the folder it starts at, e.g. the "
+                "project folder holding experiments/, or give an absolute path)")
+    return ""
+
+
 def read_yaml_file(path: str | Path, error: ErrorFactory, kind: str = "file") -> Any:
     """Parse a YAML file: UTF-8 text of at most :data:`MAX_YAML_BYTES`, aliases bounded.
 
@@ -212,7 +232,7 @@ def read_yaml_file(path: str | Path, error: ErrorFactory, kind: str = "file") ->
     try:
         raw = read_bounded(path, MAX_YAML_BYTES)  # a regular file (a FIFO is never waited on), never more than the bound
     except FileNotFoundError:
-        raise error(str(path), f"no such {kind}: {path}") from None
+        raise error(str(path), f"no such {kind}: {path}{missing_file_hint(path)}") from None
     except FileReadError as e:
         if e.kind == "a folder":
             raise error(str(path), f"{path} is a directory, not a {kind}") from None

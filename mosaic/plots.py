@@ -226,9 +226,13 @@ def plot_curves(df, x: str, lines: str | None, ys: list[str], out: Path, title: 
     if not ys or x not in df.columns:
         return None
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(ys), figsize=(4.6 * len(ys), 3.6), dpi=120, squeeze=False)
+    ncols = min(len(ys), 3)  # at most 3 panels a row: 6 panels in one row were a strip too wide to read
+    nrows = -(-len(ys) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.6 * nrows), dpi=120, squeeze=False)
+    for ax in axes.flat[len(ys):]:
+        ax.set_visible(False)
     groups = sorted(df[lines].dropna().unique(), key=lambda v: (str(type(v)), v)) if lines and lines in df.columns else [None]
-    for ax, y in zip(axes[0], ys):
+    for ax, y in zip(axes.flat, ys):
         for g in groups:
             sub = df if g is None else df[df[lines] == g]
             stats = sub.groupby(x)[y].agg(["mean", "std", "count"]).reset_index().sort_values(x)

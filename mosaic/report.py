@@ -31,6 +31,17 @@ from mosaic.vocab import closest
 FIGURE_PIXELS = 4096 * 4096
 
 
+#: ``held_out.<name>`` results columns that are no concept's accuracy
+NOT_CONCEPTS = ("joint", "quality", "n", "unreadable")
+
+
+def concept_columns(columns) -> list[str]:
+    """The results columns of each concept's held-out accuracy (``held_out.<concept>``), sorted: one panel each in
+    ``concepts_held_out.png``; not the joint, the match quality or the reads before abstention (``held_out.raw.*``),
+    which made a strip of 6 panels titled "accuracy per concept" (a new user's trial, 2026-12-06)."""
+    return sorted(c for c in columns if c.startswith("held_out.") and c.count(".") == 1 and c.split(".", 1)[1] not in NOT_CONCEPTS)
+
+
 def _refuse(reason: str) -> MosaicError:
     return MosaicError(f"{reason}: `mosaic report` copies only the sweep's own figures and samples onto its page; remove it (or "
                        "put back what mosaic wrote there), then rerun")
@@ -241,7 +252,7 @@ def write_report(sweep_dir: str | Path, warn: Callable[[str], None] | None = Non
                     x_scale=rep.get("x_scale") or "linear")
     if p:
         figures.append(("Seen vs held-out accuracy", p.name))
-    concept_cols = sorted(c for c in done.columns if c.startswith("held_out.") and c != "held_out.joint")
+    concept_cols = concept_columns(done.columns)
     if concept_cols:
         p = plot_curves(done, x, lines, concept_cols, out / "concepts_held_out.png", title="held-out accuracy per concept", x_label=rep.get("x_label"),
                         x_scale=rep.get("x_scale") or "linear")

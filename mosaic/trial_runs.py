@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mosaic.errors import MosaicError
+from mosaic.errors import MosaicError, SweepError
 from mosaic.io import read_json
 from mosaic.lab.config import config_diff, read_config_yaml, validate_config
 from mosaic.sweep import LABEL, SweepSpec, trial_config
@@ -112,13 +112,9 @@ def _default_differs(trial_cfg: dict, run_cfg: dict, sweep: SweepSpec | None) ->
     samples check (attack round 25). The trial's config validated by its family's class (the sweep's ``kind``, else
     the run config's: ``objective`` is a transformer's); a config that no longer validates is compared as written
     only. Fields the run's config lacks (an older mosaic) and ``out`` / ``dataset`` are not compared."""
-    from mosaic.lab.diffusion.config import DiffusionConfig
-    from mosaic.lab.transformer.config import TransformerConfig
-
     family = sweep.kind if sweep is not None else ("transformer" if "objective" in run_cfg else "diffusion")
-    try:
-        full = validate_config(TransformerConfig if family == "transformer" else DiffusionConfig, trial_cfg).model_dump(mode="json")
-    except (MosaicError, ValueError, TypeError):
+    full = _validated(trial_cfg, family)
+    if full is None:
         return []
     differs = []
     for keys, want in _leaves(full):
@@ -128,6 +124,18 @@ def _default_differs(trial_cfg: dict, run_cfg: dict, sweep: SweepSpec | None) ->
         if node is not _MISSING and not _same_value(node, want):
             differs.append(f"{'.'.join(map(str, keys))} {node!r} (the trial's: {want!r}, its default)")
     return differs
+
+
+def _validated(cfg: dict, family: str) -> dict | None:
+    """A raw training config validated by its family's class, every default filled in (JSON form), or None when it no
+    longer validates."""
+    from mosaic.lab.diffusion.config import DiffusionConfig
+    from mosaic.lab.transformer.config import TransformerConfig
+
+    try:
+        return validate_config(TransformerConfig if family == "transformer" else DiffusionConfig, cfg).model_dump(mode="json")
+    except (MosaicError, ValueError, TypeError):
+        return None
 
 
 def _run_dataset_problem(tdir: Path, trial_cfg: dict) -> str | None:
@@ -166,21 +174,34 @@ def _run_dataset_problem(tdir: Path, trial_cfg: dict) -> str | None:
     return None
 
 
-def sweep_base_config(sweep: SweepSpec | None) -> dict | None:
-    """The sweep's training config (``sweep.config``) as it reads now, or None: no sweep, or the file is not there
-    (a sweep folder moved to another machine) or unreadable (then the trials are not compared with it)."""
-    if sweep is None or not Path(sweep.config).is_file():
+#: the copy of a sweep's training config that ``mosaic sweep`` keeps in the sweep folder (its trials were made from it)
+SWEEP_CONFIG = "sweep_config.yaml"
+
+
+def sweep_base_config(out: Path, sweep: SweepSpec | None) -> dict | None:
+    """The training config a sweep folder's trials were made from: its own copy (:data:`SWEEP_CONFIG`, written by
+    ``mosaic sweep`` since 2026-12-06), else None (no sweep, a folder of an older mosaic: not compared). The config
+    file the sweep names is never read for this: a relative name read from another folder, or a config edited since,
+    refused honest trials (attack round 29).
+
+    Raises:
+        SweepError: the copy is there but damaged (names it and the fix)."""
+    p = Path(out) / SWEEP_CONFIG
+    if sweep is None or not os.path.lexists(p):
         return None
     try:
-        base = read_config_yaml(sweep.config)
-    except (MosaicError, OSError, ValueError):
-        return None
-    return base if isinstance(base, dict) else None
+        base = read_config_yaml(p)
+        if not isinstance(base, dict):
+            raise MosaicError(f"a {type(base).__name__}, not a mapping")
+    except (MosaicError, OSError, ValueError) as e:
+        raise SweepError([(str(p), f"damaged ({str(e).splitlines()[0][:120]}): it is the training config the sweep's trials "
+                                   "were made from; restore it, or rerun the sweep into a new folder (--out)")]) from None
+    return base
 
 
 def changed_trial_config(tdir: Path, sweep: SweepSpec, values: dict, base: dict | None) -> str | None:
-    """Why a trial folder's ``config.yaml`` is not the config the sweep gives that trial now (its ``sweep.yaml`` with the
-    sweep's training config ``base``, :func:`mosaic.sweep.trial_config`), or None (the same; no base to compare with; no
+    """Why a trial folder's ``config.yaml`` is not the config the sweep gives that trial (its ``sweep.yaml`` with the
+    sweep folder's copy of its training config ``base``, :func:`mosaic.sweep.trial_config`), or None (the same; no base to compare with; no
     readable config there, which :func:`foreign_run` names). Where the run and its dataset lie is no difference, and
     the dataset is compared through the run's (:func:`_run_dataset_problem`). A trial's and its run's config both
     edited to ``evaluation.check_n: 1`` were reported (attack round 27): the sweep's own expansion was never compared."""
@@ -191,10 +212,14 @@ def changed_trial_config(tdir: Path, sweep: SweepSpec, values: dict, base: dict 
         have, want = read_config_yaml(p), trial_config(sweep, values, base)
     except (MosaicError, OSError, ValueError):
         return None
+    if isinstance(have, dict):  # a default written out with its own value is the same config (both validated, or neither)
+        full_have, full_want = _validated(have, sweep.kind), _validated(want, sweep.kind)
+        if full_have is not None and full_want is not None:
+            have, want = full_have, full_want
     diff = [d for d in config_diff(have, want) if d != "out" and d.split(".")[0] != "dataset"]
     if not diff:
         return None
-    return (f"its config.yaml is not the config the sweep gives this trial ({', '.join(diff[:6])[:200]} differ from "
-            f"{sweep.config} with the sweep's settings): restore the sweep's config as it was when the sweep ran, or delete "
-            "the trial folder and rerun `mosaic sweep` (or run the sweep into a new folder, --out)")
+    return (f"its config.yaml is not the config the sweep gives this trial ({', '.join(diff[:6])[:200]} differ from the "
+            f"sweep's {SWEEP_CONFIG} with its sweep.yaml): restore the trial's config, or delete the trial folder and rerun "
+            "`mosaic sweep` (or run the sweep into a new folder, --out)")
 

@@ -27,11 +27,11 @@ from mosaic.errors import MosaicError, SweepError
 from mosaic.evaluation.cell_sets import cell_set_columns
 from mosaic.evaluation.trial_scores import check_run_scores, seconds_ok
 from mosaic.evaluation.table import check_row, table_columns, table_problem
-from mosaic.io import atomic_write, make_output_dir, open_append, own_folders, read_json
+from mosaic.io import atomic_write, atomic_writer, make_output_dir, open_append, own_folders, read_json
 from mosaic.lab.config import config_diff, read_config_yaml, validate_config
 from mosaic.locks import FolderLock
 from mosaic.overrides import read_yaml_file
-from mosaic.trial_runs import changed_trial_config, foreign_run, sweep_base_config
+from mosaic.trial_runs import SWEEP_CONFIG, changed_trial_config, foreign_run, sweep_base_config
 from mosaic.sweep import LABEL, MAX_SWEEP_WORKERS, SweepSpec, check_sweep_options, expand, trial_config, trial_id  # noqa: F401
 
 
@@ -46,7 +46,7 @@ def _trainer(kind: str):
     return TransformerConfig
 
 
-def plan(sweep: SweepSpec, out: Path) -> list[dict]:
+def plan(sweep: SweepSpec, out: Path, base: dict | None = None) -> list[dict]:
     """Every trial's id, axis values, folder, validated config and dataset folder, writing nothing.
 
     Raises: SweepError / SpecError / ConfigError for a trial whose config or spec is invalid
@@ -55,7 +55,8 @@ def plan(sweep: SweepSpec, out: Path) -> list[dict]:
     from mosaic.lab.data import resolve_dataset
 
     cls = _trainer(sweep.kind)
-    trials, datasets, base = [], {}, read_config_yaml(sweep.config)
+    trials, datasets = [], {}
+    base = read_config_yaml(sweep.config) if base is None else base
     for values in expand(sweep):
         raw = trial_config(sweep, values, base)
         tid = trial_id(values)
@@ -81,10 +82,14 @@ def prepare(sweep: SweepSpec, out: Path, on_progress: Callable[[str], None] | No
     """
     from mosaic.lab.data import resolve_dataset
 
-    trials = plan(sweep, out)
+    base = read_config_yaml(sweep.config)
+    trials = plan(sweep, out, base)
     _refuse_changed_trials(trials)
     make_output_dir(out, "out")
     atomic_write(out / "sweep.yaml", yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False))
+    # the training config the trials were made from, kept with them: `mosaic report` compares each trial's config with
+    # it wherever the folder lies and whatever the config file says now (mosaic.trial_runs.sweep_base_config)
+    atomic_write(out / SWEEP_CONFIG, yaml.safe_dump(base, sort_keys=False))
     # generate each distinct dataset once, before any trial trains on it
     done_roots = set()
     for t in trials:
@@ -450,7 +455,7 @@ def check_trial_folders(out: Path, dirs: list[Path]) -> None:
     name = data.get("name")
     expected = ({tid: json.loads(json.dumps(v, default=str)) for v in expand(sweep) for tid in (trial_id(v), trial_id(v, legacy=True))}
                 if sweep is not None else None)
-    foreign, base = [], sweep_base_config(sweep)
+    foreign, base = [], sweep_base_config(out, sweep)
     for d in dirs:
         st = read_status(d)
         if expected is None:  # a sweep.yaml that is no whole sweep: the sweep's name, and the run against the trial's own config
@@ -513,8 +518,14 @@ def collect(out: Path) -> "pd.DataFrame":  # noqa: F821
         raise SweepError([(str(out / "results.parquet"), f"the results cannot be written as Parquet ({str(e)[:160]}): a trial's "
                                                          "trial.json or metrics.json holds a value of another type than the "
                                                          "other trials'; restore it, or delete that trial folder and rerun")]) from None
-    atomic_write(out / "results.csv", df.to_csv(index=False))  # whole or not replaced
-    atomic_write(out / "results.parquet", buf.getvalue())
+    # both written to their temporary files before either replaces its file (the renames need no space): a full disk
+    # under either leaves the old pair whole (a new results.csv stood beside the old results.parquet, attack round 29)
+    with atomic_writer(out / "results.csv") as f_csv, atomic_writer(out / "results.parquet") as f_pq:
+        f_csv.write(df.to_csv(index=False).encode("utf-8"))
+        f_pq.write(buf.getvalue())
+        for f in (f_csv, f_pq):  # a full disk shows here, inside both writers, before the first rename
+            f.flush()
+            os.fsync(f.fileno())
     return df
 
 

@@ -255,6 +255,7 @@ LAZY: dict[tuple[str, str], str] = {
     ("mosaic.evaluation.trial_scores", "mosaic.diagnostics.runs"): HEAVY,
     ("mosaic.evaluation.trial_scores", "mosaic.lab.run_folder"): HEAVY,
     ("mosaic.lab.run_record", "mosaic.lab.run_folder"): HEAVY,
+    ("mosaic.lab.run_record", "mosaic.lab.checkpoint"): HEAVY,
     ("mosaic.trial_runs", "mosaic.lab.diffusion.config"): HEAVY,
     ("mosaic.trial_runs", "mosaic.lab.transformer.config"): HEAVY,
     ("mosaic.trials", "mosaic.lab.data"): HEAVY,

@@ -33,7 +33,10 @@ def reproduce_command(
     # the registry's sweeps name their configs, specs and datasets relative to the project folder (experiments/...,
     # data/...): run from elsewhere, they are read and written there, never half found (attack round 24a)
     folder = out.resolve() if out is not None else ROOT / "data" / "reproduce" / f"{paper}_{scale}"
-    here = Path.cwd()
+    try:
+        here = Path.cwd()
+    except OSError:  # the current folder was deleted: there is nowhere to come back to (attack round 29)
+        here = ROOT
     if here.resolve() != ROOT.resolve() and (ROOT / "experiments").is_dir():
         console.print(f"the registry's sweeps name their files relative to the project folder {ROOT}: reading and writing "
                       f"there (datasets under {ROOT / 'data'})", highlight=False)
@@ -41,7 +44,10 @@ def reproduce_command(
     try:
         _reproduce(paper, scale, out, folder, workers, backend, address, dry_run)
     finally:
-        os.chdir(here)
+        try:
+            os.chdir(here)
+        except OSError:
+            pass
 
 
 def _reproduce(paper: str, scale: str, out: Path | None, folder: Path, workers: int, backend: str, address: str | None,

@@ -124,9 +124,11 @@ def sweep_command(
         console.print(f"[red]failed[/] {r['trial']}: {str(r.get('error'))[-300:]}")
     if report:
         try:
-            console.print(f"report: {_collect_and_report(folder, collect_first=False)}")
+            page = _collect_and_report(folder, collect_first=False)
         except MosaicError as e:
             fail(e)
+        print_claims(page.parent / "claims.json")
+        console.print(f"report: {page}")
     if len(failed):
         raise typer.Exit(1)
 

@@ -51,7 +51,10 @@ def _same(a, b) -> bool:
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+        try:
+            return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+        except OverflowError:  # a JSON integer too large for a float (attack round 29): compared exactly
+            return a == b
     if isinstance(a, dict) and isinstance(b, dict):
         return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
     return a == b
@@ -196,7 +199,12 @@ def _within(got, want, tol: float) -> bool:
 
 def seconds_ok(v) -> bool:
     """Whether ``v`` is a time in seconds as mosaic records one: a finite number >= 0 (not a bool)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v) and v >= 0 and float(v) < 1e15  # no run takes 30 million years: a 400-digit integer is no time
+    except OverflowError:
+        return False
 
 
 def _read(path: Path, fix: str, why: str) -> dict:
@@ -257,6 +265,14 @@ _TIMES = (("time_s",), ("generate_s",), ("train", "train_time_s"), ("train", "im
           ("samples", "seconds"))
 
 
+def _within_rel(a, b, rel: float = 1e-6) -> bool:
+    """``a`` within ``rel`` of ``b`` (relative; 1e-9 absolute), never an OverflowError (a 400-digit integer is no loss)."""
+    try:
+        return math.isclose(a, b, rel_tol=rel, abs_tol=1e-9)
+    except OverflowError:
+        return False
+
+
 def _check_train_record(run: Path, metrics: dict, cfg, fix: str) -> None:
     """The training record of a finished run (``metrics.json``'s ``train`` and times) as the run gives it: ``steps``
     the config's ``training.steps``, ``final_loss`` the mean loss of the last 10 % of ``log.jsonl``'s rows (as
@@ -289,7 +305,7 @@ def _check_train_record(run: Path, metrics: dict, cfg, fix: str) -> None:
             raise _fail(run / "log.jsonl", f"cannot be read ({str(e)[:100]}), so its final loss cannot be checked", fix) from None
         loss = final_loss(log, want)
         if not (loss is None and tr["final_loss"] is None) and not (isinstance(tr["final_loss"], (int, float)) and loss is not None
-                                                                     and math.isclose(tr["final_loss"], loss, rel_tol=1e-6, abs_tol=1e-9)):
+                                                                     and _within_rel(tr["final_loss"], loss)):
             raise _fail(mpath, f"its train.final_loss is {tr['final_loss']!r}, but its log.jsonl gives {loss!r}", fix)
 
 

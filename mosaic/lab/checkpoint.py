@@ -247,6 +247,23 @@ def read_record(folder: Path, run_id: str | None) -> dict:
     return rec
 
 
+def trained_with(folder: Path) -> dict:
+    """``{"device", "processes"}`` of the checkpoint in ``folder`` as its ``checkpoint.json`` records them (read by
+    :func:`load_checkpoint` before), each only when recorded as a string / a positive integer; ``{}`` when unreadable."""
+    try:
+        rec = loads_json(read_bounded(Path(folder) / RECORD, MAX_RECORD_BYTES))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(rec, dict):
+        return {}
+    out = {}
+    if isinstance(rec.get("device"), str):
+        out["device"] = rec["device"]
+    if isinstance(rec.get("processes"), int) and not isinstance(rec.get("processes"), bool) and rec["processes"] >= 1:
+        out["processes"] = rec["processes"]
+    return out
+
+
 def load_checkpoint(folder: Path, accelerator, model, optimizer, scheduler, ema, run_id: str | None) -> dict:
     """Load a checkpoint written by :func:`save_checkpoint` into the model, optimizer, scheduler,
     EMA, scaler and RNG of this process; returns its ``trainer_state.json``.
@@ -268,7 +285,7 @@ def load_checkpoint(folder: Path, accelerator, model, optimizer, scheduler, ema,
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{folder}/{TRAINER_STATE} is damaged ({type(e).__name__}: {str(e)[:120]})") from None
     named = folder.name.rpartition("-")[2]
-    if st["step"] != rec.get("step") or (named.isdigit() and int(named) != st["step"]):  # the step is the checkpoint's own
+    if st["step"] != rec.get("step") or (named.isascii() and named.isdigit() and int(named) != st["step"]):  # the step is the checkpoint's own
         raise CheckpointError(f"{folder}/{TRAINER_STATE} is damaged: it records step {st['step']}, but the checkpoint is "
                               f"{folder.name} (its {RECORD} says step {str(rec.get('step'))[:20]})")
     if (bad := trainer_state_problem(st)) is not None:
@@ -308,12 +325,14 @@ def load_checkpoint(folder: Path, accelerator, model, optimizer, scheduler, ema,
     return st
 
 
-def write_weights_record(folder: Path, run_id: str | None, model: dict | None = None) -> None:
+def write_weights_record(folder: Path, run_id: str | None, model: dict | None = None, params: int | None = None) -> None:
     """Write ``weights.json`` into a folder of exported weights (``best/``, ``final/``, filled before
     it is renamed into place): format, the run's id and every file's size and sha256, so that
     :func:`load_weights_file` refuses weights copied in from another run, or altered; with ``model``
     (the task's :meth:`~mosaic.lab.loop.Task.weights_meaning`: the config's ``model`` section) also
-    what the weights mean, which :func:`check_weights_meaning` compares with the config that reads them."""
+    what the weights mean, which :func:`check_weights_meaning` compares with the config that reads them; with ``params``
+    the model's number of trained parameters (``model.parameters()``, buffers such as a positional embedding aside), which a
+    finished run's ``metrics.json`` must repeat (:func:`mosaic.lab.run_record.record_problem`)."""
     folder = Path(folder)
     files = {}
     for p in sorted(folder.rglob("*")):
@@ -323,6 +342,8 @@ def write_weights_record(folder: Path, run_id: str | None, model: dict | None = 
     rec = {"format": WEIGHTS_FORMAT, "run_id": run_id, "files": files}
     if model is not None:
         rec["model"] = model
+    if params is not None:
+        rec["params"] = int(params)
     (folder / WEIGHTS_RECORD).write_text(json.dumps(rec, sort_keys=True) + "\n")
 
 

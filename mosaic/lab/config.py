@@ -15,7 +15,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from mosaic.errors import ConfigError, TrainingError  # noqa: F401  (re-exported: tests and lab modules import them here)
-from mosaic.overrides import apply_overrides, read_yaml_file, set_in_place, validation_problems
+from mosaic.overrides import apply_overrides, missing_file_hint, read_yaml_file, set_in_place, validation_problems
 from mosaic.schema import SafeName, Seed, StrictModel
 from mosaic.kinds import check_family, check_kind, family_of
 
@@ -173,9 +173,11 @@ def load_config(cls: type[C], path: str | Path, sets: list[str] | None = None) -
     if spec is not None and not Path(spec).exists():  # named with the config file and the field, before anything runs
         import os
 
-        raise ConfigError([("dataset.spec", f"{str(spec)!r}: no such spec file (a relative path is read from the current folder "
-                            f"{os.getcwd()}); give the path of a spec YAML (e.g. experiments/specs/coverage.yaml) or a dataset "
-                            "folder, or set dataset.path to a generated dataset instead")], str(path))
+        hint = missing_file_hint(spec) if Path(spec).parent.is_dir() else ""
+        raise ConfigError([("dataset.spec", f"{str(spec)!r}: no such spec file{hint} (a relative path is read from the current "
+                            f"folder {os.getcwd()}: run from the folder the config's paths start at, e.g. the project folder "
+                            "holding experiments/); give the path of a spec YAML or a dataset folder, or set dataset.path to a "
+                            "generated dataset instead")], str(path))
     return cfg
 
 

@@ -31,7 +31,7 @@ from mosaic.lab.config import TrainingSection
 from mosaic.lab.data import BatchPlan, step_seed
 from mosaic.lab.checkpoint import (
     RECORD, WEIGHTS_RECORD, CheckpointError, check_weights_meaning, foreign_file, load_checkpoint, read_weights_record,
-    save_checkpoint as write_checkpoint, write_weights_record,
+    save_checkpoint as write_checkpoint, trained_with, write_weights_record,
 )
 from mosaic.lab.run_folder import RunFolder, final_loss
 
@@ -339,7 +339,7 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
             with atomic_dir(dest) as tmp:  # a unique new folder; what stands at dest (a link) is removed, never written through
                 task.export(inner, tmp)
                 # the run's id, every file's sha256 and the model section: weights of another run, or read under an edited config, are refused
-                write_weights_record(tmp, run.run_id(), task.weights_meaning())
+                write_weights_record(tmp, run.run_id(), task.weights_meaning(), params=params)
 
     def validate(step: int):
         swap_in_ema()
@@ -474,13 +474,19 @@ def train(task: Task, cfg: TrainingSection, run: RunFolder, accelerator, on_log:
     accelerator.wait_for_everyone()
     log = run.read_log() if accelerator.is_main_process else []
     steps_timed = cfg.steps
+    # the device and processes the run's last steps trained with: its last checkpoint's (a call that resumed a finished
+    # run on another machine trains nothing; it recorded its own, which the run's checkpoint contradicted)
+    where = {"device": str(device), "processes": world}
+    if ckpt is not None and resumed_at == cfg.steps:
+        where.update(trained_with(ckpt))
+        global_batch = cfg.batch_size * cfg.grad_accum * where["processes"]
     return {
         "steps": cfg.steps,
         "params": params,
-        "processes": world,
+        "processes": where["processes"],
         "global_batch": global_batch,
         "mixed_precision": accelerator.mixed_precision,
-        "device": str(device),
+        "device": where["device"],
         "train_time_s": state["train_time_s"],
         "images_per_s": global_batch * steps_timed / max(state["train_time_s"], 1e-9),
         "final_loss": final_loss(log, cfg.steps),  # mean of the logged rows of the last 10 % of training

@@ -237,7 +237,7 @@ class RunFolder:
         out = []
         for d in self.checkpoints.iterdir():
             # unfinished (.tmp) and damaged (.damaged) checkpoints do not count
-            if not d.is_symlink() and d.is_dir() and d.name.startswith("checkpoint-") and d.name[11:].isdigit() and (d / "trainer_state.json").is_file():
+            if not d.is_symlink() and d.is_dir() and d.name.startswith("checkpoint-") and d.name[11:].isascii() and d.name[11:].isdigit() and (d / "trainer_state.json").is_file():
                 out.append((int(d.name.split("-")[1]), d))
         return sorted(out)
 
