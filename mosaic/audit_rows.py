@@ -4,8 +4,11 @@
 A row given twice, rows dropped, or a verdict edited beside its own image (the row's ``read`` rewritten to the
 intended values, ``correct`` true) were put on the audit page as the evaluator's (attack round 29). Each row must be
 one record's, once (``file_name``), with that record's intended values and held-out flag, and the rows must give the
-``n`` and ``joint_accuracy`` of the overall, seen and held-out groups that ``metrics.json`` recorded
-(:func:`mosaic.evaluation.metrics.score` computed them from the same verdicts).
+``n``, ``joint_accuracy`` and per concept ``accuracy`` and ``unreadable`` of the overall, seen and held-out groups
+that ``metrics.json`` recorded (:func:`mosaic.evaluation.metrics.score` computed them from the same verdicts): a
+wrong read re-filed as unreadable, or moved to another concept, was audited too (attack round 30). A wrong read
+changed to another wrong value, or an edited ``reasons`` text, changes no figure: only reading the image again
+would tell.
 """
 
 from __future__ import annotations
@@ -20,9 +23,16 @@ def _close(a, b) -> bool:
         return False
 
 
-def _group(rows: list[dict]) -> dict:
+def _group(rows: list[dict], concepts: list) -> dict:
+    """A group's figures from its rows: ``n``, ``joint_accuracy`` (verdicts right), and per concept ``accuracy.<c>``
+    (read as intended) and ``unreadable.<c>`` (read as nothing), as :func:`mosaic.evaluation.metrics.score` counts them."""
     n = len(rows)
-    return {"n": n, "joint_accuracy": (sum(r.get("correct") is True for r in rows) / n) if n else None}
+    out = {"n": n, "joint_accuracy": (sum(r.get("correct") is True for r in rows) / n) if n else None}
+    for c in concepts:
+        reads = [(r.get("read") or {}, r.get("intended") or {}) for r in rows]
+        out[f"accuracy.{c}"] = sum(c in i and rd.get(c) == i[c] for rd, i in reads) / n if n else None
+        out[f"unreadable.{c}"] = sum(rd.get(c) is None for rd, _ in reads) / n if n else None
+    return out
 
 
 def evaluation_problem(rows: list[tuple[int, dict]], records: list[tuple[int, dict]], metrics) -> str | None:
@@ -59,9 +69,13 @@ def evaluation_problem(rows: list[tuple[int, dict]], records: list[tuple[int, di
             if sel and g != "overall":
                 return f"metrics.json has no {g} figures, while {len(sel)} rows are {g.replace('_', '-')}"
             continue
-        got = _group(sel)
+        acc = rec.get("accuracy") if isinstance(rec.get("accuracy"), dict) else {}
+        got = _group(sel, sorted(acc))
         for k, v in got.items():
-            r = rec.get(k)
+            part, _, c = k.partition(".")
+            if c and not isinstance(rec.get(part), dict):  # a figure metrics.json does not record is not compared
+                continue
+            r = rec.get(k) if not c else rec[part].get(c)
             same = (v is None and r is None) or (isinstance(r, (int, float)) and not isinstance(r, bool) and v is not None
                                                  and _close(r, v))
             if not same:

@@ -13,7 +13,10 @@ MAX_NAME = 200             # characters of a concept name or a value name
 
 #: keys the evaluation tables put beside the concepts' own (``{concept: accuracy, "joint": ..., "n": ...}``,
 #: ``cells.<combination>.held_out``): a concept so named would have its accuracy overwritten by the joint one
-RESERVED_CONCEPTS = frozenset({"joint", "n", "held_out"})
+#: words the evaluation tables and a sweep's results columns use beside the concepts' own (``seen.joint``, ``held_out.quality``,
+#: ``held_out.raw.<concept>``, ``seen.unreadable``): a concept of one of these names had its column overwritten (``quality``,
+#: attack round 30)
+RESERVED_CONCEPTS = frozenset({"joint", "n", "held_out", "seen", "overall", "quality", "raw", "unreadable", "accuracy"})
 
 
 def _scripts(text: str) -> set[str]:

@@ -5,11 +5,13 @@ run copied or swapped in is never reported, resumed or counted as this trial's. 
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 from mosaic.errors import MosaicError, SweepError
-from mosaic.io import read_json
+from mosaic.io import read_bounded, read_json
+from mosaic.overrides import MAX_YAML_BYTES
 from mosaic.lab.config import config_diff, read_config_yaml, validate_config
 from mosaic.sweep import LABEL, SweepSpec, trial_config
 
@@ -178,9 +180,10 @@ def _run_dataset_problem(tdir: Path, trial_cfg: dict) -> str | None:
 SWEEP_CONFIG = "sweep_config.yaml"
 
 
-def sweep_base_config(out: Path, sweep: SweepSpec | None) -> dict | None:
-    """The training config a sweep folder's trials were made from: its own copy (:data:`SWEEP_CONFIG`, written by
-    ``mosaic sweep`` since 2026-12-06), else None (no sweep, a folder of an older mosaic: not compared). The config
+def sweep_base_config(out: Path, sweep: SweepSpec | None) -> tuple[dict | None, str | None]:
+    """The training config a sweep folder's trials were made from, and the sha256 of its file: its own copy
+    (:data:`SWEEP_CONFIG`, written by ``mosaic sweep`` since 2026-12-06, whose digest each trial's ``trial.json``
+    records as ``sweep_config``), else ``(None, None)`` (no sweep, a folder of an older mosaic: not compared). The config
     file the sweep names is never read for this: a relative name read from another folder, or a config edited since,
     refused honest trials (attack round 29).
 
@@ -188,15 +191,28 @@ def sweep_base_config(out: Path, sweep: SweepSpec | None) -> dict | None:
         SweepError: the copy is there but damaged (names it and the fix)."""
     p = Path(out) / SWEEP_CONFIG
     if sweep is None or not os.path.lexists(p):
-        return None
+        return None, None
     try:
+        digest = hashlib.sha256(read_bounded(p, MAX_YAML_BYTES)).hexdigest()
         base = read_config_yaml(p)
         if not isinstance(base, dict):
             raise MosaicError(f"a {type(base).__name__}, not a mapping")
     except (MosaicError, OSError, ValueError) as e:
         raise SweepError([(str(p), f"damaged ({str(e).splitlines()[0][:120]}): it is the training config the sweep's trials "
                                    "were made from; restore it, or rerun the sweep into a new folder (--out)")]) from None
-    return base
+    return base, digest
+
+
+def copy_problem(st: dict, digest: str | None) -> str | None:
+    """Why a trial cannot be compared with the sweep folder's copy of its training config: its ``trial.json`` records
+    that it was made from one (``sweep_config``, the copy's sha256 then), which is gone; or None. Deleted, the copy turned
+    the trial-config comparison off (attack round 30). A copy rewritten by a later rerun of the sweep (the config's
+    ``out`` or dataset location edited, which no trial differs in) is compared by content, not by this digest."""
+    want = st.get("sweep_config")
+    if not isinstance(want, str) or digest is not None:
+        return None
+    return (f"its trial.json records that it was made from the sweep's {SWEEP_CONFIG} (sha256 {want[:12]}...), which is gone, "
+            "so its config cannot be compared with the sweep's: restore that file, or rerun the sweep into a new folder (--out)")
 
 
 def changed_trial_config(tdir: Path, sweep: SweepSpec, values: dict, base: dict | None) -> str | None:

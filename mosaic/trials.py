@@ -8,6 +8,7 @@ stop the others; a trial folder whose config changed since it ran is refused."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import io
 import json
 import os
@@ -31,7 +32,7 @@ from mosaic.io import atomic_write, atomic_writer, make_output_dir, open_append,
 from mosaic.lab.config import config_diff, read_config_yaml, validate_config
 from mosaic.locks import FolderLock
 from mosaic.overrides import read_yaml_file
-from mosaic.trial_runs import SWEEP_CONFIG, changed_trial_config, foreign_run, sweep_base_config
+from mosaic.trial_runs import SWEEP_CONFIG, changed_trial_config, copy_problem, foreign_run, sweep_base_config
 from mosaic.sweep import LABEL, MAX_SWEEP_WORKERS, SweepSpec, check_sweep_options, expand, trial_config, trial_id  # noqa: F401
 
 
@@ -89,7 +90,9 @@ def prepare(sweep: SweepSpec, out: Path, on_progress: Callable[[str], None] | No
     atomic_write(out / "sweep.yaml", yaml.safe_dump(sweep.model_dump(mode="json"), sort_keys=False))
     # the training config the trials were made from, kept with them: `mosaic report` compares each trial's config with
     # it wherever the folder lies and whatever the config file says now (mosaic.trial_runs.sweep_base_config)
-    atomic_write(out / SWEEP_CONFIG, yaml.safe_dump(base, sort_keys=False))
+    copy = yaml.safe_dump(base, sort_keys=False).encode("utf-8")
+    atomic_write(out / SWEEP_CONFIG, copy)
+    copy_digest = hashlib.sha256(copy).hexdigest()
     # generate each distinct dataset once, before any trial trains on it
     done_roots = set()
     for t in trials:
@@ -109,7 +112,7 @@ def prepare(sweep: SweepSpec, out: Path, on_progress: Callable[[str], None] | No
         status = read_status(t["dir"])
         if status.get("status") != "done":  # the sweep's name: collect() names a trial folder copied in from another sweep
             write_status(t["dir"], {"id": t["id"], "values": t["values"], "status": "pending", "dataset": str(t["dataset"]),
-                                    "sweep": sweep.name})
+                                    "sweep": sweep.name, "sweep_config": copy_digest})
     return trials
 
 
@@ -455,7 +458,7 @@ def check_trial_folders(out: Path, dirs: list[Path]) -> None:
     name = data.get("name")
     expected = ({tid: json.loads(json.dumps(v, default=str)) for v in expand(sweep) for tid in (trial_id(v), trial_id(v, legacy=True))}
                 if sweep is not None else None)
-    foreign, base = [], sweep_base_config(out, sweep)
+    foreign, (base, base_digest) = [], sweep_base_config(out, sweep)
     for d in dirs:
         st = read_status(d)
         if expected is None:  # a sweep.yaml that is no whole sweep: the sweep's name, and the run against the trial's own config
@@ -471,7 +474,8 @@ def check_trial_folders(out: Path, dirs: list[Path]) -> None:
         elif st.get("sweep", name) != name:
             why = f"its trial.json says it is a trial of sweep {str(st.get('sweep'))[:60]!r}, not {name!r}"
         else:
-            why = changed_trial_config(d, sweep, expected[d.name], base) or foreign_run(d, sweep, expected[d.name])
+            why = (copy_problem(st, base_digest) or changed_trial_config(d, sweep, expected[d.name], base)
+                   or foreign_run(d, sweep, expected[d.name]))
             if why is None:
                 continue
         foreign.append((str(d), why))

@@ -93,7 +93,13 @@ class _MosaicGroup(TyperGroup):
         # a full disk (or quota) is named, never a traceback, whichever command wrote: every writer of mosaic writes
         # through a temporary name that is removed on failure, so a rerun of the same command resumes or starts over
         import errno
+        import os
 
+        try:  # every relative path is read from the current folder: one that was deleted is named before any command runs
+            os.getcwd()
+        except OSError as e:
+            fail(MosaicError(f"the current folder no longer exists ({e.strerror}): every relative path is read from it; cd to a "
+                             "folder that exists and run the command again"))
         try:
             return super().invoke(ctx)
         except OSError as e:

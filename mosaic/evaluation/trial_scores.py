@@ -47,8 +47,12 @@ def scored_samples(run: Path, metrics: dict) -> Path | None:
     return Path(run) / "samples" / name
 
 
+def _nan(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
 def _same(a, b) -> bool:
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+    if _nan(a) and _nan(b):  # NaN measured, null recorded (JSON has no NaN; a binding run without swap negatives, round 30)
         return True
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool):
         try:

@@ -41,9 +41,17 @@ from mosaic.errors import MosaicError
 from mosaic.io import MAX_JSON_BYTES, loads_json, read_bounded
 
 
+def _nan(v) -> bool:
+    """None or a float NaN: a metric that could not be measured (JSON has no NaN: ``metrics.json`` writes null where
+    ``val.jsonl`` and a checkpoint's ``trainer_state.json`` write NaN; a binding run without swap negatives, round 30)."""
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
 def _close(a, b, rel: float = 1e-9) -> bool:
     """Equal values of a record: numbers within ``rel`` relative (a bool is no number; integers too large for a float
-    compared exactly), mappings key by key, anything else equal."""
+    compared exactly; None and NaN alike), mappings key by key, anything else equal."""
+    if _nan(a) and _nan(b):
+        return True
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
@@ -114,6 +122,18 @@ def _checkpoint_problem(run: Path, tr: dict, steps) -> str | None:
     for k in ("processes", "device"):
         if k in rec and k in tr and not _close(tr[k], rec[k]):
             return f"its train.{k} is {str(tr[k])[:60]!r}, but the run's last checkpoint records {str(rec[k])[:60]!r}"
+    try:  # listed in the record with its digest, checked above: where training stood at its last step
+        st = loads_json(read_bounded(ck / "trainer_state.json", MAX_JSON_BYTES))
+    except (OSError, ValueError) as e:
+        return f"its last checkpoint's trainer_state.json cannot be read ({str(e)[:100]})"
+    st = st if isinstance(st, dict) else {}
+    best = tr.get("best") if isinstance(tr.get("best"), dict) else {}
+    pairs = [("train_time_s", tr.get("train_time_s"), st.get("train_time_s")), ("val", tr.get("val"), st.get("val")),
+             ("best.value", best.get("value"), st.get("best")), ("best.step", best.get("step"), st.get("best_step"))]
+    for name, got, want in pairs:  # forged in metrics.json and val.jsonl together, they were reported (attack round 30)
+        if name.split(".")[0] in st or name.startswith("best") and ("best" in st or "best_step" in st):
+            if not _close(got, want):
+                return f"its train.{name} is {str(got)[:60]}, but the run's last checkpoint records {str(want)[:60]}"
     return None
 
 
@@ -177,8 +197,15 @@ def _train_problem(run: Path, tr: dict, cfg: dict | None) -> str | None:
             longer = True
         if longer:
             return f"its train.train_time_this_call_s ({str(c)[:30]}) is longer than the run's train_time_s ({str(t)[:30]})"
-    if "mixed_precision" in tr and tr["mixed_precision"] not in PRECISIONS:
-        return f"its train.mixed_precision is {str(tr['mixed_precision'])[:40]!r}, not one of {', '.join(PRECISIONS)}"
+    mp = tr.get("mixed_precision")
+    if "mixed_precision" in tr and mp not in PRECISIONS:
+        return f"its train.mixed_precision is {str(mp)[:40]!r}, not one of {', '.join(PRECISIONS)}"
+    asked = training.get("mixed_precision", "auto") if isinstance(training, dict) else None
+    if "mixed_precision" in tr and isinstance(asked, str):  # mosaic.lab.loop.resolve_precision: auto is bf16 on a GPU only
+        gpu = isinstance(tr.get("device"), str) and not tr["device"].startswith("cpu")
+        if (asked != "auto" and mp != asked) or (asked == "auto" and mp != "no" and not (gpu and mp == "bf16")):
+            return (f"its train.mixed_precision is {mp!r}, but its config asks {asked!r} on {str(tr.get('device'))[:20]} "
+                    "(auto: bf16 on a GPU that supports it, else no)")
     return None
 
 
@@ -197,6 +224,14 @@ def record_problem(run: Path, metrics: dict, cfg: dict | None) -> tuple[Path, st
     why = _train_problem(run, tr, cfg)
     if why is not None:
         return mpath, why
+    ts, c = metrics.get("time_s"), tr.get("train_time_this_call_s")
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (ts, c)):
+        try:
+            shorter = float(ts) < float(c) - 1e-6
+        except OverflowError:
+            shorter = True
+        if shorter:  # the call's time holds its training (a time_s of 0.001 beside 0.1 s of training was reported, round 30)
+            return mpath, f"its time_s ({str(ts)[:30]}) is shorter than the training it holds (train.train_time_this_call_s {str(c)[:30]})"
     ds = metrics.get("dataset")
     if isinstance(ds, dict) and os.path.lexists(run / "dataset_manifest.json"):
         try:
