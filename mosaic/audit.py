@@ -47,6 +47,9 @@ def find_scored_samples(root: str | Path) -> list[Path]:
         raise MosaicError(f"{root} is not a folder: give a run folder, a samples folder or a sweep folder")
     # only mosaic's own folders are searched: a parent such as /tmp or / would mix unrelated runs into one audit
     marks = ("predictions.jsonl", "config.yaml", "sweep.yaml")
+    if (root / "sampling.json").is_file() and not (root / "predictions.jsonl").is_file():  # `mosaic sample --no-score` wrote it
+        raise MosaicError(f"{root} is a samples folder `mosaic sample` wrote without scores (no predictions.jsonl): score it "
+                          f"(`mosaic evaluate {root} --spec RUN/dataset --out {root}`, RUN its run folder), then audit")
     if (not any((root / m).is_file() for m in marks) and not (root / "samples").is_dir()
             and not any((c / "sweep.yaml").is_file() for c in root.iterdir() if c.is_dir())):
         raise MosaicError(f"{root} is not a run, samples, sweep or reproduction folder (it holds none of {', '.join(marks)}, "
@@ -200,7 +203,8 @@ def collect_items(root: str | Path, n: int = 100, seed: int = 0) -> list[dict]:
             raise MosaicError([(str(folder / "metrics.json"), f"cannot be read ({str(e)[:100]}): rerun that evaluation, then audit")]) from None
         why = evaluation_problem(rows, read_rows(folder / "metadata.jsonl", "metadata file"), metrics)
         if why is not None:  # the rows are not one whole evaluation: never shown as the evaluator's verdicts (attack round 29)
-            raise MosaicError([(str(folder / "predictions.jsonl"), f"{why}; score the folder again (`mosaic evaluate DIR --spec SPEC "
+            line, _, rest = why.partition(": ") if why.startswith("line ") else ("", "", why)
+            raise MosaicError([(f"{folder / 'predictions.jsonl'}{' ' + line if line else ''}", f"{rest}; score the folder again (`mosaic evaluate DIR --spec SPEC "
                                                                   "--out DIR`, or `mosaic sample RUN`), then audit")])
         rel = "." if folder == root else str(folder.relative_to(root))
         for ln, r in rows:

@@ -45,16 +45,16 @@ def evaluation_problem(rows: list[tuple[int, dict]], records: list[tuple[int, di
     for ln, row in rows:
         name = row.get("file_name")
         if name in seen:
-            return f"line {ln} scores {str(name)[:80]!r} a second time: each image is scored once"
+            return f"line {ln}: scores {str(name)[:80]!r} a second time: each image is scored once"
         seen.add(name)
         rec = by_name.get(name)
         if rec is None:
-            return f"line {ln} scores {str(name)[:80]!r}, an image metadata.jsonl does not list"
+            return f"line {ln}: scores {str(name)[:80]!r}, an image metadata.jsonl does not list"
         want = rec[1].get("concepts")
         if isinstance(want, dict) and row.get("intended") is not None and row.get("intended") != want:
-            return f"line {ln}'s intended values are not those of metadata.jsonl line {rec[0]}"
+            return f"line {ln}: its intended values are not those of metadata.jsonl line {rec[0]}"
         if (row.get("held_out") is True) != (rec[1].get("held_out") is True) and rec[1].get("held_out") is not None:
-            return f"line {ln}'s held_out is not that of metadata.jsonl line {rec[0]}"
+            return f"line {ln}: its held_out is not that of metadata.jsonl line {rec[0]}"
     missing = [n for n in by_name if n not in seen]
     if missing:
         return f"{len(missing)} of metadata.jsonl's {len(by_name)} images have no row (e.g. {str(missing[0])[:80]!r})"

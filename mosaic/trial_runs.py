@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from mosaic.errors import MosaicError, SweepError
+from mosaic.evaluation.trial_scores import seconds_ok
 from mosaic.io import read_bounded, read_json
 from mosaic.overrides import MAX_YAML_BYTES
 from mosaic.lab.config import config_diff, read_config_yaml, validate_config
@@ -239,3 +240,20 @@ def changed_trial_config(tdir: Path, sweep: SweepSpec, values: dict, base: dict 
             f"sweep's {SWEEP_CONFIG} with its sweep.yaml): restore the trial's config, or delete the trial folder and rerun "
             "`mosaic sweep` (or run the sweep into a new folder, --out)")
 
+
+def trial_time_problem(st: dict, tdir: Path) -> str | None:
+    """Why a trial's ``time_s`` is not the time its ``trial.json`` and run give, or None: it must be about its own
+    ``finished - started`` (wall clock, within 2 s or 5 %), and its run's ``metrics.json`` ``time_s`` (the training
+    command inside the trial) at most it. Edited alone, either went into the results (attack round 31)."""
+    t_s, a, b = st.get("time_s"), st.get("started"), st.get("finished")
+    if not seconds_ok(t_s):
+        return None
+    if seconds_ok(a) and seconds_ok(b) and b >= a and abs((b - a) - t_s) > max(2.0, 0.05 * (b - a)):
+        return f"time_s is {t_s!r}, but its started and finished are {b - a:.3g} s apart"
+    try:
+        run_t = read_json(tdir / "run" / "metrics.json").get("time_s") if (tdir / "run" / "metrics.json").is_file() else None
+    except (OSError, ValueError, AttributeError):
+        return None  # named where the run's metrics are read
+    if st.get("status") == "done" and seconds_ok(run_t) and run_t > t_s + max(2.0, 0.05 * t_s):
+        return f"time_s is {t_s!r}, shorter than its run's training command ({tdir / 'run' / 'metrics.json'} time_s {run_t:.3g})"
+    return None

@@ -32,7 +32,7 @@ from mosaic.io import atomic_write, atomic_writer, make_output_dir, open_append,
 from mosaic.lab.config import config_diff, read_config_yaml, validate_config
 from mosaic.locks import FolderLock
 from mosaic.overrides import read_yaml_file
-from mosaic.trial_runs import SWEEP_CONFIG, changed_trial_config, copy_problem, foreign_run, sweep_base_config
+from mosaic.trial_runs import SWEEP_CONFIG, changed_trial_config, copy_problem, foreign_run, sweep_base_config, trial_time_problem
 from mosaic.sweep import LABEL, MAX_SWEEP_WORKERS, SweepSpec, check_sweep_options, expand, trial_config, trial_id  # noqa: F401
 
 
@@ -372,6 +372,9 @@ def result_row(tdir: Path, cells: dict | None = None) -> dict:
     if t_s is not None and not seconds_ok(t_s):
         raise SweepError([(str(tdir / "trial.json"), f"damaged: time_s is {t_s!r}, not a time in seconds (finite, >= 0): restore it, "
                                                      "or delete the trial folder and rerun `mosaic sweep`")])
+    why = trial_time_problem(st, tdir)
+    if why is not None:
+        raise SweepError([(str(tdir / "trial.json"), f"damaged: {why}: restore it, or delete the trial folder and rerun `mosaic sweep`")])
     if st.get("status") == "done" and st.get("error"):  # an error text on a done trial went into results (attack round 27)
         raise SweepError([(str(tdir / "trial.json"), "damaged: a done trial with an error: restore it, or delete the trial folder "
                                                      "and rerun `mosaic sweep`")])

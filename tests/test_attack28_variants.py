@@ -210,6 +210,8 @@ def test_a_sweep_folder_without_the_copy_of_its_config_still_reports(swept, tmp_
     """A sweep folder of a mosaic before 2026-12-06 has no copy: its trials are not compared with a config."""
     sw = sweep_copy(swept, tmp_path)
     (sw / "sweep_config.yaml").unlink()
+    for t in trial_dirs(sw):  # an older mosaic's trials record no copy either
+        _edit_json(t / "trial.json", lambda d: d.pop("sweep_config", None))
     ok_cli(["report", sw])
 
 

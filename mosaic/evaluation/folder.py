@@ -307,7 +307,11 @@ def check_image_size(images: list[np.ndarray], records: list[dict], spec: Spec, 
     bad = [i for i, im in enumerate(images) if tuple(im.shape[:2]) != want]
     if bad:
         h, w = images[bad[0]].shape[:2]
-        fix = f"--set image.size={w}" if h == w else "square images of the spec's size"
+        fix = "square images of a size a spec takes"
+        try:  # only a size the spec takes is advised (a 1 x 1 image was advised `--set image.size=1`, attack round 31)
+            fix = f"--set image.size={w}" if h == w and type(spec.image).model_validate({**spec.image.model_dump(), "size": w}) else fix
+        except ValueError:  # pydantic's ValidationError: under 8 px
+            pass
         raise MosaicError([(str(where / records[bad[0]]["file_name"]),
                             f"{len(bad)} of {len(images)} image(s) are not {want[0]} x {want[1]} px (this one is {w} x {h}), the size "
                             f"spec {spec.name!r} renders: the evaluator's check measures it at {want[0]} px, not at the images' size. "

@@ -1,0 +1,62 @@
+"""Variants of attack round 31 at the mechanisms fixed for it: a trial's time against its own start and finish and
+its run's, the image size an evaluation advises, and an unscored samples folder given to the audit."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.conftest import clean_exit_2, ok_cli, run_cli, scored_folder, sweep_copy, trial_dirs
+from tests.test_attack_cases31 import _eval_folder, _png
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    from tests.conftest import two_trial_sweep
+
+    return two_trial_sweep(tmp_path_factory, "a31v")
+
+
+def _edit(p, edit):
+    d = json.loads(p.read_text())
+    edit(d)
+    p.write_text(json.dumps(d, indent=2))
+
+
+@pytest.mark.parametrize("how", ["time-tenfold", "finished-later", "started-earlier", "run-longer-than-trial"])
+def test_a_trial_time_its_own_records_contradict_is_refused(swept, tmp_path, how):
+    sw = sweep_copy(swept, tmp_path)
+    t = trial_dirs(sw)[0]
+    if how == "time-tenfold":
+        _edit(t / "trial.json", lambda d: d.__setitem__("time_s", d["time_s"] * 10 + 5))
+    elif how == "finished-later":
+        _edit(t / "trial.json", lambda d: d.__setitem__("finished", d["finished"] + 3600))
+    elif how == "started-earlier":
+        _edit(t / "trial.json", lambda d: d.__setitem__("started", d["started"] - 3600))
+    else:
+        tt = json.loads((t / "trial.json").read_text())["time_s"]
+        _edit(t / "run" / "metrics.json", lambda d: d.__setitem__("time_s", tt * 3 + 10))
+    clean_exit_2(run_cli(["report", sw]), "time_s", collapse_space=True)
+
+
+def test_honest_trial_times_report(swept, tmp_path):
+    ok_cli(["report", sweep_copy(swept, tmp_path)])
+
+
+@pytest.mark.parametrize("size,advised", [(4, False), (7, False), (24, True)])
+def test_evaluate_advises_only_a_size_a_spec_takes(made, tmp_path, size, advised):
+    f = _eval_folder(tmp_path, _png(size, size))
+    r = run_cli(["evaluate", f, "--spec", made[0]])
+    clean_exit_2(r, f"{size} x {size}", collapse_space=True)
+    assert bool(re.search(rf"--set image\.size={size}\b", " ".join(r.output.split()))) is advised, r.output
+
+
+def test_an_audit_of_a_samples_folder_whose_scores_were_removed_says_to_score_it(swept, tmp_path):
+    sw = sweep_copy(swept, tmp_path)
+    s = scored_folder(trial_dirs(sw)[0])
+    for n in ("predictions.jsonl", "metrics.json"):
+        (s / n).unlink()
+    r = run_cli(["audit", s])
+    clean_exit_2(r, "without scores", "mosaic evaluate", collapse_space=True)
