@@ -29,6 +29,7 @@ from mosaic.audit_rows import evaluation_problem
 from mosaic.errors import MosaicError
 from mosaic.evaluation.agreement import wilson_interval
 from mosaic.evaluation.folder import MAX_METADATA_BYTES, file_name_problem, loads_record
+from mosaic.folder_kinds import transformer_run
 from mosaic.foreign_names import refuse_foreign_outputs
 from mosaic.io import FileReadError, atomic_write, make_output_dir, read_bounded, read_json, read_own_file
 from mosaic.png import FOREIGN_FORMATS, SIGNATURE, decode_image, encode_png, pixel_digest
@@ -57,6 +58,9 @@ def find_scored_samples(root: str | Path) -> list[Path]:
                           "the folder `mosaic train`, `mosaic sample`, `mosaic sweep` or `mosaic reproduce` wrote")
     found = sorted({p.parent for p in root.rglob("predictions.jsonl") if (p.parent / "metadata.jsonl").is_file()
                     and not linked_part(root, p) and not linked_part(root, p.parent / "metadata.jsonl")})  # never another folder's rows
+    if not found and transformer_run(root):
+        raise MosaicError(f"{root} is a transformer run: it makes no images to audit (its results are its metrics.json, measured "
+                          "on its test splits); `mosaic audit` checks a diffusion run's scored samples")
     if not found:
         raise MosaicError(f"{root} holds no scored samples (a folder with predictions.jsonl and metadata.jsonl): "
                           "sample and score the run first (`mosaic sample RUN`)")

@@ -18,8 +18,7 @@ _KINDS = (
      {"images": lambda p: _split_fix(p), "sweep": "`mosaic verify {p}` checks a dataset; "
       "`mosaic report` takes the folder `mosaic sweep` wrote"}),
     (("run.json",), "a training run folder (`mosaic train` wrote it)",
-     {"dataset": "a run's dataset is the folder its dataset.json names", "images": "evaluate a samples folder of it "
-      "({p}/samples/NAME; `mosaic sample {p}` makes one)", "sweep": "a run's results are its metrics.json; `mosaic report` takes "
+     {"dataset": "a run's dataset is the folder its dataset.json names", "images": lambda p: _run_images_fix(p), "sweep": "a run's results are its metrics.json; `mosaic report` takes "
       "the folder `mosaic sweep` wrote"}),
     (("sweep.yaml",), "a sweep folder (`mosaic sweep` wrote it)",
      {"dataset": "its trials' datasets are named in trials/*/trial.json", "images": "evaluate a samples folder of one of its "
@@ -39,6 +38,20 @@ def kind_hint(folder: str | Path, expected: str) -> str | None:
             fix = fixes[expected]
             return f"{p} is {what}, not {_EXPECTED[expected]}: {fix(p) if callable(fix) else fix.format(p=p)}"
     return None
+
+
+def transformer_run(p: Path) -> bool:
+    """Whether a run folder holds a transformer's weights (``model.safetensors``, no diffusion ``conditioner``), by file
+    names only: such a run makes no images, its results are its ``metrics.json``."""
+    return any((p / w / "model.safetensors").is_file() and not (p / w / "conditioner.safetensors").exists() for w in ("best", "final"))
+
+
+def _run_images_fix(p: Path) -> str:
+    """The fix for a run folder given where images are wanted: a diffusion run's samples folder; a transformer run makes
+    none (`mosaic sample` refuses it: it was advised, round 32)."""
+    if transformer_run(p):
+        return f"a transformer run makes no images: its results are its metrics.json ({p / 'metrics.json'})"
+    return f"evaluate a samples folder of it ({p}/samples/NAME; `mosaic sample {p}` makes one)"
 
 
 def _split_fix(p: Path) -> str:

@@ -235,6 +235,14 @@ def run_trial(kind: str, tdir: str, env: dict | None = None, timeout_s: float | 
     status = read_status(tdir)
     if status.get("status") == "done" and (tdir / "run" / "metrics.json").is_file():
         return status
+    if (tdir / "run" / "DONE").is_file() and (tdir / "run" / "metrics.json").is_file():
+        # the run finished in an earlier call, which was killed before it wrote trial.json: the trial is done, its time is that
+        # call's, lost (None), never a rerun's few seconds (which a report then refused against the run's own time, round 32);
+        # the run's figures are checked by `mosaic report` as every trial's
+        status.update(status="done", returncode=0, error=None, finished=time.time())
+        status["time_s"] = None
+        write_status(tdir, status)
+        return status
     status.update(status="running", started=time.time(), host=os.uname().nodename, error=None)
     write_status(tdir, status)
     t0 = time.perf_counter()

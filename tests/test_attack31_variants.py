@@ -25,16 +25,16 @@ def _edit(p, edit):
     p.write_text(json.dumps(d, indent=2))
 
 
-@pytest.mark.parametrize("how", ["time-tenfold", "finished-later", "started-earlier", "run-longer-than-trial"])
+@pytest.mark.parametrize("how", ["time-tenfold", "finished-earlier", "started-later", "run-longer-than-trial"])
 def test_a_trial_time_its_own_records_contradict_is_refused(swept, tmp_path, how):
     sw = sweep_copy(swept, tmp_path)
     t = trial_dirs(sw)[0]
     if how == "time-tenfold":
         _edit(t / "trial.json", lambda d: d.__setitem__("time_s", d["time_s"] * 10 + 5))
-    elif how == "finished-later":
-        _edit(t / "trial.json", lambda d: d.__setitem__("finished", d["finished"] + 3600))
-    elif how == "started-earlier":
-        _edit(t / "trial.json", lambda d: d.__setitem__("started", d["started"] - 3600))
+    elif how == "finished-earlier":  # the wall clock may run further than time_s (a suspend), never shorter
+        _edit(t / "trial.json", lambda d: d.update(time_s=60.0, finished=d["started"] + 1.0))
+    elif how == "started-later":
+        _edit(t / "trial.json", lambda d: d.update(time_s=60.0, started=d["finished"] - 1.0))
     else:
         tt = json.loads((t / "trial.json").read_text())["time_s"]
         _edit(t / "run" / "metrics.json", lambda d: d.__setitem__("time_s", tt * 3 + 10))
@@ -43,6 +43,12 @@ def test_a_trial_time_its_own_records_contradict_is_refused(swept, tmp_path, how
 
 def test_honest_trial_times_report(swept, tmp_path):
     ok_cli(["report", sweep_copy(swept, tmp_path)])
+
+
+def test_a_trial_whose_wall_clock_ran_on_during_a_suspend_reports(swept, tmp_path):
+    sw = sweep_copy(swept, tmp_path)
+    _edit(trial_dirs(sw)[0] / "trial.json", lambda d: d.__setitem__("finished", d["finished"] + 3600))
+    ok_cli(["report", sw])
 
 
 @pytest.mark.parametrize("size,advised", [(4, False), (7, False), (24, True)])

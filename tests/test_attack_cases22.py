@@ -42,8 +42,7 @@ def _mark_unfinished(ds: Path) -> None:
 # --overwrite: a person's file of mosaic's name shape, not listed by the dataset it replaces
 # ------------------------------------------------------------------------------------------------
 
-_XF_SHAPE = pytest.mark.xfail(strict=True, reason="attack22: --overwrite deletes a person's file of mosaic's name "
-                                                   "shape (data/mine.parquet, images/999999.png) its manifest/metadata does not list")
+# fixed (was recorded): attack22: --overwrite deletes a person's file of mosaic's name shape (data/mine.parquet, images/999999.png) its manifest/metadata does not list
 
 
 

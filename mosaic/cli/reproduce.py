@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from mosaic.cli.common import MAX_WORKERS, check_out, console, fail
+from mosaic.cli.sweep import trial_time_text
 from mosaic.errors import MosaicError
 
 
@@ -83,7 +84,7 @@ def _reproduce(paper: str, scale: str, out: Path | None, folder: Path, workers: 
 
         def on_done(st):
             mark = "[green]done[/]" if st["status"] == "done" else "[red]FAILED[/]"
-            console.print(f"  {mark} {st.get('id')} ({st.get('time_s', 0):.0f} s)")
+            console.print(f"  {mark} {st.get('id')} ({trial_time_text(st)})")
 
         res = reproduce(paper, scale, folder, workers=workers, backend=backend, address=address,
                         on_progress=lambda m: console.print(f"  {escape(m)}"), on_done=on_done)

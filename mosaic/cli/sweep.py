@@ -105,7 +105,7 @@ def sweep_command(
         def on_done(st):
             counter[st["status"] if st["status"] in counter else "failed"] += 1
             mark = "[green]done[/]" if st["status"] == "done" else "[red]FAILED[/]"
-            console.print(f"  {mark} {st.get('id')} ({st.get('time_s', 0):.0f} s)  [{counter['done'] + counter['failed']}/{n}]")
+            console.print(f"  {mark} {st.get('id')} ({trial_time_text(st)})  [{counter['done'] + counter['failed']}/{n}]")
 
         trials, df = run_sweep(s, folder, backend=backend, workers=workers, address=address,
                                on_progress=lambda m: console.print(f"  preparing {m}"), on_done=on_done)
@@ -131,6 +131,13 @@ def sweep_command(
         console.print(f"report: {page}")
     if len(failed):
         raise typer.Exit(1)
+
+
+def trial_time_text(st: dict) -> str:
+    """A finished trial's time as printed: its seconds, or "time lost" (a run finished by a call killed before it
+    recorded the trial's time: ``mosaic.trials.run_trial``)."""
+    t = st.get("time_s")
+    return f"{t:.0f} s" if isinstance(t, (int, float)) and not isinstance(t, bool) else "time lost"
 
 
 def _collect_and_report(sweep_dir: Path, collect_first: bool) -> Path:
