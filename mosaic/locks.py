@@ -22,6 +22,7 @@ import errno
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -144,17 +145,19 @@ class FolderLock:
                 raise self.error(f"cannot write the lock file {self.path} of {self.what} {self.folder}: {e.strerror}; "
                                  "give a writable location") from None
             if fcntl is not None:
+                flags = fcntl.LOCK_SH if self.reader else fcntl.LOCK_EX
                 try:
-                    fcntl.flock(fd, (fcntl.LOCK_SH if self.reader else fcntl.LOCK_EX) | (0 if self.wait else fcntl.LOCK_NB))
+                    fcntl.flock(fd, flags | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    os.close(fd)
-                    owner = _read_owner(self.path)
-                    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner["since"])) if "since" in owner else "?"
-                    raise self.error(
-                        f"another process (pid {owner.get('pid', '?')} on {owner.get('host', '?')}, since {since}) is "
-                        f"{'writing' if self.reader or not owner.get('reader') else 'reading'} "
-                        f"{self.what} {self.folder}: wait for it to finish or stop it (a lock held by a process that died "
-                        f"is taken over by itself; the lock file is {self.path})") from None
+                    if self.wait:  # said once, then waited for: a wait of minutes was silent (attack round 33)
+                        owner = _read_owner(self.path)
+                        sys.stderr.write(f"waiting for another process (pid {owner.get('pid', '?')} on {owner.get('host', '?')}), which "
+                                         f"is {'reading' if owner.get('reader') else 'writing'} {self.what} {self.folder}, to finish ...\n")
+                        sys.stderr.flush()
+                        fcntl.flock(fd, flags)
+                    else:
+                        os.close(fd)
+                        raise self._busy() from None
             # the file may have been unlinked by its previous owner between our open and flock
             try:
                 same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
@@ -213,6 +216,16 @@ class FolderLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+    def _busy(self) -> MosaicError:
+        """The error of a lock a live process holds: who, since when, and the fix."""
+        owner = _read_owner(self.path)
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner["since"])) if "since" in owner else "?"
+        return self.error(
+            f"another process (pid {owner.get('pid', '?')} on {owner.get('host', '?')}, since {since}) is "
+            f"{'writing' if self.reader or not owner.get('reader') else 'reading'} "
+            f"{self.what} {self.folder}: wait for it to finish or stop it (a lock held by a process that died "
+            f"is taken over by itself; the lock file is {self.path})")
 
 
 def reading(folder: str | Path, error: type[MosaicError] = MosaicError) -> FolderLock:

@@ -66,3 +66,24 @@ def test_an_audit_of_a_samples_folder_whose_scores_were_removed_says_to_score_it
         (s / n).unlink()
     r = run_cli(["audit", s])
     clean_exit_2(r, "without scores", "mosaic evaluate", collapse_space=True)
+
+
+def test_a_reader_waiting_for_a_writer_says_so_once(tmp_path, capfd):
+    """A wait for a dataset's writer was silent for minutes (attack round 33): one line names who is writing."""
+    import threading
+    import time
+
+    from mosaic.locks import reading
+    from tests.conftest import hold_lock
+
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    holder = hold_lock(folder)
+    threading.Timer(1.5, holder.kill).start()  # the writer ends (killed: the lock drops as in a crash)
+    t0 = time.perf_counter()
+    with reading(folder):
+        pass
+    holder.wait()
+    err = capfd.readouterr().err
+    assert time.perf_counter() - t0 >= 1.0 and err.count("waiting for another process") == 1, err
+    assert f"pid {holder.pid}" in err and "writing dataset" in err, err
