@@ -13,14 +13,7 @@ would tell.
 
 from __future__ import annotations
 
-import math
-
-
-def _close(a, b) -> bool:
-    try:
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
-    except OverflowError:  # an integer too large for a float is no fraction
-        return False
+from mosaic.lab.run_record import numbers_close
 
 
 def _group(rows: list[dict], concepts: list) -> dict:
@@ -77,7 +70,7 @@ def evaluation_problem(rows: list[tuple[int, dict]], records: list[tuple[int, di
                 continue
             r = rec.get(k) if not c else rec[part].get(c)
             same = (v is None and r is None) or (isinstance(r, (int, float)) and not isinstance(r, bool) and v is not None
-                                                 and _close(r, v))
+                                                 and numbers_close(r, v, 1e-9, 1e-9))
             if not same:
                 return (f"metrics.json's {g}.{k} is {str(r)[:30]}, but the rows give {v if v is None else round(v, 6)}: the verdicts "
                         "are not the ones the evaluation counted")

@@ -29,7 +29,7 @@ from mosaic.evaluation.quality import quality_from_predictions, read_images
 from mosaic.evaluation.table import table_columns, table_from_scores
 from mosaic.io import read_json
 from mosaic.lab.config import read_config_yaml
-from mosaic.lab.run_record import record_problem
+from mosaic.lab.run_record import numbers_close, record_problem, unmeasured
 from mosaic.png import FOREIGN_FORMATS, decode_image
 from mosaic.records import spec_from_data
 
@@ -47,18 +47,11 @@ def scored_samples(run: Path, metrics: dict) -> Path | None:
     return Path(run) / "samples" / name
 
 
-def _nan(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
-
-
 def _same(a, b) -> bool:
-    if _nan(a) and _nan(b):  # NaN measured, null recorded (JSON has no NaN; a binding run without swap negatives, round 30)
+    if unmeasured(a) and unmeasured(b):  # NaN measured, null recorded (JSON has no NaN; a binding run without swap negatives, round 30)
         return True
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool):
-        try:
-            return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-        except OverflowError:  # a JSON integer too large for a float (attack round 29): compared exactly
-            return a == b
+        return numbers_close(a, b)
     if isinstance(a, dict) and isinstance(b, dict):
         return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
     return a == b
@@ -269,14 +262,6 @@ _TIMES = (("time_s",), ("generate_s",), ("train", "train_time_s"), ("train", "im
           ("samples", "seconds"))
 
 
-def _within_rel(a, b, rel: float = 1e-6) -> bool:
-    """``a`` within ``rel`` of ``b`` (relative; 1e-9 absolute), never an OverflowError (a 400-digit integer is no loss)."""
-    try:
-        return math.isclose(a, b, rel_tol=rel, abs_tol=1e-9)
-    except OverflowError:
-        return False
-
-
 def _check_train_record(run: Path, metrics: dict, cfg, fix: str) -> None:
     """The training record of a finished run (``metrics.json``'s ``train`` and times) as the run gives it: ``steps``
     the config's ``training.steps``, ``final_loss`` the mean loss of the last 10 % of ``log.jsonl``'s rows (as
@@ -309,7 +294,7 @@ def _check_train_record(run: Path, metrics: dict, cfg, fix: str) -> None:
             raise _fail(run / "log.jsonl", f"cannot be read ({str(e)[:100]}), so its final loss cannot be checked", fix) from None
         loss = final_loss(log, want)
         if not (loss is None and tr["final_loss"] is None) and not (isinstance(tr["final_loss"], (int, float)) and loss is not None
-                                                                     and _within_rel(tr["final_loss"], loss)):
+                                                                     and numbers_close(tr["final_loss"], loss, 1e-6, 1e-9)):
             raise _fail(mpath, f"its train.final_loss is {tr['final_loss']!r}, but its log.jsonl gives {loss!r}", fix)
 
 

@@ -41,7 +41,16 @@ from mosaic.errors import MosaicError
 from mosaic.io import MAX_JSON_BYTES, loads_json, read_bounded
 
 
-def _nan(v) -> bool:
+def numbers_close(a, b, rel: float = 1e-9, abs_tol: float = 1e-12) -> bool:
+    """``math.isclose`` that never raises: a JSON integer too large for a float (an OverflowError was a traceback,
+    attack round 29) is compared exactly. The one number comparison of the run record, the trial scores and the audit."""
+    try:
+        return math.isclose(a, b, rel_tol=rel, abs_tol=abs_tol)
+    except OverflowError:
+        return a == b
+
+
+def unmeasured(v) -> bool:
     """None or a float NaN: a metric that could not be measured (JSON has no NaN: ``metrics.json`` writes null where
     ``val.jsonl`` and a checkpoint's ``trainer_state.json`` write NaN; a binding run without swap negatives, round 30)."""
     return v is None or (isinstance(v, float) and math.isnan(v))
@@ -50,15 +59,12 @@ def _nan(v) -> bool:
 def _close(a, b, rel: float = 1e-9) -> bool:
     """Equal values of a record: numbers within ``rel`` relative (a bool is no number; integers too large for a float
     compared exactly; None and NaN alike), mappings key by key, anything else equal."""
-    if _nan(a) and _nan(b):
+    if unmeasured(a) and unmeasured(b):
         return True
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        try:
-            return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
-        except OverflowError:
-            return a == b
+        return numbers_close(a, b, rel)
     if isinstance(a, dict) and isinstance(b, dict):
         return set(a) == set(b) and all(_close(a[k], b[k], rel) for k in a)
     return a == b
